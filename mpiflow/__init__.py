@@ -1,0 +1,59 @@
+"""mpiflow: TensorFlow-1-style graphs, trained on MPI clusters.
+
+This module only re-exports the public API under TensorFlow's names.
+"""
+
+from mpiflow import errors
+from mpiflow.framework.dtypes import (
+    DType, as_dtype, bool_ as bool, float16, float32, float64, int8, int16, int32, int64,
+    uint8)
+from mpiflow.framework.device_spec import DeviceSpec
+from mpiflow.framework.graph import (
+    Graph, GraphKeys, Operation, Tensor, get_default_graph, get_default_session,
+    reset_default_graph)
+from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.framework.scopes import (
+    add_to_collection, colocate_with, control_dependencies, device, get_collection,
+    get_collection_ref, name_scope)
+from mpiflow.gradients import gradients
+from mpiflow.ops.array_ops import concat, reshape
+from mpiflow.ops.constant_ops import (
+    constant, convert_to_tensor, placeholder, placeholder_with_default)
+from mpiflow.ops.control_ops import (
+    check_numerics, group, identity, no_op, stop_gradient, tuple_ as tuple)
+from mpiflow.ops.importer import import_graph_def
+from mpiflow.ops.init_ops import (
+    constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
+    ones_initializer, random_normal_initializer, random_uniform_initializer,
+    truncated_normal_initializer, variance_scaling_initializer, zeros_initializer)
+from mpiflow.ops.math_ops import (
+    abs, add, add_n, broadcast_to, cast, div, divide, equal, exp, floor, floordiv, floormod,
+    greater, greater_equal, is_finite, is_nan, less, less_equal, log, log1p, logical_and,
+    logical_not, logical_or, matmul, maximum, minimum, multiply, negative, not_equal, ones_like,
+    pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
+    to_float, truediv, where, zeros_like)
+from mpiflow.ops.random_ops import (
+    fill, ones, random_normal, random_uniform, set_random_seed, truncated_normal, zeros)
+from mpiflow.ops.reduction_ops import (
+    argmax, argmin, count_nonzero, reduce_max, reduce_mean, reduce_min, reduce_prod,
+    reduce_sum)
+from mpiflow.ops.sparse_ops import gather, unsorted_segment_sum
+from mpiflow.ops.state_ops import (
+    assign, assign_add, assign_sub, is_variable_initialized, scatter_add, scatter_sub,
+    scatter_update)
+from mpiflow.ops.variable_scope import (
+    AUTO_REUSE, VariableScope, get_local_variable, get_variable, get_variable_scope,
+    variable_scope)
+from mpiflow.ops.variables import (
+    Variable, all_variables, global_variables, global_variables_initializer,
+    initialize_all_variables, local_variables, local_variables_initializer,
+    model_variables, trainable_variables, variables_initializer)
+from mpiflow.runtime.session import ConfigProto, InteractiveSession, Session
+
+from mpiflow import nn, train  # noqa: E402  (namespaces that use the names above)
+
+sub = subtract
+mul = multiply
+neg = negative
+__version__ = "0.1.0"

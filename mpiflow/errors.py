@@ -1,0 +1,148 @@
+"""Exception classes of mpiflow, named after TensorFlow's so users' habits carry over.
+
+Owns the error hierarchy and the one message template every layer uses:
+``"<what> in op 'name' (Type) on <device>: expected <X>, got <Y>"``.
+Imports nothing of mpiflow.
+"""
+
+from __future__ import annotations
+
+
+class MpiflowError(Exception):
+    """Base class of every error mpiflow raises on purpose."""
+
+
+class OpError(MpiflowError):
+    """An error tied to an operation (or to the runtime acting for one).
+
+    Attributes:
+        op: the ``Operation`` involved, or None when the error is not tied to one.
+        message: the text without the op prefix.
+    """
+
+    error_code = "UNKNOWN"
+
+    def __init__(self, message: str, op=None):
+        self.op = op
+        self.message = message
+        super().__init__(message)
+
+
+class CancelledError(OpError):
+    error_code = "CANCELLED"
+
+
+class UnknownError(OpError):
+    error_code = "UNKNOWN"
+
+
+class InvalidArgumentError(OpError, ValueError):
+    """Bad input: a shape, dtype, attr or value that the op cannot accept.
+
+    Also a ``ValueError`` so code written for TensorFlow's build-time ``ValueError``
+    keeps catching it.
+    """
+
+    error_code = "INVALID_ARGUMENT"
+
+
+class DeadlineExceededError(OpError):
+    """A wait ran past its timeout; the message names who was waited for and on what."""
+
+    error_code = "DEADLINE_EXCEEDED"
+
+
+class NotFoundError(OpError):
+    error_code = "NOT_FOUND"
+
+
+class AlreadyExistsError(OpError):
+    error_code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(OpError):
+    error_code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(OpError):
+    error_code = "RESOURCE_EXHAUSTED"
+
+
+class FailedPreconditionError(OpError):
+    """The system is not in the state the op needs (e.g. an uninitialized variable)."""
+
+    error_code = "FAILED_PRECONDITION"
+
+
+class AbortedError(OpError):
+    error_code = "ABORTED"
+
+
+class OutOfRangeError(OpError):
+    error_code = "OUT_OF_RANGE"
+
+
+class UnimplementedError(OpError, NotImplementedError):
+    error_code = "UNIMPLEMENTED"
+
+
+class InternalError(OpError):
+    error_code = "INTERNAL"
+
+
+class UnavailableError(OpError):
+    """A peer (rank) is lost or unreachable."""
+
+    error_code = "UNAVAILABLE"
+
+
+class DataLossError(OpError):
+    error_code = "DATA_LOSS"
+
+
+class PlacementError(InvalidArgumentError):
+    """An op asked for a device that the cluster cannot provide."""
+
+
+class RemoteError(MpiflowError):
+    """An error raised on another rank, carried back with its rank, role, host and traceback."""
+
+    def __init__(self, message: str, rank: int | None = None, role: str | None = None,
+                 host: str | None = None, remote_traceback: str | None = None):
+        self.rank = rank
+        self.role = role
+        self.host = host
+        self.remote_traceback = remote_traceback
+        super().__init__(message)
+
+
+def describe_op(op) -> str:
+    """Return ``"op 'name' (Type) on device"`` for use inside error messages."""
+    if op is None:
+        return "no op"
+    text = f"op '{op.name}' ({op.type})"
+    if getattr(op, "device", ""):
+        text += f" on {op.device}"
+    return text
+
+
+def op_error(cls, what: str, op=None, expected=None, got=None):
+    """Build ``cls`` with the project's message template.
+
+    Args:
+        cls: the error class (an ``OpError`` subclass).
+        what: what went wrong, e.g. ``"Shape mismatch"``.
+        op: the operation (or None at build time before the op exists).
+        expected, got: optional descriptions appended as ``expected X, got Y``.
+    """
+    text = what
+    if op is not None:
+        text += f" in {describe_op(op)}"
+    details = []
+    if expected is not None:
+        details.append(f"expected {expected}")
+    if got is not None:
+        details.append(f"got {got}")
+    if details:
+        text += ": " + ", ".join(details)
+    return cls(text, op)

@@ -1,0 +1,131 @@
+"""The one dtype table: mpiflow name -> numpy dtype, MPI datatype name, NCCL type name.
+
+Every layer that needs to map a dtype (kernels, transport, collectives) reads it here, so
+adding a dtype is one row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow import errors
+
+
+class DType:
+    """A tensor element type, named as in TensorFlow (``float32``, ``int64``, ...)."""
+
+    __slots__ = ("name", "_np", "mpi_name", "nccl_name", "is_floating", "is_integer",
+                 "is_bool", "is_signed")
+
+    def __init__(self, name, np_dtype, mpi_name, nccl_name):
+        self.name = name
+        self._np = np.dtype(np_dtype)
+        self.mpi_name = mpi_name
+        self.nccl_name = nccl_name
+        kind = self._np.kind
+        self.is_floating = kind == "f"
+        self.is_integer = kind in "iu"
+        self.is_bool = kind == "b"
+        self.is_signed = kind in "if"
+
+    @property
+    def as_numpy_dtype(self):
+        return self._np.type
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return self._np
+
+    @property
+    def base_dtype(self) -> "DType":
+        return self
+
+    @property
+    def size(self) -> int:
+        return self._np.itemsize
+
+    @property
+    def is_differentiable(self) -> bool:
+        return self.is_floating
+
+    @property
+    def min(self):
+        return np.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
+
+    @property
+    def max(self):
+        return np.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
+
+    def __repr__(self):
+        return f"mf.{self.name}"
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):
+        return (as_dtype, (self.name,))
+
+
+_TABLE = [
+    # name,     numpy,      MPI datatype,        NCCL type
+    ("float16", np.float16, None,                "float16"),
+    ("float32", np.float32, "FLOAT",             "float32"),
+    ("float64", np.float64, "DOUBLE",            "float64"),
+    ("int8",    np.int8,    "INT8_T",            "int8"),
+    ("int16",   np.int16,   "INT16_T",           None),
+    ("int32",   np.int32,   "INT32_T",           "int32"),
+    ("int64",   np.int64,   "INT64_T",           "int64"),
+    ("uint8",   np.uint8,   "UINT8_T",           "uint8"),
+    ("bool",    np.bool_,   "C_BOOL",            None),
+]
+
+_BY_NAME = {row[0]: DType(*row) for row in _TABLE}
+_BY_NUMPY = {d.np_dtype: d for d in _BY_NAME.values()}
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+            "long": "int64"}
+
+float16 = _BY_NAME["float16"]
+float32 = _BY_NAME["float32"]
+float64 = _BY_NAME["float64"]
+int8 = _BY_NAME["int8"]
+int16 = _BY_NAME["int16"]
+int32 = _BY_NAME["int32"]
+int64 = _BY_NAME["int64"]
+uint8 = _BY_NAME["uint8"]
+bool_ = _BY_NAME["bool"]
+
+ALL = tuple(_BY_NAME.values())
+
+
+def as_dtype(value) -> DType:
+    """Return the ``DType`` for a DType, a name, a numpy dtype or a Python type.
+
+    Raises:
+        InvalidArgumentError: the value names no supported dtype; the message lists them.
+    """
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        key = _ALIASES.get(value, value)
+        if key in _BY_NAME:
+            return _BY_NAME[key]
+    else:
+        if value is float:
+            return float32
+        if value is int:
+            return int32
+        if value is bool:
+            return bool_
+        try:
+            found = _BY_NUMPY.get(np.dtype(value))
+        except TypeError:
+            found = None
+        if found is not None:
+            return found
+    raise errors.InvalidArgumentError(
+        f"Unsupported dtype {value!r}: expected one of {sorted(_BY_NAME)}")
+
+
+def from_numpy(array) -> DType:
+    """Return the ``DType`` of a numpy array (Python floats become float64 arrays first)."""
+    return as_dtype(np.asarray(array).dtype)

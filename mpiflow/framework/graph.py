@@ -1,0 +1,583 @@
+"""Graph, Operation and Tensor: the dataflow graph a user builds, as plain data.
+
+An Operation holds its type, inputs, control inputs, attrs (plain values, DTypes,
+TensorShapes, numpy arrays) and device string; nothing callable is stored on it, so a
+graph serialises to a GraphDef-like dict (see ``graph_def.py``) and can be shipped to
+another rank. Kernels, shape functions and gradients live in ``mpiflow.ops``; Python
+operators on Tensor are attached by ``mpiflow.ops`` at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+
+from mpiflow import errors
+from mpiflow.framework import device_spec as _device_spec
+from mpiflow.framework.dtypes import DType
+from mpiflow.framework.tensor_shape import TensorShape
+
+_VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
+_VALID_SCOPE_NAME = re.compile(r"^[A-Za-z0-9_.\-/>]*$")
+DEFAULT_GRAPH_SEED = 87654321
+
+
+class GraphKeys:
+    """Standard collection names, as in TensorFlow."""
+
+    GLOBAL_VARIABLES = "variables"
+    LOCAL_VARIABLES = "local_variables"
+    MODEL_VARIABLES = "model_variables"
+    TRAINABLE_VARIABLES = "trainable_variables"
+    GLOBAL_STEP = "global_step"
+    UPDATE_OPS = "update_ops"
+    LOSSES = "losses"
+    REGULARIZATION_LOSSES = "regularization_losses"
+    SUMMARIES = "summaries"
+    TRAIN_OP = "train_op"
+    INIT_OP = "init_op"
+    LOCAL_INIT_OP = "local_init_op"
+    READY_OP = "ready_op"
+    SAVERS = "savers"
+    CONCATENATED_VARIABLES = "concatenated_variables"
+
+
+class Tensor:
+    """One output of an Operation: a symbolic handle evaluated by ``Session.run``."""
+
+    __slots__ = ("_op", "_value_index", "_dtype", "_shape", "_consumers", "__weakref__")
+
+    # Stops numpy from treating a Tensor as an array in ``ndarray + Tensor``.
+    __array_priority__ = 100
+
+    def __init__(self, op: "Operation", value_index: int, dtype: DType, shape: TensorShape):
+        self._op = op
+        self._value_index = value_index
+        self._dtype = dtype
+        self._shape = shape
+        self._consumers = []
+
+    @property
+    def op(self) -> "Operation":
+        return self._op
+
+    @property
+    def value_index(self) -> int:
+        return self._value_index
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def graph(self) -> "Graph":
+        return self._op.graph
+
+    @property
+    def name(self) -> str:
+        return f"{self._op.name}:{self._value_index}"
+
+    @property
+    def device(self) -> str:
+        return self._op.device
+
+    @property
+    def shape(self) -> TensorShape:
+        return self._shape
+
+    def get_shape(self) -> TensorShape:
+        return self._shape
+
+    def set_shape(self, shape) -> None:
+        """Refine the static shape; raise if ``shape`` contradicts what is known."""
+        try:
+            self._shape = self._shape.merge_with(shape)
+        except errors.InvalidArgumentError:
+            raise errors.InvalidArgumentError(
+                f"Cannot set shape of tensor '{self.name}' to {TensorShape(shape)}: its "
+                f"known shape is {self._shape}") from None
+
+    def consumers(self) -> list:
+        return list(self._consumers)
+
+    def eval(self, feed_dict=None, session=None):
+        """Evaluate this tensor in ``session`` (default: the default session)."""
+        return _session_for(self.graph, session, "Tensor.eval()").run(self, feed_dict)
+
+    def __repr__(self):
+        return f"<mf.Tensor '{self.name}' shape={self._shape} dtype={self._dtype.name}>"
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __bool__(self):
+        raise errors.InvalidArgumentError(
+            f"Using tensor '{self.name}' as a Python bool is not allowed: it has no value "
+            "until Session.run; use mf.cond-free logic or evaluate it first")
+
+    def __iter__(self):
+        raise errors.InvalidArgumentError(
+            f"Tensor '{self.name}' is not iterable: use mf.unstack or mf.split")
+
+    def __len__(self):
+        raise errors.InvalidArgumentError(
+            f"len() of tensor '{self.name}' is not defined: use tensor.shape")
+
+
+class Operation:
+    """A node of the graph: type, inputs, control inputs, attrs, device and outputs."""
+
+    __slots__ = ("_graph", "_id", "_name", "_type", "_inputs", "_control_inputs", "_attrs",
+                 "_device", "_outputs", "_control_outputs", "__weakref__")
+
+    def __init__(self, graph, op_id, name, op_type, inputs, control_inputs, attrs, device,
+                 output_specs):
+        self._graph = graph
+        self._id = op_id
+        self._name = name
+        self._type = op_type
+        self._inputs = tuple(inputs)
+        self._control_inputs = list(control_inputs)
+        self._attrs = dict(attrs)
+        self._device = device
+        self._outputs = [Tensor(self, i, dtype, shape)
+                         for i, (dtype, shape) in enumerate(output_specs)]
+        self._control_outputs = []
+
+    @property
+    def graph(self) -> "Graph":
+        return self._graph
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def type(self) -> str:
+        return self._type
+
+    @property
+    def inputs(self) -> tuple:
+        return self._inputs
+
+    @property
+    def control_inputs(self) -> list:
+        return list(self._control_inputs)
+
+    @property
+    def outputs(self) -> list:
+        return list(self._outputs)
+
+    @property
+    def attrs(self) -> dict:
+        return dict(self._attrs)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def _set_device(self, device) -> None:
+        self._device = _device_spec.canonical(device)
+
+    def get_attr(self, name):
+        try:
+            return self._attrs[name]
+        except KeyError:
+            raise errors.InvalidArgumentError(
+                f"Op '{self._name}' ({self._type}) has no attr '{name}': it has "
+                f"{sorted(self._attrs)}") from None
+
+    def colocation_groups(self) -> list:
+        """Return the ``loc:@name`` groups this op is colocated with (itself by default)."""
+        return list(self._attrs.get("_class", [f"loc:@{self._name}"]))
+
+    def _add_control_input(self, op: "Operation") -> None:
+        if op not in self._control_inputs:
+            self._control_inputs.append(op)
+            op._control_outputs.append(self)
+
+    def run(self, feed_dict=None, session=None) -> None:
+        """Run this op in ``session`` (default: the default session)."""
+        _session_for(self._graph, session, "Operation.run()").run(self, feed_dict)
+
+    def __repr__(self):
+        return f"<mf.Operation '{self._name}' type={self._type}>"
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+class Graph:
+    """A TensorFlow-1-style dataflow graph with its scopes and collections."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._ops_by_name = {}
+        self._ops = []
+        self._names_in_use = {}
+        self._name_stack = ""
+        self._device_stack = []            # entries: str device, callable, or None (reset)
+        self._control_dependencies_stack = []  # entries: list of ops, or None (reset)
+        self._colocation_stack = []        # entries: Operation, or None (ignore_existing)
+        self._collections = {}
+        self._finalized = False
+        self.seed = None
+        self._attr_scope = {}
+        # Per-graph data owned by higher layers (variable store, global step, ...).
+        self._layer_state = {}
+
+    # -- op creation ---------------------------------------------------------------
+    def create_op(self, op_type: str, inputs, attrs: dict, output_specs, name: str,
+                  control_inputs=(), device=None) -> Operation:
+        """Add an op; apply control-dependency, colocation and device scopes to it.
+
+        ``name`` must already be unique (see ``unique_name``); ``output_specs`` is a list of
+        ``(DType, TensorShape)`` computed by the op's shape function in ``mpiflow.ops``.
+        """
+        with self._lock:
+            self._check_not_finalized()
+            for t in inputs:
+                if t.graph is not self:
+                    raise errors.InvalidArgumentError(
+                        f"Input '{t.name}' of op '{name}' ({op_type}) belongs to another "
+                        "graph: every input must come from the graph the op is created in")
+            control = list(control_inputs) + self._current_control_dependencies(inputs)
+            deduped = []
+            for c in control:
+                if c.graph is not self:
+                    raise errors.InvalidArgumentError(
+                        f"Control input '{c.name}' of op '{name}' ({op_type}) belongs to "
+                        "another graph")
+                if c not in deduped:
+                    deduped.append(c)
+            attrs = dict(attrs)
+            coloc = self._current_colocation()
+            if coloc is not None:
+                attrs["_class"] = coloc.colocation_groups()
+            op = Operation(self, len(self._ops), name, op_type, inputs, deduped, attrs, "",
+                           output_specs)
+            op._device = coloc.device if coloc is not None else self._apply_device_stack(
+                op, device)
+            self._ops.append(op)
+            self._ops_by_name[name] = op
+            for t in op._inputs:
+                t._consumers.append(op)
+            for c in deduped:
+                c._control_outputs.append(op)
+            return op
+
+    def _apply_device_stack(self, op, explicit):
+        device = ""
+        for entry in self._device_stack + ([explicit] if explicit else []):
+            if entry is None:
+                device = ""
+            elif isinstance(entry, (str, _device_spec.DeviceSpec)):
+                device = _device_spec.merge_device(device, _device_spec.canonical(entry))
+            else:
+                op._device = device
+                result = entry(op)
+                device = _device_spec.canonical(result) if result else ""
+        return device
+
+    def _check_not_finalized(self):
+        if self._finalized:
+            raise errors.FailedPreconditionError(
+                "Graph is finalized and cannot be modified (MonitoredTrainingSession "
+                "finalizes it): build every op before creating the session")
+
+    def finalize(self) -> None:
+        self._finalized = True
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def _unsafe_unfinalize(self) -> None:
+        self._finalized = False
+
+    # -- names ---------------------------------------------------------------------
+    def unique_name(self, name: str, mark_as_used: bool = True) -> str:
+        """Return ``name`` under the current name scope, suffixed ``_N`` if already taken."""
+        if self._name_stack:
+            name = self._name_stack + "/" + name
+        key = name.lower()
+        count = self._names_in_use.get(key, 0)
+        if mark_as_used:
+            self._names_in_use[key] = count + 1
+        if count > 0:
+            base = name
+            while name.lower() in self._names_in_use:
+                name = f"{base}_{count}"
+                count += 1
+            if mark_as_used:
+                self._names_in_use[name.lower()] = 1
+        return name
+
+    def get_name_scope(self) -> str:
+        return self._name_stack
+
+    @contextlib.contextmanager
+    def name_scope(self, name):
+        """Open a name scope; yield its prefix ending in '/' (TensorFlow's semantics).
+
+        ``None`` or ``""`` returns to the root scope; a name ending in '/' re-enters that
+        exact scope instead of making a new unique one.
+        """
+        old = self._name_stack
+        if not name:
+            new = ""
+        elif name.endswith("/"):
+            if not _VALID_SCOPE_NAME.match(name):
+                raise errors.InvalidArgumentError(f"'{name}' is not a valid scope name")
+            new = name[:-1]
+        else:
+            if not _VALID_OP_NAME.match(name):
+                raise errors.InvalidArgumentError(
+                    f"'{name}' is not a valid scope name: expected letters, digits, '.', "
+                    "'_', '-' and '/' (not starting with '_', '-' or '/')")
+            new = self.unique_name(name)
+        self._name_stack = new
+        try:
+            yield (new + "/") if new else ""
+        finally:
+            self._name_stack = old
+
+    # -- device / control dependency / colocation scopes ----------------------------
+    @contextlib.contextmanager
+    def device(self, device_name_or_function):
+        """Place ops created inside on a device string or by a device function.
+
+        A string merges onto the enclosing device (inner fields win); a function receives
+        each new op (with the device so far) and returns its device; None clears.
+        """
+        entry = device_name_or_function
+        if isinstance(entry, str) and entry:
+            entry = _device_spec.canonical(entry)   # parse now: errors at the with line
+        elif entry == "":
+            entry = None
+        elif entry is not None and not isinstance(entry, _device_spec.DeviceSpec) \
+                and not callable(entry):
+            raise errors.InvalidArgumentError(
+                f"mf.device() takes a device string, DeviceSpec, device function or None, "
+                f"got {entry!r}")
+        self._device_stack.append(entry)
+        try:
+            yield
+        finally:
+            self._device_stack.pop()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs):
+        """Make ops created inside run after ``control_inputs`` (None clears the stack)."""
+        if control_inputs is None:
+            self._control_dependencies_stack.append(None)
+        else:
+            ops = []
+            for c in control_inputs:
+                op = self._as_op(c, "control_dependencies")
+                ops.append(op)
+            self._control_dependencies_stack.append(ops)
+        try:
+            yield
+        finally:
+            self._control_dependencies_stack.pop()
+
+    def _as_op(self, item, what) -> Operation:
+        if isinstance(item, Tensor):
+            item = item.op
+        elif hasattr(item, "op") and isinstance(getattr(item, "op"), Operation):
+            item = item.op   # Variable and friends
+        if not isinstance(item, Operation):
+            raise errors.InvalidArgumentError(
+                f"{what}: expected an Operation or Tensor, got {item!r}")
+        if item.graph is not self:
+            raise errors.InvalidArgumentError(
+                f"{what}: '{item.name}' belongs to another graph")
+        return item
+
+    def _current_control_dependencies(self, inputs):
+        ops = []
+        for entry in self._control_dependencies_stack:
+            if entry is None:
+                ops = []
+            else:
+                ops.extend(entry)
+        input_ops = {t.op for t in inputs}
+        return [op for op in ops if op not in input_ops]
+
+    @contextlib.contextmanager
+    def colocate_with(self, op, ignore_existing: bool = False):
+        """Place ops created inside on the device of ``op`` and in its colocation group."""
+        if op is None:
+            entry = None
+        else:
+            entry = self._as_op(op, "colocate_with")
+        if ignore_existing:
+            self._colocation_stack.append(None)
+        if entry is not None:
+            self._colocation_stack.append(entry)
+        try:
+            yield
+        finally:
+            if entry is not None:
+                self._colocation_stack.pop()
+            if ignore_existing:
+                self._colocation_stack.pop()
+
+    def _current_colocation(self):
+        return self._colocation_stack[-1] if self._colocation_stack else None
+
+    # -- lookup ------------------------------------------------------------------------
+    def get_operations(self) -> list:
+        return list(self._ops)
+
+    def get_operation_by_name(self, name: str) -> Operation:
+        try:
+            return self._ops_by_name[name]
+        except KeyError:
+            raise errors.NotFoundError(
+                f"The graph has no operation named '{name}'") from None
+
+    def get_tensor_by_name(self, name: str) -> Tensor:
+        op_name, sep, index = name.rpartition(":")
+        if not sep or not index.isdigit():
+            raise errors.InvalidArgumentError(
+                f"Tensor name '{name}' is not of the form 'op_name:output_index'")
+        op = self.get_operation_by_name(op_name)
+        if int(index) >= len(op._outputs):
+            raise errors.NotFoundError(
+                f"Op '{op_name}' ({op.type}) has {len(op._outputs)} outputs, so it has no "
+                f"tensor '{name}'")
+        return op._outputs[int(index)]
+
+    def as_graph_element(self, obj, allow_tensor=True, allow_operation=True):
+        """Return the Tensor or Operation that ``obj`` (object or name) denotes here."""
+        if isinstance(obj, str):
+            if ":" in obj and allow_tensor:
+                return self.get_tensor_by_name(obj)
+            if allow_operation:
+                return self.get_operation_by_name(obj)
+        target = getattr(obj, "_as_graph_element", None)
+        if callable(target):
+            obj = target()
+        if isinstance(obj, (Tensor, Operation)):
+            if obj.graph is not self:
+                raise errors.InvalidArgumentError(
+                    f"{'Tensor' if isinstance(obj, Tensor) else 'Operation'} '{obj.name}' "
+                    "is not an element of this graph")
+            if isinstance(obj, Tensor) and allow_tensor:
+                return obj
+            if isinstance(obj, Operation) and allow_operation:
+                return obj
+        kinds = " or ".join(k for k, ok in (("Tensor", allow_tensor),
+                                             ("Operation", allow_operation)) if ok)
+        raise errors.InvalidArgumentError(f"Cannot interpret {obj!r} as a {kinds}")
+
+    @property
+    def version(self) -> int:
+        return len(self._ops)
+
+    def as_graph_def(self) -> dict:
+        """Return this graph as a plain-data GraphDef dict (msgpack/JSON friendly)."""
+        from mpiflow.framework.graph_def import as_graph_def
+        return as_graph_def(self)
+
+    # -- collections -------------------------------------------------------------------
+    def add_to_collection(self, name, value) -> None:
+        self._collections.setdefault(name, []).append(value)
+
+    def add_to_collections(self, names, value) -> None:
+        for name in ([names] if isinstance(names, str) else names):
+            self.add_to_collection(name, value)
+
+    def get_collection(self, name, scope=None) -> list:
+        items = list(self._collections.get(name, []))
+        if scope is None:
+            return items
+        pattern = re.compile(scope)
+        return [i for i in items if hasattr(i, "name") and pattern.match(i.name)]
+
+    def get_collection_ref(self, name) -> list:
+        return self._collections.setdefault(name, [])
+
+    def clear_collection(self, name) -> None:
+        self._collections.pop(name, None)
+
+    def get_all_collection_keys(self) -> list:
+        return sorted(self._collections)
+
+    # -- seeds ---------------------------------------------------------------------------
+    def op_seeds(self, op_seed=None):
+        """Return (graph_seed, op_seed) for a random op, as TensorFlow's ``get_seed``."""
+        if self.seed is not None:
+            return self.seed, (len(self._ops) if op_seed is None else op_seed)
+        if op_seed is not None:
+            return DEFAULT_GRAPH_SEED, op_seed
+        return None, None
+
+    # -- default graph -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def as_default(self):
+        _DEFAULT_GRAPH_STACK.append(self)
+        try:
+            yield self
+        finally:
+            _DEFAULT_GRAPH_STACK.remove(self)
+
+    def __repr__(self):
+        return f"<mf.Graph with {len(self._ops)} ops>"
+
+
+class _GlobalDefault:
+    graph = None
+
+
+_DEFAULT_GRAPH_STACK = []
+_DEFAULT_SESSION_STACK = []
+
+
+def get_default_graph() -> Graph:
+    if _DEFAULT_GRAPH_STACK:
+        return _DEFAULT_GRAPH_STACK[-1]
+    if _GlobalDefault.graph is None:
+        _GlobalDefault.graph = Graph()
+    return _GlobalDefault.graph
+
+
+def reset_default_graph() -> None:
+    """Replace the global default graph with a fresh one (not allowed inside as_default)."""
+    if _DEFAULT_GRAPH_STACK:
+        raise errors.FailedPreconditionError(
+            "Do not use reset_default_graph() inside a 'with graph.as_default()' block")
+    _GlobalDefault.graph = Graph()
+
+
+def get_default_session():
+    """Return the innermost session entered with ``with sess`` / ``as_default()``, or None."""
+    return _DEFAULT_SESSION_STACK[-1] if _DEFAULT_SESSION_STACK else None
+
+
+def _session_for(graph, session, caller):
+    session = session if session is not None else get_default_session()
+    if session is None:
+        raise errors.FailedPreconditionError(
+            f"{caller} needs a session: pass session=sess or call it inside 'with sess:' / "
+            "'with sess.as_default():'")
+    if session.graph is not graph:
+        raise errors.InvalidArgumentError(
+            f"{caller}: the session's graph is not the graph of this element")
+    return session
+
+
+def validate_op_name(name: str) -> None:
+    if not isinstance(name, str) or not _VALID_OP_NAME.match(name):
+        raise errors.InvalidArgumentError(
+            f"'{name}' is not a valid op name: expected letters, digits, '.', '_', '-' and "
+            "'/' (not starting with '_', '-' or '/')")

@@ -1,0 +1,163 @@
+"""Graph inputs: constants, placeholders, and conversion of Python values to tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import Tensor, get_default_graph
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, register_op
+
+
+@register_op("Const", attrs={"value": REQUIRED, "dtype": REQUIRED})
+class ConstOp(OpDef):
+    aliases_state = True
+    gradient = None
+
+    def infer(self, b):
+        return [(b.attrs["dtype"], b.attrs["value"].shape)]
+
+    def prepare(self, ctx):
+        ctx.value = ctx.xp.asarray(ctx.attrs["value"])
+
+    def forward(self, xp, ctx):
+        return ctx.value
+
+
+@register_op("Placeholder", attrs={"dtype": REQUIRED, "shape": TensorShape(None)})
+class PlaceholderOp(OpDef):
+    gradient = None
+
+    def infer(self, b):
+        return [(b.attrs["dtype"], b.attrs["shape"])]
+
+    def forward(self, xp, ctx):   # the executor refuses plans with unfed placeholders
+        raise errors.op_error(errors.InvalidArgumentError,
+                              "You must feed a value for placeholder", ctx.op)
+
+
+@register_op("PlaceholderWithDefault", attrs={"dtype": REQUIRED, "shape": TensorShape(None)})
+class PlaceholderWithDefaultOp(OpDef):
+    aliases_input = True
+
+    def infer(self, b):
+        if not b.shape(0).is_compatible_with(b.attrs["shape"]):
+            raise b.error("Default value does not match the placeholder shape",
+                          expected=b.attrs["shape"], got=b.shape(0))
+        return [(b.dtype(0), b.attrs["shape"])]
+
+    def forward(self, xp, ctx, x):
+        return x
+
+    def gradient(self, op, grad):
+        return [grad]
+
+
+def _python_dtype(value):
+    """TensorFlow's defaults: Python floats are float32, ints int32 (int64 if too big)."""
+    array = np.asarray(value)
+    if array.dtype == np.float64 and not isinstance(value, np.ndarray) and \
+            not isinstance(value, np.generic):
+        return dtypes.float32
+    if array.dtype.kind == "i" and not isinstance(value, (np.ndarray, np.generic)):
+        if array.size and (array.max() > np.iinfo(np.int32).max or
+                           array.min() < np.iinfo(np.int32).min):
+            return dtypes.int64
+        return dtypes.int32
+    try:
+        return dtypes.from_numpy(array)
+    except errors.InvalidArgumentError:
+        raise errors.InvalidArgumentError(
+            f"Cannot convert {value!r} to a tensor: its numpy dtype {array.dtype} is not "
+            "supported") from None
+
+
+def _to_array(value, dtype: dtypes.DType, what: str):
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise errors.InvalidArgumentError(
+            f"Cannot convert {value!r} to a tensor for {what}: ragged or non-numeric data")
+    target = dtype.np_dtype
+    if array.dtype != target:
+        converted = array.astype(target)
+        # Narrowing floats is what users mean; changing an integer or bool value is not.
+        if target.kind in "iub" and array.size and \
+                not np.array_equal(converted.astype(array.dtype), array):
+            raise errors.InvalidArgumentError(
+                f"Cannot convert {value!r} to {dtype.name} for {what}: the value would change")
+        array = converted
+    return array
+
+
+def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
+    """Create a Const tensor from a Python or numpy value (broadcast to ``shape``)."""
+    dt = dtypes.as_dtype(dtype) if dtype is not None else _python_dtype(value)
+    array = _to_array(value, dt, f"constant '{name}'")
+    if shape is not None:
+        shape = tuple(TensorShape(shape).as_list())
+        if array.size == 1:
+            array = np.full(shape, array.reshape(()), dtype=dt.np_dtype)
+        elif array.size == int(np.prod(shape)):
+            array = array.reshape(shape)
+        else:
+            raise errors.InvalidArgumentError(
+                f"constant '{name}': cannot make shape {list(shape)} from a value with "
+                f"{array.size} elements")
+    array = np.array(array, copy=True)
+    array.setflags(write=False)
+    return apply_op("Const", [], {"value": array, "dtype": dt}, name=name).outputs[0]
+
+
+def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Tensor:
+    """Return ``value`` as a Tensor: Tensors pass through, Variables give their value,
+    Python and numpy values become Const ops.
+
+    Raises:
+        InvalidArgumentError: ``dtype`` is given and the tensor has another dtype.
+    """
+    convert = getattr(value, "_as_tensor", None)
+    if callable(convert):
+        value = convert()
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
+            raise errors.InvalidArgumentError(
+                f"Tensor '{value.name}' has dtype {value.dtype.name}, expected "
+                f"{dtypes.as_dtype(dtype).name}")
+        return value
+    if type(value).__name__ == "IndexedSlices":
+        raise errors.InvalidArgumentError(
+            "An IndexedSlices cannot be used where a dense tensor is expected: use "
+            "mf.convert_to_tensor(mf.indexed_slices_to_dense(x)) explicitly")
+    if dtype is None and preferred_dtype is not None:
+        try:
+            return constant(value, dtype=preferred_dtype, name=name or "Const")
+        except errors.InvalidArgumentError:
+            pass
+    return constant(value, dtype=dtype, name=name or "Const")
+
+
+def placeholder(dtype, shape=None, name=None) -> Tensor:
+    """Create a Placeholder that must be fed through ``feed_dict``."""
+    return apply_op("Placeholder", [], {"dtype": dtypes.as_dtype(dtype),
+                                        "shape": TensorShape(shape)}, name=name).outputs[0]
+
+
+def placeholder_with_default(input, shape, name=None) -> Tensor:
+    """Return ``input`` unless a value is fed for the result."""
+    x = convert_to_tensor(input)
+    return apply_op("PlaceholderWithDefault", [x],
+                    {"dtype": x.dtype, "shape": TensorShape(shape)}, name=name).outputs[0]
+
+
+def is_tensor_like(value) -> bool:
+    return isinstance(value, Tensor) or callable(getattr(value, "_as_tensor", None))
+
+
+def graph_of(*values):
+    """Return the graph of the first Tensor among ``values`` (else the default graph)."""
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.graph
+    return get_default_graph()

@@ -1,0 +1,535 @@
+"""Elementwise arithmetic with numpy broadcasting, comparisons, casts and matmul.
+
+Binary gradients are reduced back to each input's shape with ``SumToShape`` so
+broadcasting works for any static or dynamic shape. Reductions live in
+``reduction_ops.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import Tensor
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.constant_ops import constant, convert_to_tensor, is_tensor_like
+from mpiflow.ops.registry import (
+    OpDef, apply_op, broadcast_shapes, is_float, is_numeric, register_op, require_dtype,
+    same_dtype)
+
+
+# -- broadcasting helpers -------------------------------------------------------------
+
+@register_op("Shape", attrs={"out_type": dtypes.int32})
+class ShapeOp(OpDef):
+    gradient = None
+
+    def infer(self, b):
+        nd = b.shape(0).ndims
+        return [(b.attrs["out_type"], [nd])]
+
+    def forward(self, xp, ctx, x):
+        return np.asarray(np.shape(x), dtype=ctx.attrs["out_type"].np_dtype)
+
+
+def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
+    """Return the runtime shape of ``input``; a Const when the static shape is known."""
+    x = convert_to_tensor(input)
+    if x.shape.is_fully_defined():
+        return constant(np.asarray(x.shape.as_list(), dtype=out_type.np_dtype),
+                        name=name or "Shape")
+    return apply_op("Shape", [x], {"out_type": out_type}, name=name).outputs[0]
+
+
+@register_op("SumToShape")
+class SumToShapeOp(OpDef):
+    """Sum a broadcast gradient back down to ``shape`` (the inverse of BroadcastTo)."""
+
+    def infer(self, b):
+        value = shape_from_tensor(b.inputs[1])
+        return [(b.dtype(0), value)]
+
+    def forward(self, xp, ctx, g, target):
+        target = tuple(int(d) for d in target)
+        if g.shape == target:
+            return g
+        lead = g.ndim - len(target)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, d in enumerate(target) if d == 1 and g.shape[lead + i] != 1)
+        return g.sum(axis=axes).reshape(target) if axes else g.reshape(target)
+
+    def gradient(self, op, grad):
+        return [broadcast_to(grad, shape(op.inputs[0])), None]
+
+
+@register_op("BroadcastTo")
+class BroadcastToOp(OpDef):
+    aliases_input = True
+
+    def infer(self, b):
+        target = shape_from_tensor(b.inputs[1])
+        out = broadcast_shapes(b, b.shape(0), target)
+        return [(b.dtype(0), target if target.ndims is not None else out)]
+
+    def forward(self, xp, ctx, x, target):
+        return xp.broadcast_to(x, tuple(int(d) for d in target))
+
+    def gradient(self, op, grad):
+        return [sum_to_shape(grad, op.inputs[0]), None]
+
+
+def shape_from_tensor(shape_tensor: Tensor) -> TensorShape:
+    """Return the static shape a 1-D shape tensor denotes (as far as build time knows)."""
+    if shape_tensor.op.type == "Const":
+        return TensorShape(shape_tensor.op.get_attr("value").tolist())
+    if shape_tensor.op.type == "Shape":
+        return shape_tensor.op.inputs[0].shape
+    n = shape_tensor.shape[0] if shape_tensor.shape.ndims == 1 else None
+    return TensorShape(None if n is None else [None] * n)
+
+
+def sum_to_shape(grad, like: Tensor):
+    """Return ``grad`` summed down to the shape of ``like`` (no-op when they match)."""
+    if grad is None:
+        return None
+    if grad.shape.is_fully_defined() and grad.shape == like.shape:
+        return grad
+    return apply_op("SumToShape", [grad, shape(like)]).outputs[0]
+
+
+def broadcast_to(input, shape_value, name=None) -> Tensor:
+    x = convert_to_tensor(input)
+    s = shape_value if isinstance(shape_value, Tensor) else \
+        constant(np.asarray(shape_value, dtype=np.int32))
+    return apply_op("BroadcastTo", [x, s], name=name).outputs[0]
+
+
+# -- elementwise binary ------------------------------------------------------------------
+
+class _Binary(OpDef):
+    """Shared shape/dtype rule: same dtype, numpy broadcasting."""
+
+    allowed = staticmethod(is_numeric)
+    out_dtype = None
+
+    def infer(self, b):
+        dt = same_dtype(b)
+        require_dtype(b, 0, self.allowed)
+        return [(self.out_dtype or dt, broadcast_shapes(b, b.shape(0), b.shape(1)))]
+
+
+def _binary_grad(op, gx, gy):
+    x, y = op.inputs
+    return [sum_to_shape(gx, x), sum_to_shape(gy, y)]
+
+
+def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None):
+    """Register a broadcasting binary op whose kernel is one numpy/cupy ufunc."""
+    name = ufunc.__name__
+
+    class Op(_Binary):
+        def forward(self, xp, ctx, x, y):
+            return getattr(xp, name)(x, y)
+    Op.allowed = staticmethod(allowed)
+    Op.out_dtype = out_dtype
+    Op.gradient = (lambda self, op, g: grad_fn(op, g)) if grad_fn else None
+    Op.__name__ = Op.__qualname__ = type_name + "Op"
+    register_op(type_name)(Op)
+    return Op
+
+
+def _add_grad(op, g):
+    return _binary_grad(op, g, g)
+
+
+def _sub_grad(op, g):
+    return _binary_grad(op, g, negative(g))
+
+
+def _mul_grad(op, g):
+    x, y = op.inputs
+    return _binary_grad(op, multiply(g, y), multiply(x, g))
+
+
+def _div_grad(op, g):
+    x, y = op.inputs
+    gx = divide(g, y)
+    gy = negative(multiply(g, divide(op.outputs[0], y)))
+    return _binary_grad(op, gx, gy)
+
+
+def _pow_grad(op, g):
+    x, y = op.inputs
+    z = op.outputs[0]
+    gx = multiply(g, multiply(y, pow(x, subtract(y, constant(1, dtype=y.dtype)))))
+    safe_x = where(greater(x, zeros_like_scalar(x)), x, ones_like(x))
+    log_x = where(greater(x, zeros_like_scalar(x)), log(safe_x), zeros_like(x))
+    gy = multiply(g, multiply(z, log_x))
+    return _binary_grad(op, gx, gy)
+
+
+def _maximum_grad(op, g):
+    x, y = op.inputs
+    pick_x = cast(greater_equal(x, y), g.dtype)
+    return _binary_grad(op, multiply(g, pick_x), multiply(g, subtract(ones_like(pick_x),
+                                                                          pick_x)))
+
+
+def _minimum_grad(op, g):
+    x, y = op.inputs
+    pick_x = cast(less_equal(x, y), g.dtype)
+    return _binary_grad(op, multiply(g, pick_x), multiply(g, subtract(ones_like(pick_x),
+                                                                          pick_x)))
+
+
+def _squared_difference_grad(op, g):
+    x, y = op.inputs
+    d = multiply(constant(2, dtype=g.dtype), multiply(g, subtract(x, y)))
+    return _binary_grad(op, d, negative(d))
+
+
+_ufunc_op("Add", np.add, _add_grad)
+_ufunc_op("Sub", np.subtract, _sub_grad)
+_ufunc_op("Mul", np.multiply, _mul_grad)
+_ufunc_op("RealDiv", np.divide, _div_grad, allowed=is_float)
+_ufunc_op("Pow", np.power, _pow_grad, allowed=is_float)
+_ufunc_op("Maximum", np.maximum, _maximum_grad)
+_ufunc_op("Minimum", np.minimum, _minimum_grad)
+_ufunc_op("FloorDiv", np.floor_divide)
+_ufunc_op("FloorMod", np.remainder)
+for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal), ("Less", np.less),
+                   ("LessEqual", np.less_equal), ("Greater", np.greater),
+                   ("GreaterEqual", np.greater_equal)):
+    _ufunc_op(_type, _fn, allowed=lambda dt: True, out_dtype=dtypes.bool_)
+for _type, _fn in (("LogicalAnd", np.logical_and), ("LogicalOr", np.logical_or)):
+    _ufunc_op(_type, _fn, allowed=lambda dt: dt.is_bool, out_dtype=dtypes.bool_)
+
+
+@register_op("SquaredDifference")
+class SquaredDifferenceOp(_Binary):
+    allowed = staticmethod(is_float)
+
+    def forward(self, xp, ctx, x, y):
+        d = xp.subtract(x, y)
+        return xp.multiply(d, d, out=d) if isinstance(d, xp.ndarray) else d * d
+
+    def gradient(self, op, g):
+        return _squared_difference_grad(op, g)
+
+
+def _binary_inputs(x, y):
+    """Convert the operands; a Python value takes the dtype of the tensor operand."""
+    if is_tensor_like(x):
+        x = convert_to_tensor(x)
+        y = convert_to_tensor(y, dtype=None if is_tensor_like(y) else x.dtype)
+    elif is_tensor_like(y):
+        y = convert_to_tensor(y)
+        x = convert_to_tensor(x, dtype=y.dtype)
+    else:
+        x = convert_to_tensor(x)
+        y = convert_to_tensor(y, dtype=x.dtype)
+    return x, y
+
+
+def _binary_fn(type_name, doc):
+    def fn(x, y, name=None) -> Tensor:
+        x, y = _binary_inputs(x, y)
+        return apply_op(type_name, [x, y], name=name).outputs[0]
+    fn.__doc__ = doc
+    return fn
+
+
+add = _binary_fn("Add", "Return x + y elementwise (numpy broadcasting).")
+subtract = _binary_fn("Sub", "Return x - y elementwise.")
+multiply = _binary_fn("Mul", "Return x * y elementwise.")
+pow = _binary_fn("Pow", "Return x ** y elementwise (floating dtypes).")
+maximum = _binary_fn("Maximum", "Return max(x, y) elementwise.")
+minimum = _binary_fn("Minimum", "Return min(x, y) elementwise.")
+floordiv = _binary_fn("FloorDiv", "Return floor(x / y) elementwise.")
+floormod = _binary_fn("FloorMod", "Return x mod y elementwise (sign of y).")
+squared_difference = _binary_fn("SquaredDifference", "Return (x - y)^2 elementwise.")
+equal = _binary_fn("Equal", "Return x == y elementwise as bool.")
+not_equal = _binary_fn("NotEqual", "Return x != y elementwise as bool.")
+less = _binary_fn("Less", "Return x < y elementwise as bool.")
+less_equal = _binary_fn("LessEqual", "Return x <= y elementwise as bool.")
+greater = _binary_fn("Greater", "Return x > y elementwise as bool.")
+greater_equal = _binary_fn("GreaterEqual", "Return x >= y elementwise as bool.")
+logical_and = _binary_fn("LogicalAnd", "Return x AND y elementwise.")
+logical_or = _binary_fn("LogicalOr", "Return x OR y elementwise.")
+_real_div = _binary_fn("RealDiv", "Return x / y elementwise (floating dtypes).")
+
+
+def divide(x, y, name=None) -> Tensor:
+    """Return x / y; integer operands are cast to float64 first, as TensorFlow's truediv."""
+    x, y = _binary_inputs(x, y)
+    if x.dtype.is_integer:
+        x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
+    return _real_div(x, y, name=name)
+
+
+truediv = div = realdiv = divide
+
+
+# -- elementwise unary ----------------------------------------------------------------------
+
+class _Unary(OpDef):
+    allowed = staticmethod(is_numeric)
+    out_dtype = None
+
+    def infer(self, b):
+        require_dtype(b, 0, self.allowed)
+        return [(self.out_dtype or b.dtype(0), b.shape(0))]
+
+
+def _unary_op(type_name, kernel, grad_fn=None, allowed=is_numeric, out_dtype=None):
+    """Register an elementwise op; ``kernel(xp, x)``; ``grad_fn(op, g)`` -> input grad."""
+    class Op(_Unary):
+        def forward(self, xp, ctx, x):
+            return kernel(xp, x)
+    Op.allowed = staticmethod(allowed)
+    Op.out_dtype = out_dtype
+    Op.gradient = (lambda self, op, g: [grad_fn(op, g)]) if grad_fn else None
+    Op.__name__ = Op.__qualname__ = type_name + "Op"
+    register_op(type_name)(Op)
+
+    def fn(x, name=None) -> Tensor:
+        return apply_op(type_name, [convert_to_tensor(x)], name=name).outputs[0]
+    fn.__name__ = type_name.lower()
+    return fn
+
+
+negative = _unary_op("Neg", lambda xp, x: xp.negative(x), lambda op, g: negative(g))
+square = _unary_op("Square", lambda xp, x: xp.square(x),
+                   lambda op, g: multiply(g, multiply(constant(2, dtype=g.dtype),
+                                                      op.inputs[0])))
+sqrt = _unary_op("Sqrt", lambda xp, x: xp.sqrt(x),
+                 lambda op, g: divide(multiply(g, constant(0.5, dtype=g.dtype)), op.outputs[0]),
+                 allowed=is_float)
+rsqrt = _unary_op("Rsqrt", lambda xp, x: 1 / xp.sqrt(x),
+                  lambda op, g: multiply(g, multiply(constant(-0.5, dtype=g.dtype),
+                                                     pow(op.outputs[0], constant(3, g.dtype)))),
+                  allowed=is_float)
+exp = _unary_op("Exp", lambda xp, x: xp.exp(x), lambda op, g: multiply(g, op.outputs[0]),
+                allowed=is_float)
+log = _unary_op("Log", lambda xp, x: xp.log(x), lambda op, g: divide(g, op.inputs[0]),
+                allowed=is_float)
+log1p = _unary_op("Log1p", lambda xp, x: xp.log1p(x),
+                  lambda op, g: divide(g, add(op.inputs[0], constant(1, dtype=g.dtype))),
+                  allowed=is_float)
+abs = _unary_op("Abs", lambda xp, x: xp.abs(x), lambda op, g: multiply(g, sign(op.inputs[0])))
+sign = _unary_op("Sign", lambda xp, x: xp.sign(x), lambda op, g: zeros_like(op.inputs[0]))
+reciprocal = _unary_op("Reciprocal", lambda xp, x: 1 / x,
+                       lambda op, g: negative(multiply(g, square(op.outputs[0]))),
+                       allowed=is_float)
+floor = _unary_op("Floor", lambda xp, x: xp.floor(x), None, allowed=is_float)
+logical_not = _unary_op("LogicalNot", lambda xp, x: xp.logical_not(x), None,
+                        allowed=lambda dt: dt.is_bool, out_dtype=dtypes.bool_)
+is_nan = _unary_op("IsNan", lambda xp, x: xp.isnan(x), None, allowed=is_float,
+                   out_dtype=dtypes.bool_)
+is_finite = _unary_op("IsFinite", lambda xp, x: xp.isfinite(x), None, allowed=is_float,
+                      out_dtype=dtypes.bool_)
+
+
+# -- select, cast, add_n ----------------------------------------------------------------------
+
+@register_op("Select")
+class SelectOp(OpDef):
+    def infer(self, b):
+        require_dtype(b, 0, lambda dt: dt.is_bool)
+        dt = same_dtype(b, [1, 2])
+        out = broadcast_shapes(b, b.shape(1), b.shape(2))
+        return [(dt, broadcast_shapes(b, b.shape(0), out))]
+
+    def forward(self, xp, ctx, cond, x, y):
+        return xp.where(cond, x, y)
+
+    def gradient(self, op, g):
+        cond, x, y = op.inputs
+        zeros = zeros_like(g)
+        return [None, sum_to_shape(where(cond, g, zeros), x),
+                sum_to_shape(where(cond, zeros, g), y)]
+
+
+def where(condition, x, y, name=None) -> Tensor:
+    """Return elements of x where ``condition`` holds, else of y (broadcasting)."""
+    x, y = _binary_inputs(x, y)
+    return apply_op("Select", [convert_to_tensor(condition), x, y], name=name).outputs[0]
+
+
+select = where
+
+
+@register_op("Cast", attrs={"DstT": dtypes.float32})
+class CastOp(OpDef):
+    def infer(self, b):
+        return [(b.attrs["DstT"], b.shape(0))]
+
+    def prepare(self, ctx):
+        ctx.target = ctx.attrs["DstT"].np_dtype
+
+    def forward(self, xp, ctx, x):
+        return xp.asarray(x).astype(ctx.target, copy=False)
+
+    def gradient(self, op, g):
+        src = op.inputs[0].dtype
+        if src.is_floating and op.outputs[0].dtype.is_floating:
+            return [cast(g, src)]
+        return [None]
+
+
+def cast(x, dtype, name=None) -> Tensor:
+    """Return ``x`` converted to ``dtype`` (the same tensor when it already has it)."""
+    x = convert_to_tensor(x)
+    dtype = dtypes.as_dtype(dtype)
+    if x.dtype is dtype:
+        return x
+    return apply_op("Cast", [x], {"DstT": dtype}, name=name).outputs[0]
+
+
+def to_float(x, name=None):
+    return cast(x, dtypes.float32, name=name)
+
+
+@register_op("AddN")
+class AddNOp(OpDef):
+    def infer(self, b):
+        if not b.inputs:
+            raise b.error("AddN needs at least one input")
+        dt = same_dtype(b)
+        out = b.shape(0)
+        for i in range(1, len(b.inputs)):
+            if not out.is_compatible_with(b.shape(i)):
+                raise b.error("AddN inputs must have the same shape", expected=out,
+                              got=b.shape(i))
+            out = out.merge_with(b.shape(i))
+        return [(dt, out)]
+
+    def forward(self, xp, ctx, *xs):
+        total = xp.add(xs[0], xs[1]) if len(xs) > 1 else xs[0]
+        for x in xs[2:]:
+            xp.add(total, x, out=total)
+        return total
+
+    def gradient(self, op, g):
+        return [g] * len(op.inputs)
+
+
+def add_n(inputs, name=None) -> Tensor:
+    """Return the elementwise sum of same-shaped tensors."""
+    return apply_op("AddN", [convert_to_tensor(x) for x in inputs], name=name).outputs[0]
+
+
+# -- matmul --------------------------------------------------------------------------------
+
+@register_op("MatMul", attrs={"transpose_a": False, "transpose_b": False})
+class MatMulOp(OpDef):
+    def infer(self, b):
+        dt = same_dtype(b)
+        require_dtype(b, 0, is_numeric)
+        a, c = b.shape(0), b.shape(1)
+        if a.ndims is None or c.ndims is None:
+            return [(dt, TensorShape(None))]
+        if a.ndims < 2 or c.ndims < 2:
+            raise b.error("MatMul needs inputs of rank >= 2", expected="rank >= 2",
+                          got=f"shapes {a} and {c}")
+        ta, tb = b.attrs["transpose_a"], b.attrs["transpose_b"]
+        m, k1 = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+        k2, n = (c[-1], c[-2]) if tb else (c[-2], c[-1])
+        if k1 is not None and k2 is not None and k1 != k2:
+            raise b.error(
+                "Dimensions must be equal", expected=f"inner dimensions to match",
+                got=f"{a} @ {c} (transpose_a={ta}, transpose_b={tb}): {k1} vs {k2}")
+        batch = broadcast_shapes(b, a[:-2], c[:-2])
+        return [(dt, TensorShape(batch.as_list() + [m, n]))]
+
+    def forward(self, xp, ctx, a, b):
+        if ctx.attrs["transpose_a"]:
+            a = xp.swapaxes(a, -1, -2)
+        if ctx.attrs["transpose_b"]:
+            b = xp.swapaxes(b, -1, -2)
+        return xp.matmul(a, b)
+
+    def gradient(self, op, g):
+        a, b = op.inputs
+        ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+        if not ta and not tb:
+            ga, gb = matmul(g, b, transpose_b=True), matmul(a, g, transpose_a=True)
+        elif not ta and tb:
+            ga, gb = matmul(g, b), matmul(g, a, transpose_a=True)
+        elif ta and not tb:
+            ga, gb = matmul(b, g, transpose_b=True), matmul(a, g)
+        else:
+            ga, gb = (matmul(b, g, transpose_a=True, transpose_b=True),
+                      matmul(g, a, transpose_a=True, transpose_b=True))
+        return [sum_to_shape(ga, a), sum_to_shape(gb, b)]
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, name=None) -> Tensor:
+    """Return the matrix product ``a @ b`` (batched over leading dims)."""
+    a, b = _binary_inputs(a, b)
+    return apply_op("MatMul", [a, b], {"transpose_a": bool(transpose_a),
+                                       "transpose_b": bool(transpose_b)},
+                    name=name).outputs[0]
+
+
+# -- fill helpers used by gradients ------------------------------------------------------------
+
+@register_op("ZerosLike")
+class ZerosLikeOp(OpDef):
+    def infer(self, b):
+        return [(b.dtype(0), b.shape(0))]
+
+    def forward(self, xp, ctx, x):
+        return xp.zeros_like(x)
+
+    def gradient(self, op, g):
+        return [None]
+
+
+@register_op("OnesLike")
+class OnesLikeOp(OpDef):
+    def infer(self, b):
+        return [(b.dtype(0), b.shape(0))]
+
+    def forward(self, xp, ctx, x):
+        return xp.ones_like(x)
+
+    def gradient(self, op, g):
+        return [None]
+
+
+def zeros_like(x, dtype=None, name=None) -> Tensor:
+    x = convert_to_tensor(x)
+    out = apply_op("ZerosLike", [x], name=name).outputs[0]
+    return cast(out, dtype) if dtype is not None else out
+
+
+def ones_like(x, dtype=None, name=None) -> Tensor:
+    x = convert_to_tensor(x)
+    out = apply_op("OnesLike", [x], name=name).outputs[0]
+    return cast(out, dtype) if dtype is not None else out
+
+
+def zeros_like_scalar(x: Tensor) -> Tensor:
+    return constant(0, dtype=x.dtype)
+
+
+# -- Python operators on Tensor ----------------------------------------------------------------
+
+def _reverse(fn):
+    return lambda x, y: fn(y, x)
+
+
+for _name, _fn in {
+        "__add__": add, "__radd__": _reverse(add), "__sub__": subtract,
+        "__rsub__": _reverse(subtract), "__mul__": multiply, "__rmul__": _reverse(multiply),
+        "__truediv__": divide, "__rtruediv__": _reverse(divide), "__pow__": pow,
+        "__rpow__": _reverse(pow), "__matmul__": matmul, "__rmatmul__": _reverse(matmul),
+        "__floordiv__": floordiv, "__rfloordiv__": _reverse(floordiv), "__mod__": floormod,
+        "__rmod__": _reverse(floormod), "__lt__": less, "__le__": less_equal,
+        "__gt__": greater, "__ge__": greater_equal, "__and__": logical_and,
+        "__or__": logical_or}.items():
+    setattr(Tensor, _name, _fn)
+Tensor.__neg__ = lambda self: negative(self)
+Tensor.__abs__ = lambda self: abs(self)
+Tensor.__invert__ = lambda self: logical_not(self)

@@ -1,0 +1,162 @@
+"""Random and fill ops: random_normal, truncated_normal, random_uniform, zeros, ones, fill.
+
+Random kernels draw from a generator owned by the session, seeded from the op's
+(graph seed, op seed) exactly as TensorFlow derives them, so a fixed
+``set_random_seed`` gives the same values in every process that builds the same graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import get_default_graph
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.constant_ops import constant, convert_to_tensor
+from mpiflow.ops.math_ops import shape_from_tensor
+from mpiflow.ops.registry import OpDef, apply_op, register_op, require_dtype
+
+
+class _Random(OpDef):
+    stateful = True
+    gradient = None
+    attrs = {"dtype": dtypes.float32, "seed": 0, "seed2": 0}
+
+    def infer(self, b):
+        require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "shape")
+        if not b.attrs["dtype"].is_floating:
+            raise b.error("Random values need a floating dtype", expected="float16/32/64",
+                          got=b.attrs["dtype"].name)
+        return [(b.attrs["dtype"], shape_from_tensor(b.inputs[0]))]
+
+    def prepare(self, ctx):
+        ctx.rng = ctx.state.rng(ctx.op)
+        ctx.np_dtype = ctx.attrs["dtype"].np_dtype
+        # numpy generators draw float32/float64 directly; float16 is drawn as float32.
+        ctx.draw_dtype = ctx.np_dtype if ctx.np_dtype in (np.float32, np.float64) \
+            else np.float32
+
+    def forward(self, xp, ctx, shape):
+        out = self.draw(ctx.rng, tuple(int(d) for d in shape), ctx.draw_dtype)
+        return xp.asarray(out.astype(ctx.np_dtype, copy=False))
+
+
+@register_op("RandomStandardNormal", attrs=dict(_Random.attrs))
+class RandomStandardNormalOp(_Random):
+    def draw(self, rng, shape, dtype):
+        return rng.standard_normal(shape, dtype=dtype)
+
+
+@register_op("TruncatedNormal", attrs=dict(_Random.attrs))
+class TruncatedNormalOp(_Random):
+    def draw(self, rng, shape, dtype):
+        out = rng.standard_normal(shape, dtype=dtype)
+        bad = np.abs(out) > 2
+        while bad.any():   # resample outside two standard deviations, as TensorFlow does
+            out[bad] = rng.standard_normal(int(bad.sum()), dtype=dtype)
+            bad = np.abs(out) > 2
+        return out
+
+
+@register_op("RandomUniform", attrs=dict(_Random.attrs))
+class RandomUniformOp(_Random):
+    def draw(self, rng, shape, dtype):
+        return rng.random(shape, dtype=dtype)
+
+
+@register_op("Fill")
+class FillOp(OpDef):
+    def infer(self, b):
+        require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "dims")
+        if b.shape(1).ndims not in (None, 0):
+            raise b.error("Fill value must be a scalar", expected="shape ()", got=b.shape(1))
+        return [(b.dtype(1), shape_from_tensor(b.inputs[0]))]
+
+    def forward(self, xp, ctx, dims, value):
+        return xp.full(tuple(int(d) for d in dims), value, dtype=value.dtype)
+
+    def gradient(self, op, g):
+        from mpiflow.ops.reduction_ops import reduce_sum
+        return [None, reduce_sum(g)]
+
+
+def _shape_tensor(shape):
+    if hasattr(shape, "op"):
+        return convert_to_tensor(shape)
+    dims = TensorShape(shape)
+    return constant(np.asarray(dims.as_list(), dtype=np.int32), name="shape")
+
+
+def _seed_attrs(seed):
+    graph_seed, op_seed = get_default_graph().op_seeds(seed)
+    return {"seed": int(graph_seed or 0), "seed2": int(op_seed or 0)}
+
+
+def _random(type_name, shape, dtype, seed, name):
+    dtype = dtypes.as_dtype(dtype)
+    attrs = dict(_seed_attrs(seed), dtype=dtype)
+    return apply_op(type_name, [_shape_tensor(shape)], attrs, name=name).outputs[0]
+
+
+def _scale(x, scale, shift, dtype):
+    from mpiflow.ops import math_ops
+    if scale != 1:
+        x = math_ops.multiply(x, constant(scale, dtype=dtype))
+    if shift != 0:
+        x = math_ops.add(x, constant(shift, dtype=dtype))
+    return x
+
+
+def random_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
+    """Return samples of N(mean, stddev^2)."""
+    x = _random("RandomStandardNormal", shape, dtype, seed, name)
+    return _scale(x, stddev, mean, dtypes.as_dtype(dtype))
+
+
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None):
+    """Return samples of N(mean, stddev^2) redrawn until within two stddevs of the mean."""
+    x = _random("TruncatedNormal", shape, dtype, seed, name)
+    return _scale(x, stddev, mean, dtypes.as_dtype(dtype))
+
+
+def random_uniform(shape, minval=0.0, maxval=1.0, dtype=dtypes.float32, seed=None, name=None):
+    """Return samples of U[minval, maxval)."""
+    x = _random("RandomUniform", shape, dtype, seed, name)
+    return _scale(x, maxval - minval, minval, dtypes.as_dtype(dtype))
+
+
+def fill(dims, value, name=None):
+    """Return a tensor of shape ``dims`` filled with the scalar ``value``."""
+    return apply_op("Fill", [_shape_tensor(dims), convert_to_tensor(value)],
+                    name=name).outputs[0]
+
+
+# Above this many elements a filled tensor is a Fill op, not a Const, so a large zero
+# initializer does not put its whole value into the graph (and into every shipped partition).
+_CONST_FILL_LIMIT = 1024
+
+
+def filled(shape, value, dtype, name):
+    """Return ``value`` broadcast to ``shape``: a Const when small, else a Fill op."""
+    dtype = dtypes.as_dtype(dtype)
+    if not hasattr(shape, "op"):
+        static = TensorShape(shape)
+        if static.num_elements() <= _CONST_FILL_LIMIT:
+            return constant(value, dtype=dtype, shape=static.as_list(), name=name)
+    return fill(shape, constant(value, dtype=dtype), name=name)
+
+
+def zeros(shape, dtype=dtypes.float32, name=None):
+    """Return a tensor of zeros."""
+    return filled(shape, 0, dtype, name or "zeros")
+
+
+def ones(shape, dtype=dtypes.float32, name=None):
+    """Return a tensor of ones."""
+    return filled(shape, 1, dtype, name or "ones")
+
+
+def set_random_seed(seed) -> None:
+    """Set the graph-level seed of the default graph (op seeds derive from it)."""
+    get_default_graph().seed = None if seed is None else int(seed)
+

@@ -1,0 +1,228 @@
+"""Reductions (sum, mean, max, min, prod) and arg-reductions (argmax, argmin)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow.framework import dtypes
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import math_ops
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.registry import (
+    OpDef, apply_op, is_float, is_numeric, normalize_axis, register_op, require_dtype)
+
+
+def _axes(b, ndims):
+    """Return the normalized reduction axes as a sorted tuple (all axes for None)."""
+    axis = b.attrs["axis"]
+    if axis is None:
+        return tuple(range(ndims))
+    return tuple(sorted({normalize_axis(b, a, ndims) for a in axis}))
+
+
+def _reduced_shape(b, axes=None):
+    s = b.shape(0)
+    if s.ndims is None:
+        return TensorShape(None)
+    axes = _axes(b, s.ndims) if axes is None else axes
+    keep = b.attrs["keepdims"]
+    return TensorShape([1 if i in axes else d for i, d in enumerate(s.as_list())
+                        if keep or i not in axes])
+
+
+class _Reduce(OpDef):
+    """A reduction ``xp.<method>(x, axis, keepdims)`` with TensorFlow's axis rules."""
+
+    method = None
+    allowed = staticmethod(is_numeric)
+
+    def infer(self, b):
+        require_dtype(b, 0, self.allowed)
+        if b.attrs["axis"] is None and b.shape(0).ndims is None:
+            return [(b.dtype(0), TensorShape(None if b.attrs["keepdims"] else []))]
+        return [(b.dtype(0), _reduced_shape(b))]
+
+    def prepare(self, ctx):
+        axis = ctx.attrs["axis"]
+        ctx.axis = None if axis is None else tuple(axis)
+        ctx.dtype = ctx.op.outputs[0].dtype.np_dtype
+        ctx.reduce = getattr(ctx.xp, self.method)
+
+    def forward(self, xp, ctx, x):
+        out = ctx.reduce(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"])
+        return xp.asarray(out, dtype=ctx.dtype)
+
+
+@register_op("Sum", attrs={"axis": None, "keepdims": False})
+class SumOp(_Reduce):
+    method = "sum"
+
+    def gradient(self, op, g):
+        return [_reduce_grad(op, g, "sum")]
+
+
+@register_op("Mean", attrs={"axis": None, "keepdims": False})
+class MeanOp(_Reduce):
+    method = "mean"
+    allowed = staticmethod(is_float)
+
+    def gradient(self, op, g):
+        return [_reduce_grad(op, g, "mean")]
+
+
+@register_op("Prod", attrs={"axis": None, "keepdims": False})
+class ProdOp(_Reduce):
+    method = "prod"
+
+    def gradient(self, op, g):
+        # d prod / d x_i = prod / x_i; exact for inputs without zeros, as TensorFlow's
+        # documented limitation for its simple path.
+        x = op.inputs[0]
+        y_b = _broadcast_back(op, op.outputs[0])
+        return [math_ops.multiply(_broadcast_back(op, g), math_ops.divide(y_b, x))]
+
+
+class _ReduceExtreme(_Reduce):
+    def gradient(self, op, g):
+        x = op.inputs[0]
+        y_b = _broadcast_back(op, op.outputs[0])
+        mask = math_ops.cast(math_ops.equal(x, y_b), g.dtype)
+        count = apply_op("Sum", [mask], {"axis": op.get_attr("axis"),
+                                         "keepdims": op.get_attr("keepdims")}).outputs[0]
+        return [math_ops.multiply(mask, _broadcast_back(op, math_ops.divide(g, count)))]
+
+
+@register_op("Max", attrs={"axis": None, "keepdims": False})
+class MaxOp(_ReduceExtreme):
+    method = "max"
+
+
+@register_op("Min", attrs={"axis": None, "keepdims": False})
+class MinOp(_ReduceExtreme):
+    method = "min"
+
+
+@register_op("ReduceGrad", attrs={"axis": None, "keepdims": False, "mode": "sum"})
+class ReduceGradOp(OpDef):
+    """Broadcast a reduced tensor back to the input's shape (divided by count for mean).
+
+    This is the adjoint of Sum/Mean, so its own gradient is the reduction again.
+    """
+
+    def infer(self, b):
+        return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[1]))]
+
+    def forward(self, xp, ctx, g, x_shape):
+        shape = tuple(int(d) for d in x_shape)
+        axis = ctx.attrs["axis"]
+        axes = range(len(shape)) if axis is None else [a % max(len(shape), 1) for a in axis]
+        kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        out = xp.broadcast_to(xp.reshape(g, kept), shape)
+        if ctx.attrs["mode"] == "mean":
+            count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+            out = xp.divide(out, max(count, 1)).astype(g.dtype, copy=False)
+        return out
+
+    def gradient(self, op, g):
+        reduce_type = "Mean" if op.get_attr("mode") == "mean" else "Sum"
+        return [apply_op(reduce_type, [g], {"axis": op.get_attr("axis"),
+                                            "keepdims": op.get_attr("keepdims")}).outputs[0],
+                None]
+
+
+def _normalized_axis(op):
+    axis = op.get_attr("axis")
+    nd = op.inputs[0].shape.ndims
+    if axis is None or nd is None:
+        return axis
+    return sorted({a % max(nd, 1) for a in axis})
+
+
+def _reduce_grad(op, g, mode):
+    x = op.inputs[0]
+    return apply_op("ReduceGrad", [g, math_ops.shape(x)],
+                    {"axis": _normalized_axis(op), "keepdims": op.get_attr("keepdims"),
+                     "mode": mode}).outputs[0]
+
+
+def _broadcast_back(op, value):
+    return _reduce_grad(op, value, "sum")
+
+
+def _axis_attr(axis, reduction_indices):
+    axis = reduction_indices if axis is None else axis
+    if axis is None:
+        return None
+    if hasattr(axis, "op") and getattr(axis.op, "type", None) == "Const":
+        axis = axis.op.get_attr("value").tolist()
+    if isinstance(axis, (int, np.integer)):
+        return [int(axis)]
+    return [int(a) for a in axis]
+
+
+def _reduction(type_name):
+    def fn(input_tensor, axis=None, keepdims=None, name=None, reduction_indices=None,
+           keep_dims=None):
+        keep = bool(keepdims if keepdims is not None else (keep_dims or False))
+        return apply_op(type_name, [convert_to_tensor(input_tensor)],
+                        {"axis": _axis_attr(axis, reduction_indices), "keepdims": keep},
+                        name=name).outputs[0]
+    fn.__doc__ = f"Reduce with {type_name.lower()} over ``axis`` (all axes for None)."
+    return fn
+
+
+reduce_sum = _reduction("Sum")
+reduce_mean = _reduction("Mean")
+reduce_max = _reduction("Max")
+reduce_min = _reduction("Min")
+reduce_prod = _reduction("Prod")
+
+
+class _ArgReduce(OpDef):
+    attrs = {"axis": 0, "output_type": dtypes.int64}
+    method = None
+    gradient = None
+
+    def infer(self, b):
+        require_dtype(b, 0, is_numeric)
+        s = b.shape(0)
+        if s.ndims is None:
+            return [(b.attrs["output_type"], TensorShape(None))]
+        axis = normalize_axis(b, b.attrs["axis"], s.ndims)
+        return [(b.attrs["output_type"], [d for i, d in enumerate(s.as_list()) if i != axis])]
+
+    def forward(self, xp, ctx, x):
+        out = getattr(xp, self.method)(x, axis=ctx.attrs["axis"])
+        return out.astype(ctx.attrs["output_type"].np_dtype, copy=False)
+
+
+@register_op("ArgMax", attrs={"axis": 0, "output_type": dtypes.int64})
+class ArgMaxOp(_ArgReduce):
+    method = "argmax"
+
+
+@register_op("ArgMin", attrs={"axis": 0, "output_type": dtypes.int64})
+class ArgMinOp(_ArgReduce):
+    method = "argmin"
+
+
+def argmax(input, axis=None, name=None, dimension=None, output_type=dtypes.int64):
+    """Return the index of the largest value along ``axis`` (default 0)."""
+    axis = dimension if axis is None else axis
+    return apply_op("ArgMax", [convert_to_tensor(input)],
+                    {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)},
+                    name=name).outputs[0]
+
+
+def argmin(input, axis=None, name=None, dimension=None, output_type=dtypes.int64):
+    """Return the index of the smallest value along ``axis`` (default 0)."""
+    axis = dimension if axis is None else axis
+    return apply_op("ArgMin", [convert_to_tensor(input)],
+                    {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)},
+                    name=name).outputs[0]
+
+
+def count_nonzero(input_tensor, axis=None, keepdims=False, dtype=dtypes.int64, name=None):
+    x = convert_to_tensor(input_tensor)
+    nz = math_ops.cast(math_ops.not_equal(x, math_ops.zeros_like(x)), dtype)
+    return reduce_sum(nz, axis=axis, keepdims=keepdims, name=name)

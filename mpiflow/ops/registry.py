@@ -1,0 +1,240 @@
+"""The op registry: for every op type, one ``OpDef`` with attrs, shape, kernel and gradient.
+
+Each op module defines its ops as ``OpDef`` subclasses decorated with ``@register_op``,
+right next to the Python function users call. ``apply_op`` is the only way ops enter a
+graph: it validates attrs, runs the shape function (so shape errors surface at build
+time, naming the op) and hands the result to ``Graph.create_op``.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import Tensor, get_default_graph, validate_op_name
+from mpiflow.framework.tensor_shape import TensorShape, as_shape
+
+REQUIRED = object()          # attr default meaning "the caller must give it"
+NOT_DEFINED = object()       # gradient not written (distinct from None = not differentiable)
+
+_REGISTRY = {}
+
+
+class OpDef:
+    """How one op type behaves: attrs, static shape, kernel and gradient.
+
+    Class attributes a subclass sets:
+        attrs: {name: default}; ``REQUIRED`` for attrs without a default.
+        stateful: the kernel has side effects or state (never pruned as pure, not cached).
+        ref_inputs: input indices the kernel writes in place; the executor passes them as
+            ``StateRef`` handles instead of arrays.
+        aliases_input: the output may share memory with input 0 (views), so a fetch copies.
+        aliases_state: the output may share memory with variable/constant storage.
+        tuple_outputs: the kernel returns a tuple (one array per output) rather than
+            one array; set by ops with a variable or plural number of outputs.
+        gradient: a method ``gradient(self, op, *output_grads) -> [grad per input]``, or
+            None when the op has no gradient on purpose.
+    """
+
+    type_name = None
+    attrs = {}
+    stateful = False
+    ref_inputs = ()
+    aliases_input = False
+    aliases_state = False
+    tuple_outputs = False
+    gradient = NOT_DEFINED
+
+    def infer(self, b: "BuildContext"):
+        """Return [(DType, TensorShape)] for the outputs; raise naming ``b`` on bad input."""
+        raise NotImplementedError
+
+    def forward(self, xp, ctx, *inputs):
+        """Compute the outputs from ``inputs`` with array module ``xp``."""
+        raise NotImplementedError
+
+    def prepare(self, ctx) -> None:
+        """Precompute per-plan data on ``ctx`` (once per plan, not per step)."""
+
+    @property
+    def differentiable(self) -> bool:
+        return self.gradient is not None
+
+
+class BuildContext:
+    """What a shape function sees: the pending op's name, type, inputs and attrs."""
+
+    __slots__ = ("name", "type", "inputs", "attrs", "device")
+
+    def __init__(self, name, op_type, inputs, attrs):
+        self.name = name
+        self.type = op_type
+        self.inputs = inputs
+        self.attrs = attrs
+        self.device = ""
+
+    def error(self, what, expected=None, got=None, cls=errors.InvalidArgumentError):
+        """Return an error in the project's template naming this op."""
+        return errors.op_error(cls, what, self, expected, got)
+
+    def shape(self, i) -> TensorShape:
+        return self.inputs[i].shape
+
+    def dtype(self, i) -> dtypes.DType:
+        return self.inputs[i].dtype
+
+
+def register_op(type_name: str, attrs: dict | None = None):
+    """Class decorator: register an ``OpDef`` subclass under ``type_name``."""
+    def wrap(cls):
+        if type_name in _REGISTRY:
+            raise errors.AlreadyExistsError(f"Op type '{type_name}' is registered twice")
+        cls.type_name = type_name
+        if attrs is not None:
+            cls.attrs = dict(attrs)
+        _REGISTRY[type_name] = cls()
+        return cls
+    return wrap
+
+
+def get_op_def(type_name: str) -> OpDef:
+    """Return the OpDef of ``type_name``; an unknown type lists the closest names."""
+    try:
+        return _REGISTRY[type_name]
+    except KeyError:
+        close = difflib.get_close_matches(type_name, _REGISTRY, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise errors.NotFoundError(f"Op type '{type_name}' is not registered{hint}") from None
+
+
+def registered_op_types() -> list:
+    return sorted(_REGISTRY)
+
+
+def apply_op(op_type: str, inputs, attrs=None, name=None, control_inputs=(), graph=None):
+    """Validate and add an op of ``op_type`` to the default graph; return the Operation."""
+    op_def = get_op_def(op_type)
+    graph = graph if graph is not None else get_default_graph()
+    exact = name is not None and name.endswith("/")   # a scope name: used as is
+    if name is not None:
+        validate_op_name(name[:-1] if exact else name)
+    base = name or op_type
+    pending_name = name[:-1] if exact else (
+        (graph.get_name_scope() + "/" + base) if graph.get_name_scope() else base)
+    full_attrs = _check_attrs(op_def, attrs or {}, pending_name)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise errors.InvalidArgumentError(
+                f"Input {i} of op '{pending_name}' ({op_type}): expected a Tensor, got "
+                f"{type(t).__name__}")
+        if t.graph is not graph:
+            raise errors.InvalidArgumentError(
+                f"Input {i} of op '{pending_name}' ({op_type}): tensor '{t.name}' must be "
+                "from the same graph as the op (the default graph); build every op of a "
+                "model inside one 'with graph.as_default()' block")
+    build = BuildContext(pending_name, op_type, list(inputs), full_attrs)
+    specs = [(dtypes.as_dtype(d), as_shape(s)) for d, s in op_def.infer(build)]
+    unique = pending_name if exact else graph.unique_name(base)
+    return graph.create_op(op_type, list(inputs), full_attrs, specs, unique,
+                           control_inputs=control_inputs)
+
+
+def _check_attrs(op_def, given, op_name):
+    unknown = sorted(set(given) - set(op_def.attrs) - {"_class"})
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"Unknown attr '{unknown[0]}' for op '{op_name}' ({op_def.type_name}): expected "
+            f"attrs {sorted(op_def.attrs)}")
+    out = {}
+    for key, default in op_def.attrs.items():
+        if key in given:
+            out[key] = given[key]
+        elif default is REQUIRED:
+            raise errors.InvalidArgumentError(
+                f"Missing attr '{key}' for op '{op_name}' ({op_def.type_name})")
+        else:
+            out[key] = default
+    return out
+
+
+# -- helpers shared by shape functions -------------------------------------------------
+
+def broadcast_shapes(b: BuildContext, a: TensorShape, c: TensorShape) -> TensorShape:
+    """Return numpy's broadcast of two static shapes; raise naming the op if impossible."""
+    if a.ndims is None or c.ndims is None:
+        return TensorShape(None)
+    x, y = a.as_list(), c.as_list()
+    n = max(len(x), len(y))
+    x = [1] * (n - len(x)) + x
+    y = [1] * (n - len(y)) + y
+    out = []
+    for da, dc in zip(x, y):
+        if da == 1:
+            out.append(dc)
+        elif dc == 1:
+            out.append(da)
+        elif da is None or dc is None:
+            out.append(da if dc is None else dc)
+        elif da == dc:
+            out.append(da)
+        else:
+            raise b.error("Incompatible shapes for broadcasting", expected="shapes that "
+                          "broadcast", got=f"{a} and {c}")
+    return TensorShape(out)
+
+
+def same_dtype(b: BuildContext, indices=None) -> dtypes.DType:
+    """Check the inputs at ``indices`` share one dtype; return it."""
+    indices = range(len(b.inputs)) if indices is None else indices
+    kinds = [b.dtype(i) for i in indices]
+    if any(k is not kinds[0] for k in kinds):
+        raise b.error("Inputs must have the same dtype", expected=kinds[0].name,
+                      got=", ".join(k.name for k in kinds))
+    return kinds[0]
+
+
+def require_dtype(b: BuildContext, i: int, allowed, what="input") -> dtypes.DType:
+    """Check input ``i``'s dtype is one of ``allowed`` (a predicate or a tuple of DTypes)."""
+    dt = b.dtype(i)
+    ok = allowed(dt) if callable(allowed) else dt in allowed
+    if not ok:
+        names = getattr(allowed, "__doc__", None) if callable(allowed) else \
+            ", ".join(d.name for d in allowed)
+        raise b.error(f"Unsupported dtype for {what} {i}", expected=names, got=dt.name)
+    return dt
+
+
+def is_float(dt):
+    """a floating dtype"""
+    return dt.is_floating
+
+
+def is_numeric(dt):
+    """a numeric (non-bool) dtype"""
+    return not dt.is_bool
+
+
+def is_index(dt):
+    """int32 or int64"""
+    return dt in (dtypes.int32, dtypes.int64)
+
+
+def normalize_axis(b: BuildContext, axis: int, ndims: int) -> int:
+    if not -ndims <= axis < max(ndims, 1):
+        raise b.error("Axis out of range", expected=f"axis in [{-ndims}, {ndims})",
+                      got=axis)
+    return axis % ndims if ndims else 0
+
+
+def const_value(t: Tensor):
+    """Return the numpy value of ``t`` if it is known at build time (a Const), else None."""
+    if t.op.type == "Const":
+        return t.op.get_attr("value")
+    return None
+
+
+def np_dtype(dt) -> np.dtype:
+    return dtypes.as_dtype(dt).np_dtype

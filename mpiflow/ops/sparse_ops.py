@@ -1,0 +1,171 @@
+"""Row access with sparse gradients: gather, embedding_lookup, unsorted_segment_sum.
+
+Gather along axis 0 has an ``IndexedSlices`` gradient, so training an embedding table
+touches only the rows a batch used; ``indexed_slices_to_dense`` densifies where needed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework.graph import Tensor
+from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import array_ops, math_ops
+from mpiflow.ops.constant_ops import constant, convert_to_tensor
+from mpiflow.ops.registry import (
+    OpDef, apply_op, is_index, normalize_axis, register_op, require_dtype)
+
+
+def _check_indices(ctx, indices, limit, what="params"):
+    if indices.size and (indices.min() < 0 or indices.max() >= limit):
+        bad = indices[(indices < 0) | (indices >= limit)].ravel()[0]
+        raise errors.op_error(errors.InvalidArgumentError, "Index out of range", ctx.op,
+                              expected=f"indices in [0, {limit}) for {what}", got=int(bad))
+
+
+@register_op("GatherV2", attrs={"axis": 0})
+class GatherOp(OpDef):
+    def infer(self, b):
+        require_dtype(b, 1, is_index, "indices")
+        p, i = b.shape(0), b.shape(1)
+        if p.ndims is None or i.ndims is None:
+            return [(b.dtype(0), TensorShape(None))]
+        if p.ndims == 0:
+            raise b.error("gather params must have rank >= 1", got=p)
+        axis = normalize_axis(b, b.attrs["axis"], p.ndims)
+        dims = p.as_list()
+        return [(b.dtype(0), dims[:axis] + i.as_list() + dims[axis + 1:])]
+
+    def prepare(self, ctx):
+        ctx.axis = ctx.attrs["axis"] % max(ctx.op.inputs[0].shape.ndims or 1, 1)
+
+    def forward(self, xp, ctx, params, indices):
+        _check_indices(ctx, indices, params.shape[ctx.axis])
+        return xp.take(params, indices, axis=ctx.axis)
+
+    def gradient(self, op, g):
+        params, indices = op.inputs
+        axis = op.get_attr("axis") % max(params.shape.ndims or 1, 1)
+        params_shape = math_ops.shape(params)
+        if axis == 0:
+            flat_indices = array_ops.reshape(indices, [-1])
+            inner = apply_op("GatherRowShape", [g, indices]).outputs[0]
+            values = array_ops.reshape(g, inner)
+            return [IndexedSlices(values, flat_indices, params_shape), None]
+        dense = apply_op("GatherDenseGrad", [g, indices, params_shape],
+                         {"axis": axis}).outputs[0]
+        return [dense, None]
+
+
+@register_op("GatherRowShape")
+class GatherRowShapeOp(OpDef):
+    """Shape [-1] + g.shape[indices.ndim:]: the values shape of gather's sparse gradient."""
+
+    gradient = None
+
+    def infer(self, b):
+        g, i = b.shape(0), b.shape(1)
+        n = None if g.ndims is None or i.ndims is None else g.ndims - i.ndims + 1
+        return [("int64", [n])]
+
+    def forward(self, xp, ctx, g, indices):
+        return np.asarray((-1,) + g.shape[indices.ndim:], dtype=np.int64)
+
+
+@register_op("GatherDenseGrad", attrs={"axis": 0})
+class GatherDenseGradOp(OpDef):
+    """Scatter-add gather's gradient into a dense zero tensor (for axis != 0)."""
+
+    def infer(self, b):
+        return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[2]))]
+
+    def forward(self, xp, ctx, g, indices, params_shape):
+        axis = ctx.attrs["axis"]
+        out = xp.zeros(tuple(int(d) for d in params_shape), dtype=g.dtype)
+        moved = xp.moveaxis(out, axis, 0)
+        g_moved = xp.moveaxis(g, list(range(axis, axis + indices.ndim)),
+                              list(range(indices.ndim)))
+        xp.add.at(moved, indices, g_moved)
+        return out
+
+    def gradient(self, op, g):
+        return [gather(g, op.inputs[1], axis=op.get_attr("axis")), None, None]
+
+
+def gather(params, indices, axis=0, name=None, validate_indices=None, batch_dims=0):
+    """Return slices of ``params`` at ``indices`` along ``axis``."""
+    if batch_dims:
+        raise errors.UnimplementedError("gather: batch_dims != 0 is not supported")
+    p = convert_to_tensor(params)
+    i = convert_to_tensor(indices)
+    return apply_op("GatherV2", [p, i], {"axis": int(axis)}, name=name).outputs[0]
+
+
+@register_op("UnsortedSegmentSum")
+class UnsortedSegmentSumOp(OpDef):
+    def infer(self, b):
+        require_dtype(b, 1, is_index, "segment_ids")
+        d, s = b.shape(0), b.shape(1)
+        n = b.inputs[2].op.get_attr("value").item() if b.inputs[2].op.type == "Const" else None
+        if d.ndims is None or s.ndims is None:
+            return [(b.dtype(0), TensorShape(None))]
+        if not TensorShape(d.as_list()[:s.ndims]).is_compatible_with(s):
+            raise b.error("segment_ids shape must be a prefix of data shape",
+                          expected=f"prefix of {d}", got=s)
+        return [(b.dtype(0), [n] + d.as_list()[s.ndims:])]
+
+    def forward(self, xp, ctx, data, segment_ids, num_segments):
+        n = int(num_segments)
+        _check_indices(ctx, segment_ids, n, "num_segments")
+        out = xp.zeros((n,) + data.shape[segment_ids.ndim:], dtype=data.dtype)
+        xp.add.at(out, segment_ids, data)
+        return out
+
+    def gradient(self, op, g):
+        return [gather(g, op.inputs[1]), None, None]
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
+    """Return sums of ``data`` rows grouped by ``segment_ids`` (num_segments rows)."""
+    n = num_segments if isinstance(num_segments, Tensor) else constant(int(num_segments))
+    return apply_op("UnsortedSegmentSum", [convert_to_tensor(data),
+                                           convert_to_tensor(segment_ids), n],
+                    name=name).outputs[0]
+
+
+def indexed_slices_to_dense(slices: IndexedSlices, name=None) -> Tensor:
+    """Return the dense tensor an IndexedSlices stands for (duplicate rows summed)."""
+    if slices.dense_shape is None:
+        raise errors.InvalidArgumentError(
+            f"Cannot densify IndexedSlices '{slices.name}' without a dense_shape")
+    rows = apply_op("GatherFirst", [slices.dense_shape]).outputs[0]
+    return unsorted_segment_sum(slices.values, slices.indices, rows, name=name)
+
+
+@register_op("GatherFirst")
+class GatherFirstOp(OpDef):
+    """Element 0 of a 1-D tensor, as a scalar (the row count of a dense shape)."""
+
+    gradient = None
+
+    def infer(self, b):
+        return [(b.dtype(0), [])]
+
+    def forward(self, xp, ctx, x):
+        return x[0]
+
+
+def embedding_lookup(params, ids, partition_strategy="mod", name=None, max_norm=None):
+    """Return rows ``ids`` of an embedding table (sparse gradient on the table)."""
+    if max_norm is not None:
+        raise errors.UnimplementedError("embedding_lookup: max_norm is not supported")
+    if isinstance(params, (list, tuple)):
+        if len(params) == 1:
+            params = params[0]
+        else:
+            raise errors.UnimplementedError(
+                f"embedding_lookup over {len(params)} partitions is not supported yet: pass "
+                "one table (partitioned variables arrive with the ps runtime)")
+    return gather(params, ids, name=name or "embedding_lookup")

@@ -1,0 +1,202 @@
+"""Stateful ops on variables: VariableV2, Assign*, Scatter*, IsVariableInitialized.
+
+A variable's buffer lives in the runtime's variable store, not in the graph. Ops that
+write a variable declare the ref input in ``ref_inputs``; the executor hands them a
+``StateRef`` (``get()``/``set()``), and schedules every read of that variable in the
+same step before the write, so reads never see a half-applied update.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, is_index, register_op, require_dtype
+
+VARIABLE_OP_TYPES = ("VariableV2",)
+
+
+@register_op("VariableV2", attrs={"shape": REQUIRED, "dtype": REQUIRED, "container": "",
+                                  "shared_name": ""})
+class VariableOp(OpDef):
+    stateful = True
+    aliases_state = True
+
+    def infer(self, b):
+        return [(b.attrs["dtype"], b.attrs["shape"])]
+
+    def prepare(self, ctx):
+        ctx.ref = ctx.state.ref(ctx.op)
+
+    def forward(self, xp, ctx):
+        return ctx.ref.get()
+
+    def gradient(self, op, g):
+        return []
+
+
+def check_ref(b, what="ref"):
+    """Check input 0 of a writer op comes straight from a variable."""
+    producer = b.inputs[0].op
+    if producer.type not in VARIABLE_OP_TYPES:
+        raise b.error(f"Input 0 ({what}) must be a variable", expected="a VariableV2 output",
+                      got=f"tensor '{b.inputs[0].name}' from a {producer.type} op")
+
+
+class _Writer(OpDef):
+    stateful = True
+    aliases_state = True
+    ref_inputs = (0,)
+    gradient = None
+
+
+@register_op("Assign", attrs={"validate_shape": True, "use_locking": True})
+class AssignOp(_Writer):
+    def infer(self, b):
+        check_ref(b)
+        if b.dtype(0) is not b.dtype(1):
+            raise b.error("Assign value has the wrong dtype", expected=b.dtype(0).name,
+                          got=b.dtype(1).name)
+        if b.attrs["validate_shape"] and not b.shape(0).is_compatible_with(b.shape(1)):
+            raise b.error("Assign value has the wrong shape", expected=b.shape(0),
+                          got=b.shape(1))
+        out = b.shape(1) if not b.attrs["validate_shape"] else b.shape(0).merge_with(b.shape(1))
+        return [(b.dtype(0), out)]
+
+    def forward(self, xp, ctx, ref, value):
+        return ref.set(value, validate_shape=ctx.attrs["validate_shape"])
+
+
+class _InPlaceUpdate(_Writer):
+    attrs = {"use_locking": False}
+
+    def infer(self, b):
+        check_ref(b)
+        if b.dtype(0) is not b.dtype(1):
+            raise b.error("Update value has the wrong dtype", expected=b.dtype(0).name,
+                          got=b.dtype(1).name)
+        if not b.shape(0).is_compatible_with(b.shape(1)):
+            raise b.error("Update value has the wrong shape", expected=b.shape(0),
+                          got=b.shape(1))
+        return [(b.dtype(0), b.shape(0))]
+
+
+@register_op("AssignAdd", attrs={"use_locking": False})
+class AssignAddOp(_InPlaceUpdate):
+    def forward(self, xp, ctx, ref, value):
+        var = ref.get_checked(value.shape)
+        var += value
+        return var
+
+
+@register_op("AssignSub", attrs={"use_locking": False})
+class AssignSubOp(_InPlaceUpdate):
+    def forward(self, xp, ctx, ref, value):
+        var = ref.get_checked(value.shape)
+        var -= value
+        return var
+
+
+class _Scatter(_Writer):
+    attrs = {"use_locking": False}
+
+    def infer(self, b):
+        check_ref(b)
+        require_dtype(b, 1, is_index, "indices")
+        if b.dtype(0) is not b.dtype(2):
+            raise b.error("Scatter updates have the wrong dtype", expected=b.dtype(0).name,
+                          got=b.dtype(2).name)
+        ref, idx, upd = b.shape(0), b.shape(1), b.shape(2)
+        if ref.ndims is not None and idx.ndims is not None and upd.ndims is not None:
+            expected = TensorShape(idx.as_list() + ref.as_list()[1:])
+            if not upd.is_compatible_with(expected):
+                raise b.error("Scatter updates have the wrong shape",
+                              expected=f"indices.shape + ref.shape[1:] = {expected}", got=upd)
+        return [(b.dtype(0), b.shape(0))]
+
+    def forward(self, xp, ctx, ref, indices, updates):
+        var = ref.get()
+        if indices.size and (indices.min() < 0 or indices.max() >= var.shape[0]):
+            bad = indices[(indices < 0) | (indices >= var.shape[0])].ravel()[0]
+            raise errors.op_error(errors.InvalidArgumentError, "Index out of range", ctx.op,
+                                  expected=f"indices in [0, {var.shape[0]})", got=int(bad))
+        self.apply(xp, var, indices, updates)
+        return var
+
+
+@register_op("ScatterAdd", attrs={"use_locking": False})
+class ScatterAddOp(_Scatter):
+    def apply(self, xp, var, indices, updates):
+        xp.add.at(var, indices, updates)
+
+
+@register_op("ScatterSub", attrs={"use_locking": False})
+class ScatterSubOp(_Scatter):
+    def apply(self, xp, var, indices, updates):
+        xp.subtract.at(var, indices, updates)
+
+
+@register_op("ScatterUpdate", attrs={"use_locking": True})
+class ScatterUpdateOp(_Scatter):
+    def apply(self, xp, var, indices, updates):
+        var[indices] = updates
+
+
+@register_op("IsVariableInitialized")
+class IsVariableInitializedOp(OpDef):
+    stateful = True
+    ref_inputs = (0,)
+    gradient = None
+
+    def infer(self, b):
+        check_ref(b)
+        return [(dtypes.bool_, [])]
+
+    def forward(self, xp, ctx, ref):
+        return xp.asarray(ref.initialized)
+
+
+def _ref_of(ref):
+    """Return the VariableV2 output tensor of a Variable (or the tensor itself)."""
+    get = getattr(ref, "_ref", None)
+    return get() if callable(get) else ref
+
+
+def assign(ref, value, validate_shape=None, use_locking=None, name=None):
+    ref = _ref_of(ref)
+    value = convert_to_tensor(value, dtype=ref.dtype)
+    return apply_op("Assign", [ref, value],
+                    {"validate_shape": True if validate_shape is None else validate_shape},
+                    name=name).outputs[0]
+
+
+def assign_add(ref, value, use_locking=None, name=None):
+    ref = _ref_of(ref)
+    return apply_op("AssignAdd", [ref, convert_to_tensor(value, dtype=ref.dtype)],
+                    name=name).outputs[0]
+
+
+def assign_sub(ref, value, use_locking=None, name=None):
+    ref = _ref_of(ref)
+    return apply_op("AssignSub", [ref, convert_to_tensor(value, dtype=ref.dtype)],
+                    name=name).outputs[0]
+
+
+def _scatter(type_name):
+    def fn(ref, indices, updates, use_locking=None, name=None):
+        ref = _ref_of(ref)
+        return apply_op(type_name, [ref, convert_to_tensor(indices),
+                                    convert_to_tensor(updates, dtype=ref.dtype)],
+                        name=name).outputs[0]
+    fn.__doc__ = f"{type_name}: update rows ``indices`` of ``ref`` in place."
+    return fn
+
+
+scatter_add = _scatter("ScatterAdd")
+scatter_sub = _scatter("ScatterSub")
+scatter_update = _scatter("ScatterUpdate")
+
+
+def is_variable_initialized(variable, name=None):
+    return apply_op("IsVariableInitialized", [_ref_of(variable)], name=name).outputs[0]

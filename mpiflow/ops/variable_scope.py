@@ -1,0 +1,239 @@
+"""variable_scope / get_variable: named variable sharing with ``reuse``, as in TF1.
+
+The store of named variables is per graph. ``get_variable`` creates a variable under the
+full scope name, or returns the existing one when the scope reuses; the error for each
+mismatch names the variable and says which ``reuse`` setting was meant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import init_ops
+from mpiflow.ops.variables import Variable
+
+
+class _ReuseMode:
+    def __repr__(self):
+        return "mf.AUTO_REUSE"
+
+
+AUTO_REUSE = _ReuseMode()
+
+
+class VariableScope:
+    """The current scope's name, reuse flag and defaults for ``get_variable``."""
+
+    def __init__(self, reuse, name="", initializer=None, regularizer=None, dtype=None,
+                 partitioner=None, custom_getter=None, name_scope=""):
+        self.name = name
+        self.reuse = reuse
+        self.initializer = initializer
+        self.regularizer = regularizer
+        self.dtype = dtype
+        self.partitioner = partitioner
+        self.custom_getter = custom_getter
+        self.original_name_scope = name_scope
+
+    def reuse_variables(self):
+        self.reuse = True
+
+    def set_initializer(self, initializer):
+        self.initializer = initializer
+
+    def set_partitioner(self, partitioner):
+        self.partitioner = partitioner
+
+    def get_variable(self, name, **kwargs):
+        return _store().get_variable(self, name, **kwargs)
+
+
+class _VariableStore:
+    def __init__(self):
+        self.vars = {}
+        self.scope_stack = [VariableScope(False)]
+        self.scope_counts = {}
+
+    def get_variable(self, scope, name, shape=None, dtype=None, initializer=None,
+                     regularizer=None, trainable=True, collections=None,
+                     validate_shape=True, partitioner=None, custom_getter=None):
+        full = f"{scope.name}/{name}" if scope.name else name
+        reuse = scope.reuse
+        dtype = dtypes.as_dtype(dtype or scope.dtype or dtypes.float32)
+        partitioner = partitioner if partitioner is not None else scope.partitioner
+        custom_getter = custom_getter or scope.custom_getter
+        if partitioner is not None and _PARTITIONED_GETTER:
+            return _PARTITIONED_GETTER[0](self, scope, full, shape, dtype, initializer,
+                                          regularizer, trainable, collections,
+                                          validate_shape, partitioner)
+        if custom_getter is not None:
+            def getter(name, **kw):
+                return self._single(name, **kw)
+            return custom_getter(getter, full, shape=shape, dtype=dtype,
+                                 initializer=initializer or scope.initializer,
+                                 regularizer=regularizer or scope.regularizer,
+                                 trainable=trainable, collections=collections,
+                                 validate_shape=validate_shape, reuse=reuse)
+        return self._single(full, shape=shape, dtype=dtype,
+                            initializer=initializer or scope.initializer,
+                            regularizer=regularizer or scope.regularizer, trainable=trainable,
+                            collections=collections, validate_shape=validate_shape,
+                            reuse=reuse)
+
+    def _single(self, name, shape=None, dtype=dtypes.float32, initializer=None,
+                regularizer=None, trainable=True, collections=None, validate_shape=True,
+                reuse=False):
+        dtype = dtypes.as_dtype(dtype)
+        if name in self.vars:
+            if reuse is False or reuse is None:
+                raise errors.InvalidArgumentError(
+                    f"Variable {name} already exists, disallowed. Did you mean to set "
+                    "reuse=True or reuse=mf.AUTO_REUSE in VarScope?")
+            var = self.vars[name]
+            if shape is not None and not var.shape.is_compatible_with(shape):
+                raise errors.InvalidArgumentError(
+                    f"Trying to share variable {name}, but specified shape "
+                    f"{TensorShape(shape)} and found shape {var.shape}")
+            if dtype is not var.dtype:
+                raise errors.InvalidArgumentError(
+                    f"Trying to share variable {name}, but specified dtype {dtype.name} and "
+                    f"found dtype {var.dtype.name}")
+            return var
+        if reuse is True:
+            raise errors.InvalidArgumentError(
+                f"Variable {name} does not exist, or was not created with "
+                "mf.get_variable(). Did you mean to set reuse=mf.AUTO_REUSE in VarScope?")
+        init_value = _initial_value(name, shape, dtype, initializer)
+        graph = get_default_graph()
+        with graph.name_scope(None):
+            var = Variable(init_value, trainable=trainable, collections=collections,
+                           validate_shape=validate_shape, name=name, dtype=dtype)
+        if var.op.name != name:
+            raise errors.AlreadyExistsError(
+                f"get_variable('{name}'): an op named '{name}' already exists in the graph "
+                f"(not made by get_variable), so the variable would be '{var.op.name}'")
+        self.vars[name] = var
+        if regularizer is not None:
+            with graph.name_scope(name + "/Regularizer/"):
+                loss = regularizer(var.value())
+            if loss is not None:
+                graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
+        return var
+
+
+def _initial_value(name, shape, dtype, initializer):
+    if initializer is None:
+        initializer = init_ops.GlorotUniform() if dtype.is_floating else init_ops.Zeros()
+    if isinstance(initializer, type) and issubclass(initializer, init_ops.Initializer):
+        initializer = initializer()
+    if not callable(initializer):   # a value: a Tensor, array or Python number
+        if shape is not None:
+            raise errors.InvalidArgumentError(
+                f"get_variable('{name}'): when initializer is a value, do not give a shape "
+                f"(got shape {TensorShape(shape)})")
+        return initializer
+    if shape is None:
+        raise errors.InvalidArgumentError(
+            f"get_variable('{name}'): a shape is needed to create a variable with an "
+            "initializer function")
+    shape = TensorShape(shape)
+    if not shape.is_fully_defined():
+        raise errors.InvalidArgumentError(
+            f"get_variable('{name}'): shape {shape} must be fully defined")
+    return lambda: initializer(shape.as_list(), dtype=dtype)
+
+
+# Set by mpiflow.train's partitioned-variable support so this layer need not import it.
+_PARTITIONED_GETTER = []
+
+
+def _store() -> _VariableStore:
+    state = get_default_graph()._layer_state
+    if "variable_store" not in state:
+        state["variable_store"] = _VariableStore()
+    return state["variable_store"]
+
+
+def get_variable_scope() -> VariableScope:
+    return _store().scope_stack[-1]
+
+
+@contextlib.contextmanager
+def variable_scope(name_or_scope=None, default_name=None, values=None, initializer=None,
+                   regularizer=None, reuse=None, dtype=None, partitioner=None,
+                   custom_getter=None, auxiliary_name_scope=True):
+    """Open a variable scope (and a name scope); ``reuse`` is True, AUTO_REUSE or inherited.
+
+    Re-entering a scope by name keeps the variable prefix; the name scope becomes unique
+    (``foo_1``), as in TensorFlow.
+    """
+    store = _store()
+    graph = get_default_graph()
+    parent = store.scope_stack[-1]
+    if isinstance(name_or_scope, VariableScope):
+        full = name_or_scope.name
+        name_scope_name = name_or_scope.original_name_scope or (full + "/" if full else "")
+        base = name_or_scope
+    else:
+        if name_or_scope is None:
+            if default_name is None:
+                raise errors.InvalidArgumentError(
+                    "variable_scope: give name_or_scope or default_name")
+            rel = _unique_scope(store, parent.name, default_name)
+        else:
+            rel = name_or_scope
+            if not isinstance(rel, str) or not rel:
+                raise errors.InvalidArgumentError(
+                    f"variable_scope: name must be a non-empty string, got {rel!r}")
+        full = f"{parent.name}/{rel}" if parent.name else rel
+        name_scope_name = rel
+        base = parent
+    store.scope_counts[full] = store.scope_counts.get(full, 0) + 1
+    if reuse is None or reuse is False:
+        # reuse is inherited: a scope inside a reusing scope reuses too.
+        new_reuse = True if parent.reuse is True else (
+            AUTO_REUSE if parent.reuse is AUTO_REUSE else bool(
+                getattr(base, "reuse", False)) if isinstance(name_or_scope,
+                                                              VariableScope) else False)
+    else:
+        new_reuse = reuse
+    with graph.name_scope(name_scope_name if auxiliary_name_scope else None) as ns:
+        scope = VariableScope(
+            new_reuse, full, initializer or base.initializer, regularizer or base.regularizer,
+            dtype or base.dtype, partitioner or base.partitioner,
+            custom_getter or base.custom_getter, ns)
+        store.scope_stack.append(scope)
+        try:
+            yield scope
+        finally:
+            store.scope_stack.pop()
+
+
+def _unique_scope(store, prefix, name):
+    full = f"{prefix}/{name}" if prefix else name
+    if full not in store.scope_counts:
+        return name
+    i = 1
+    while f"{full}_{i}" in store.scope_counts:
+        i += 1
+    return f"{name}_{i}"
+
+
+def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
+                 trainable=True, collections=None, validate_shape=True, partitioner=None,
+                 custom_getter=None):
+    """Return the variable ``scope/name``, creating it unless the scope reuses."""
+    return get_variable_scope().get_variable(
+        name, shape=shape, dtype=dtype, initializer=initializer, regularizer=regularizer,
+        trainable=trainable, collections=collections, validate_shape=validate_shape,
+        partitioner=partitioner, custom_getter=custom_getter)
+
+
+def get_local_variable(name, shape=None, dtype=None, initializer=None, **kwargs):
+    collections = [GraphKeys.LOCAL_VARIABLES]
+    return get_variable(name, shape, dtype, initializer, trainable=False,
+                        collections=collections, **kwargs)

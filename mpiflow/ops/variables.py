@@ -1,0 +1,196 @@
+"""Variable: a named buffer that persists across ``Session.run`` calls (TF1 semantics).
+
+A Variable is three ops: ``VariableV2`` (the buffer), ``Assign`` of its initial value
+(the initializer) and an ``Identity`` named ``read`` (the value other ops consume and
+gradients are taken against), colocated with the buffer.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import control_ops, state_ops
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.math_ops import cast
+from mpiflow.ops.registry import apply_op
+
+
+class Variable:
+    """A TF1 variable: ``Variable(initial_value, trainable=True, name=None, dtype=None)``."""
+
+    def __init__(self, initial_value=None, trainable=True, collections=None,
+                 validate_shape=True, name=None, dtype=None, expected_shape=None):
+        if initial_value is None:
+            raise errors.InvalidArgumentError(
+                f"Variable '{name or 'Variable'}': initial_value must be given")
+        graph = get_default_graph()
+        self._trainable = bool(trainable)
+        with graph.name_scope(name or "Variable") as scope:
+            op_name = scope[:-1]
+            with graph.name_scope("Initializer"), \
+                    graph.colocate_with(None, ignore_existing=True):
+                value = initial_value() if callable(initial_value) else initial_value
+                if isinstance(value, Tensor) or hasattr(value, "_as_tensor"):
+                    value = convert_to_tensor(value)
+                    value = cast(value, dtype) if dtype is not None else value
+                else:
+                    value = convert_to_tensor(value, dtype=dtype, name="initial_value")
+            shape = value.shape if validate_shape else TensorShape(None)
+            if expected_shape is not None:
+                shape = shape.merge_with(expected_shape)
+            if validate_shape and not shape.is_fully_defined():
+                raise errors.InvalidArgumentError(
+                    f"Variable '{op_name}': initial value must have a fully defined shape "
+                    f"(got {shape}) unless validate_shape=False")
+            self._variable = apply_op(
+                "VariableV2", [], {"shape": shape, "dtype": value.dtype},
+                name=scope).outputs[0]
+            self._initial_value = value
+            with graph.colocate_with(self._variable.op):
+                self._initializer_op = state_ops.assign(
+                    self._variable, value, validate_shape=validate_shape, name="Assign").op
+                self._snapshot = control_ops.identity(self._variable, name="read")
+        if collections is None:
+            collections = [GraphKeys.GLOBAL_VARIABLES]
+        collections = list(collections)
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
+            collections.append(GraphKeys.TRAINABLE_VARIABLES)
+        graph.add_to_collections(collections, self)
+        self._save_slice_info = None
+
+    # -- identity ------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._variable.name
+
+    @property
+    def op(self):
+        return self._variable.op
+
+    @property
+    def graph(self):
+        return self._variable.graph
+
+    @property
+    def device(self) -> str:
+        return self._variable.device
+
+    @property
+    def dtype(self):
+        return self._variable.dtype
+
+    @property
+    def shape(self) -> TensorShape:
+        return self._variable.shape
+
+    def get_shape(self) -> TensorShape:
+        return self._variable.shape
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @property
+    def initializer(self):
+        return self._initializer_op
+
+    @property
+    def initial_value(self) -> Tensor:
+        return self._initial_value
+
+    def value(self) -> Tensor:
+        """Return the ``read`` snapshot tensor other ops consume."""
+        return self._snapshot
+
+    def read_value(self) -> Tensor:
+        """Return a new read of the variable (a separate Identity)."""
+        with self.graph.colocate_with(self._variable.op):
+            return control_ops.identity(self._variable, name="read")
+
+    def _ref(self) -> Tensor:
+        return self._variable
+
+    def _as_tensor(self) -> Tensor:
+        return self._snapshot
+
+    def _as_graph_element(self) -> Tensor:
+        return self._snapshot
+
+    # -- updates -------------------------------------------------------------------------
+    def assign(self, value, use_locking=False, name=None, read_value=True):
+        return state_ops.assign(self._variable, value, name=name)
+
+    def assign_add(self, delta, use_locking=False, name=None, read_value=True):
+        return state_ops.assign_add(self._variable, delta, name=name)
+
+    def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
+        return state_ops.assign_sub(self._variable, delta, name=name)
+
+    def scatter_add(self, sparse_delta, use_locking=False, name=None):
+        return state_ops.scatter_add(self._variable, sparse_delta.indices,
+                                     sparse_delta.values, name=name)
+
+    def scatter_sub(self, sparse_delta, use_locking=False, name=None):
+        return state_ops.scatter_sub(self._variable, sparse_delta.indices,
+                                     sparse_delta.values, name=name)
+
+    def eval(self, session=None):
+        return self._snapshot.eval(session=session)
+
+    def load(self, value, session=None):
+        """Assign ``value`` now, through ``session`` (default session)."""
+        from mpiflow.framework.graph import _session_for
+        _session_for(self.graph, session, "Variable.load()").run(
+            self._initializer_op, {self._initial_value: value})
+
+    def __repr__(self):
+        return f"<mf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _delegate(name):
+    def method(self, *args):
+        return getattr(self._snapshot, name)(*args)
+    method.__name__ = name
+    return method
+
+
+for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+            "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
+            "__neg__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__getitem__",
+            "__floordiv__", "__mod__"):
+    setattr(Variable, _op, _delegate(_op))
+Variable.__array_priority__ = 100
+
+
+def global_variables(scope=None) -> list:
+    return get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES, scope)
+
+
+def local_variables(scope=None) -> list:
+    return get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES, scope)
+
+
+def trainable_variables(scope=None) -> list:
+    return get_default_graph().get_collection(GraphKeys.TRAINABLE_VARIABLES, scope)
+
+
+def model_variables(scope=None) -> list:
+    return get_default_graph().get_collection(GraphKeys.MODEL_VARIABLES, scope)
+
+
+def variables_initializer(var_list, name="init"):
+    """Return one op that runs the initializers of ``var_list``."""
+    return control_ops.group(*[v.initializer for v in var_list], name=name)
+
+
+def global_variables_initializer():
+    return variables_initializer(global_variables(), name="init")
+
+
+def local_variables_initializer():
+    return variables_initializer(local_variables(), name="init_local")
+
+
+initialize_all_variables = global_variables_initializer
+all_variables = global_variables

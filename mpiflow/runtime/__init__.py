@@ -1,0 +1,1 @@
+"""Session, plans and the executor: runs graphs built with ``mpiflow.framework``/``ops``."""

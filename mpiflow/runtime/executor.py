@@ -1,0 +1,288 @@
+"""Compile a pruned graph into a flat list of kernel calls, then run it step after step.
+
+A ``Plan`` is built once per (fetches, feeds) and reused: pruning, Kahn ordering (ties
+broken by creation order, so every process runs the same order), read-before-write edges
+for variables, slot assignment and last-use freeing all happen at build time. Running a
+plan is one tight loop over precomputed tuples; no Python work scales with tensor size.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+
+import numpy as np
+
+from mpiflow import backend, errors
+from mpiflow.ops.registry import get_op_def
+
+# Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
+# out-of-range indices) become InvalidArgumentError naming the op.
+_INPUT_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
+
+
+class KernelContext:
+    """Per-op data a kernel reads: the op, its attrs, the array module and the state.
+
+    ``OpDef.prepare`` may attach more (precomputed axes, a bound StateRef, an RNG).
+    """
+
+    def __init__(self, op, xp, state):
+        self.op = op
+        self.attrs = op._attrs
+        self.xp = xp
+        self.state = state
+
+
+class Plan:
+    """An executable schedule for one set of fetches and feeds."""
+
+    def __init__(self, graph, fetch_tensors, target_ops, feed_tensors, state,
+                 xp_for=backend.array_module, log_placement=None):
+        self.graph = graph
+        self.fetch_tensors = list(fetch_tensors)
+        self.feed_tensors = list(feed_tensors)
+        fed = set(self.feed_tensors)
+        needed = _prune(self.fetch_tensors, target_ops, fed)
+        _check_placeholders(needed, fed)
+        run_var_ops = _variables_to_run(needed, fed, self.fetch_tensors)
+        order = _schedule(needed, fed, run_var_ops, self.fetch_tensors)
+        if log_placement is not None:
+            for op in order:
+                log_placement(op)
+        self._compile(order, run_var_ops, fed, state, xp_for)
+
+    def _compile(self, order, run_var_ops, fed, state, xp_for):
+        slots = {}
+
+        def slot_of(tensor):
+            if tensor not in slots:
+                slots[tensor] = len(slots)
+            return slots[tensor]
+
+        self.feed_slots = [slot_of(t) for t in self.feed_tensors]
+        refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
+        steps = []
+        self.ops = []
+        for op in order:
+            if op.type == "VariableV2" and op not in run_var_ops:
+                continue
+            op_def = get_op_def(op.type)
+            ctx = KernelContext(op, xp_for(op.device), state)
+            op_def.prepare(ctx)
+            ins = []
+            for i, t in enumerate(op.inputs):
+                if i in op_def.ref_inputs:
+                    refs.append(state.ref(t.op))
+                    ins.append(-len(refs))
+                else:
+                    ins.append(slot_of(t))
+            # A fed output keeps the fed value: the op's own result goes to a shadow slot.
+            outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
+            steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs,
+                          op_def.tuple_outputs))
+            self.ops.append(op)
+        self.fetch_slots = [slot_of(t) for t in self.fetch_tensors]
+        n_tensors = len(slots)
+        steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, multi)
+                 for fn, ins, outs, multi in steps]
+        self._template = [None] * n_tensors + refs
+        self.fetch_copy = [_aliases_persistent_memory(t, fed) for t in self.fetch_tensors]
+        self._steps = _with_frees(steps, set(self.fetch_slots),
+                                  set(range(n_tensors, n_tensors + len(refs))))
+
+    def run(self, feed_values):
+        """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``)."""
+        vals = self._template.copy()
+        for slot, value in zip(self.feed_slots, feed_values):
+            vals[slot] = value
+        index = 0
+        try:
+            with np.errstate(all="ignore"):
+                for index, (fn, ins, out, multi, frees) in enumerate(self._steps):
+                    result = fn(*[vals[i] for i in ins])
+                    if multi:
+                        for s, v in zip(out, result):
+                            vals[s] = v
+                    elif out is not None:
+                        vals[out] = result
+                    if frees:
+                        for s in frees:
+                            vals[s] = None
+        except errors.OpError:
+            raise
+        except MemoryError as exc:
+            raise errors.op_error(errors.ResourceExhaustedError,
+                                  f"Out of memory ({exc})", self.ops[index]) from exc
+        except _INPUT_ERRORS as exc:
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
+        except Exception as exc:
+            raise errors.op_error(errors.InternalError,
+                                  f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
+        return [_fetch_value(vals[s], copy)
+                for s, copy in zip(self.fetch_slots, self.fetch_copy)]
+
+
+def _fetch_value(value, copy):
+    value = backend.to_host(value)
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return value[()]            # a numpy scalar, as TensorFlow returns
+        if copy:
+            return value.copy()
+    return value
+
+
+def _with_frees(steps, keep, constant_slots):
+    """Attach to each step the slots whose last reader it is (fetches are kept)."""
+    last_use = {}
+    for i, (_, ins, outs, _) in enumerate(steps):
+        for s in outs:
+            last_use.setdefault(s, i)       # an output nobody reads dies where it is born
+        for s in ins:
+            last_use[s] = i
+    frees = [[] for _ in steps]
+    for s, i in last_use.items():
+        if s not in keep and s not in constant_slots:
+            frees[i].append(s)
+    compiled = []
+    for (fn, ins, outs, multi), free in zip(steps, frees):
+        out = outs if multi else (outs[0] if outs else None)
+        compiled.append((fn, tuple(ins), out, multi, tuple(free)))
+    return compiled
+
+
+def _prune(fetch_tensors, target_ops, fed):
+    """Return the set of ops the fetches and targets need, stopping at fed tensors."""
+    needed = set()
+    stack = [t.op for t in fetch_tensors if t not in fed] + list(target_ops)
+    while stack:
+        op = stack.pop()
+        if op in needed:
+            continue
+        needed.add(op)
+        for t in op.inputs:
+            if t not in fed:
+                stack.append(t.op)
+        stack.extend(op._control_inputs)
+    return needed
+
+
+def _check_placeholders(needed, fed):
+    missing = sorted((op for op in needed if op.type == "Placeholder"), key=lambda o: o._id)
+    if missing:
+        op = missing[0]
+        t = op.outputs[0]
+        others = ", ".join(f"'{o.name}'" for o in missing[1:4])
+        more = f" (also unfed: {others})" if others else ""
+        raise errors.InvalidArgumentError(
+            f"You must feed a value for placeholder tensor '{op.name}' with dtype "
+            f"{t.dtype.name} and shape {t.shape}{more}", op)
+
+
+def _variables_to_run(needed, fed, fetch_tensors):
+    """VariableV2 ops whose value (not just their ref) something in the plan reads."""
+    run = set()
+    fetched_ops = {t.op for t in fetch_tensors if t not in fed}
+    for op in needed:
+        if op.type != "VariableV2":
+            continue
+        if op in fetched_ops:
+            run.add(op)
+            continue
+        for consumer in op.outputs[0]._consumers:
+            if consumer in needed and not _is_ref_use(consumer, op.outputs[0]):
+                run.add(op)
+                break
+    return run
+
+
+def _is_ref_use(consumer, tensor):
+    refs = get_op_def(consumer.type).ref_inputs
+    return any(consumer.inputs[i] is tensor for i in refs)
+
+
+def _alias_readers(var_tensor, needed):
+    """Ops in the plan that read memory which may be ``var_tensor``'s buffer."""
+    readers = set()
+    stack = [var_tensor]
+    seen = set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for consumer in t._consumers:
+            if consumer not in needed or _is_ref_use(consumer, t):
+                continue
+            readers.add(consumer)
+            op_def = get_op_def(consumer.type)
+            if op_def.aliases_input and consumer.inputs and consumer.inputs[0] is t:
+                stack.extend(consumer.outputs)
+    return readers
+
+
+def _schedule(needed, fed, run_var_ops, fetch_tensors):
+    """Kahn order over data, control and read-before-write edges (ties: creation order)."""
+    preds = {op: set() for op in needed}
+    for op in needed:
+        for t in op.inputs:
+            if t not in fed and t.op in needed and \
+                    (t.op.type != "VariableV2" or t.op in run_var_ops):
+                preds[op].add(t.op)
+        preds[op].update(c for c in op._control_inputs if c in needed)
+    succs = {op: set() for op in needed}
+    for op, ps in preds.items():
+        for p in ps:
+            succs[p].add(op)
+    for writer in [op for op in needed if get_op_def(op.type).ref_inputs]:
+        downstream = _descendants(writer, succs)
+        for i in get_op_def(writer.type).ref_inputs:
+            var_tensor = writer.inputs[i]
+            for reader in _alias_readers(var_tensor, needed):
+                if reader is writer or reader in downstream or \
+                        get_op_def(reader.type).ref_inputs:
+                    continue
+                preds[writer].add(reader)
+                succs[reader].add(writer)
+    pending = {op: len(ps) for op, ps in preds.items()}
+    heap = [(op._id, op) for op, n in pending.items() if n == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, op = heapq.heappop(heap)
+        order.append(op)
+        for s in succs[op]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                heapq.heappush(heap, (s._id, s))
+    if len(order) != len(needed):
+        stuck = sorted((op for op, n in pending.items() if n > 0), key=lambda o: o._id)
+        raise errors.InvalidArgumentError(
+            "The graph has a cycle (or reads and writes of a variable that cannot be "
+            f"ordered) through ops {[o.name for o in stuck[:5]]}", stuck[0])
+    return order
+
+
+def _descendants(op, succs):
+    seen = set()
+    stack = [op]
+    while stack:
+        for s in succs[stack.pop()]:
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return seen
+
+
+def _aliases_persistent_memory(tensor, fed):
+    """True when a fetched value may share memory with a variable or a constant."""
+    while tensor not in fed:
+        op_def = get_op_def(tensor.op.type)
+        if op_def.aliases_state:
+            return True
+        if not (op_def.aliases_input and tensor.op.inputs):
+            return False
+        tensor = tensor.op.inputs[0]
+    return False

@@ -1,0 +1,99 @@
+"""State a session (or a ps serving sessions) keeps across steps: variable buffers, RNGs.
+
+Kernels reach variables only through ``StateRef`` handles bound once per plan, so the
+executor's hot loop never looks a variable up by name.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from mpiflow import errors
+
+
+class StateRef:
+    """A handle on one variable's buffer in a ``ResourceStore``."""
+
+    __slots__ = ("_store", "_name", "_op", "_dtype", "_static_shape")
+
+    def __init__(self, store: "ResourceStore", op):
+        self._store = store
+        self._name = op.name
+        self._op = op
+        out = op.outputs[0]
+        self._dtype = out.dtype.np_dtype
+        self._static_shape = out.shape
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def initialized(self) -> bool:
+        return self._name in self._store.buffers
+
+    def get(self):
+        """Return the live buffer; raise FailedPreconditionError if never assigned."""
+        try:
+            return self._store.buffers[self._name]
+        except KeyError:
+            raise errors.op_error(
+                errors.FailedPreconditionError,
+                f"Attempting to use uninitialized value {self._name} (run "
+                "mf.global_variables_initializer() or restore a checkpoint first)",
+                self._op) from None
+
+    def get_checked(self, shape):
+        """Return the buffer after checking an update of ``shape`` fits it in place."""
+        var = self.get()
+        if tuple(shape) != var.shape and np.broadcast_shapes(var.shape, tuple(shape)) != \
+                var.shape:
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  "Update does not match the variable's shape", self._op,
+                                  expected=list(var.shape), got=list(shape))
+        return var
+
+    def set(self, value, validate_shape: bool = True):
+        """Store ``value`` (copied: the variable never aliases a constant or a feed)."""
+        value = np.asarray(value) if isinstance(value, (list, tuple, float, int)) else value
+        if validate_shape and self._static_shape.ndims is not None and \
+                not self._static_shape.is_compatible_with(value.shape):
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  "Assigned value does not match the variable's shape",
+                                  self._op, expected=self._static_shape, got=list(value.shape))
+        buffers = self._store.buffers
+        current = buffers.get(self._name)
+        if current is not None and current.shape == value.shape and \
+                current.dtype == value.dtype:
+            current[...] = value        # in place: the buffer stays where it is
+            return current
+        fresh = value.astype(self._dtype, copy=True)
+        buffers[self._name] = fresh
+        return fresh
+
+
+class ResourceStore:
+    """Variable buffers (by variable op name) and per-op random generators."""
+
+    def __init__(self):
+        self.buffers = {}
+        self._rngs = {}
+        self.lock = threading.RLock()
+
+    def ref(self, op) -> StateRef:
+        return StateRef(self, op)
+
+    def rng(self, op) -> np.random.Generator:
+        """Return the generator of random op ``op``, seeded from its (seed, seed2) attrs."""
+        gen = self._rngs.get(op.name)
+        if gen is None:
+            seed, seed2 = op.get_attr("seed"), op.get_attr("seed2")
+            gen = np.random.default_rng([seed, seed2] if (seed or seed2) else None)
+            self._rngs[op.name] = gen
+        return gen
+
+    def clear(self) -> None:
+        self.buffers.clear()
+        self._rngs.clear()

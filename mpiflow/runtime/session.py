@@ -1,0 +1,297 @@
+"""Session: runs fetches of a graph with feeds, caching one compiled plan per signature.
+
+``run`` accepts TensorFlow's nested fetch structures (lists, tuples, namedtuples, dicts)
+of Tensors, Operations, Variables, IndexedSlices or their names, and returns the same
+structure with numpy values (None for Operations).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import graph as graph_module
+from mpiflow.framework.graph import Operation, Tensor, get_default_graph
+from mpiflow.runtime.executor import Plan
+from mpiflow.runtime.resources import ResourceStore
+
+IndexedSlicesValue = collections.namedtuple("IndexedSlicesValue",
+                                            ["values", "indices", "dense_shape"])
+
+
+class ConfigProto:
+    """Session options (TensorFlow's names); unknown options raise instead of being ignored."""
+
+    _FIELDS = {"log_device_placement": False, "allow_soft_placement": False,
+               "device_filters": (), "inter_op_parallelism_threads": 0,
+               "intra_op_parallelism_threads": 0, "gpu_options": None,
+               "operation_timeout_in_ms": 0, "device_count": None}
+
+    def __init__(self, **kwargs):
+        unknown = sorted(set(kwargs) - set(self._FIELDS))
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"ConfigProto has no option '{unknown[0]}': expected one of "
+                f"{sorted(self._FIELDS)}")
+        for key, default in self._FIELDS.items():
+            setattr(self, key, kwargs.get(key, default))
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS
+                           if getattr(self, k) != self._FIELDS[k])
+        return f"ConfigProto({fields})"
+
+
+class _FetchMapper:
+    """Flatten a nested fetch structure to unique graph elements and rebuild results."""
+
+    def __init__(self, graph, fetches):
+        self.graph = graph
+        self.elements = []          # unique Tensors / Operations, in first-seen order
+        self._index = {}
+        self.structure = self._flatten(fetches)
+
+    def _add(self, element):
+        if element not in self._index:
+            self._index[element] = len(self.elements)
+            self.elements.append(element)
+        return self._index[element]
+
+    def _flatten(self, fetch):
+        if isinstance(fetch, (list, tuple)) and not _is_indexed_slices(fetch):
+            kind = type(fetch)
+            return ("seq", kind, [self._flatten(f) for f in fetch])
+        if isinstance(fetch, dict):
+            return ("dict", type(fetch), [(k, self._flatten(v)) for k, v in fetch.items()])
+        if _is_indexed_slices(fetch):
+            parts = [fetch.values, fetch.indices, fetch.dense_shape]
+            return ("slices", None, [self._flatten(p) if p is not None else ("none",)
+                                     for p in parts])
+        if fetch is None:
+            raise errors.InvalidArgumentError(
+                "Fetch argument None has invalid type: expected a Tensor, Operation, "
+                "Variable, their name, or a list/tuple/dict of them")
+        try:
+            element = self.graph.as_graph_element(fetch)
+        except errors.NotFoundError:
+            raise
+        except errors.InvalidArgumentError as exc:
+            raise errors.InvalidArgumentError(
+                f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or Operation "
+                f"of the session's graph ({exc.message})") from None
+        return ("leaf", None, self._add(element))
+
+    def build(self, values):
+        return self._build(self.structure, values)
+
+    def _build(self, node, values):
+        kind = node[0]
+        if kind == "leaf":
+            return values[node[2]]
+        if kind == "none":
+            return None
+        if kind == "slices":
+            return IndexedSlicesValue(*[self._build(p, values) for p in node[2]])
+        if kind == "seq":
+            items = [self._build(n, values) for n in node[2]]
+            seq_type = node[1]
+            if hasattr(seq_type, "_fields"):       # namedtuple
+                return seq_type(*items)
+            return seq_type(items) if seq_type in (list, tuple) else list(items)
+        items = [(k, self._build(n, values)) for k, n in node[2]]
+        try:
+            return node[1](items)
+        except TypeError:
+            return dict(items)
+
+
+def _is_indexed_slices(value):
+    return all(hasattr(value, a) for a in ("values", "indices", "dense_shape")) and \
+        type(value).__name__ == "IndexedSlices"
+
+
+class BaseSession:
+    """The local runtime: plans, variable store, default-session handling."""
+
+    def __init__(self, target="", graph=None, config=None):
+        if config is not None and not isinstance(config, ConfigProto):
+            raise errors.InvalidArgumentError(
+                f"config must be an mf.ConfigProto, got {type(config).__name__}")
+        self._graph = graph if graph is not None else get_default_graph()
+        self._target = target
+        self._config = config or ConfigProto()
+        self._store = ResourceStore()
+        self._plans = {}
+        self._closed = False
+        self._default_ctx = []
+
+    @property
+    def graph(self):
+        return self._graph
+
+    @property
+    def sess_str(self) -> str:
+        return self._target
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Run the ops needed for ``fetches`` and return their values in the same structure.
+
+        Raises:
+            InvalidArgumentError: bad fetch or feed (the message names the tensor).
+            FailedPreconditionError: the session is closed, or a variable is uninitialized.
+        """
+        self._check_open()
+        mapper = _FetchMapper(self._graph, fetches)
+        feed_tensors, feed_values = self._feeds(feed_dict)
+        plan = self._plan(mapper.elements, feed_tensors)
+        values = plan.run(feed_values)
+        per_element = values[:len(mapper.elements)]
+        return mapper.build(per_element)
+
+    def make_callable(self, fetches, feed_list=None):
+        """Return ``f(*feed_values)`` that runs ``fetches``: the same plan, less lookup."""
+        self._check_open()
+        mapper = _FetchMapper(self._graph, fetches)
+        feed_tensors = [self._feed_tensor(k) for k in (feed_list or [])]
+        plan = self._plan(mapper.elements, feed_tensors)
+
+        def call(*values):
+            if len(values) != len(feed_tensors):
+                raise errors.InvalidArgumentError(
+                    f"Callable expects {len(feed_tensors)} feed values, got {len(values)}")
+            converted = [_check_feed(t, v) for t, v in zip(feed_tensors, values)]
+            return mapper.build(plan.run(converted))
+        return call
+
+    def _plan(self, elements, feed_tensors):
+        key = (tuple(elements), tuple(feed_tensors))
+        plan = self._plans.get(key)
+        if plan is None:
+            fetch_tensors = [e for e in elements if isinstance(e, Tensor)]
+            targets = [e for e in elements if isinstance(e, Operation)]
+            log = self._log_placement if self._config.log_device_placement else None
+            plan = Plan(self._graph, fetch_tensors, targets, feed_tensors, self._store,
+                        log_placement=log)
+            plan = _ElementPlan(plan, elements)
+            self._plans[key] = plan
+        return plan
+
+    def _log_placement(self, op):
+        print(f"{op.name}: ({op.type}): {op.device or '/device:CPU:0'}", file=sys.stderr)
+
+    def _feed_tensor(self, key):
+        try:
+            element = self._graph.as_graph_element(key, allow_operation=False)
+        except errors.OpError as exc:
+            raise errors.InvalidArgumentError(
+                f"Cannot interpret feed_dict key {key!r} as a Tensor of the session's graph: "
+                f"{exc.message}") from None
+        return element
+
+    def _feeds(self, feed_dict):
+        if not feed_dict:
+            return (), ()
+        items = sorted(((self._feed_tensor(k), v) for k, v in feed_dict.items()),
+                       key=lambda kv: (kv[0].op._id, kv[0].value_index))
+        tensors = tuple(t for t, _ in items)
+        if len(set(tensors)) != len(tensors):
+            raise errors.InvalidArgumentError("feed_dict feeds the same tensor twice")
+        return tensors, [_check_feed(t, v) for t, v in items]
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def _check_open(self):
+        if self._closed:
+            raise errors.FailedPreconditionError("Attempted to use a closed Session.")
+
+    def close(self):
+        """Release the variables and plans; later ``run`` calls raise."""
+        self._closed = True
+        self._plans.clear()
+        self._store.clear()
+
+    def as_default(self):
+        return _DefaultSession(self)
+
+    def __enter__(self):
+        graph_ctx = self._graph.as_default()
+        graph_ctx.__enter__()
+        session_ctx = self.as_default()
+        session_ctx.__enter__()
+        self._default_ctx.append((graph_ctx, session_ctx))
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        graph_ctx, session_ctx = self._default_ctx.pop()
+        session_ctx.__exit__(exc_type, exc, tb)
+        graph_ctx.__exit__(exc_type, exc, tb)
+        self.close()
+        return False
+
+
+class _ElementPlan:
+    """A Plan plus the order of fetched elements (Tensors and Operations interleaved)."""
+
+    def __init__(self, plan, elements):
+        self._plan = plan
+        tensor_pos = {t: i for i, t in enumerate(plan.fetch_tensors)}
+        self._pick = [tensor_pos.get(e) if isinstance(e, Tensor) else None for e in elements]
+
+    def run(self, feed_values):
+        values = self._plan.run(feed_values)
+        return [values[i] if i is not None else None for i in self._pick]
+
+
+class _DefaultSession:
+    def __init__(self, session):
+        self._session = session
+
+    def __enter__(self):
+        graph_module._DEFAULT_SESSION_STACK.append(self._session)
+        return self._session
+
+    def __exit__(self, *exc):
+        graph_module._DEFAULT_SESSION_STACK.remove(self._session)
+        return False
+
+
+def _check_feed(tensor, value):
+    """Convert ``value`` to ``tensor``'s dtype if that keeps its meaning; check the shape."""
+    array = np.asarray(value)
+    target = tensor.dtype.np_dtype
+    if array.dtype != target:
+        if array.dtype == object or not np.can_cast(array.dtype, target, casting="same_kind"):
+            raise errors.InvalidArgumentError(
+                f"Cannot feed value of dtype {array.dtype} for Tensor '{tensor.name}', which "
+                f"has dtype {tensor.dtype.name}", tensor.op)
+        array = array.astype(target)
+    if not tensor.shape.is_compatible_with(array.shape):
+        raise errors.InvalidArgumentError(
+            f"Cannot feed value of shape {array.shape} for Tensor '{tensor.name}', which has "
+            f"shape {tensor.shape}", tensor.op)
+    return array
+
+
+class Session(BaseSession):
+    """A TF1 session: ``Session(target='', graph=None, config=None)``.
+
+    ``target`` '' runs in this process; distributed targets come from ``mf.train.Server``.
+    """
+
+
+class InteractiveSession(BaseSession):
+    """A session that installs itself as the default session on construction."""
+
+    def __init__(self, target="", graph=None, config=None):
+        super().__init__(target, graph, config)
+        self._interactive_ctx = self.as_default()
+        self._interactive_ctx.__enter__()
+
+    def close(self):
+        if self._interactive_ctx is not None:
+            self._interactive_ctx.__exit__(None, None, None)
+            self._interactive_ctx = None
+        super().close()

@@ -1,0 +1,100 @@
+"""Shared fixtures: a seeded rng, an mpiexec launcher that cannot hang, a fresh default graph."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    import mpiflow
+except ModuleNotFoundError as e:  # only "mpiflow is absent"; a broken import must still fail
+    if e.name != "mpiflow":
+        raise
+    mpiflow = None
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def rng():
+    """Return a numpy Generator seeded with 0, new for each test."""
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_default_graph():
+    """Start each test on an empty default graph, once mpiflow provides one."""
+    reset = getattr(mpiflow, "reset_default_graph", None)
+    if reset is not None:
+        reset()
+    yield
+
+
+def find_mpiexec():
+    """Return the mpiexec beside this Python (a venv with an MPI wheel), else on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+@pytest.fixture
+def run_mpi():
+    """Return ``run(n, script_path, *args, timeout=120, env=None, check=True)``.
+
+    ``run`` launches ``mpiexec -n n python script_path args...`` in its own process group and
+    returns the ``subprocess.CompletedProcess`` (text stdout and stderr). A launch that runs
+    past ``timeout`` seconds has its whole process group killed, and the test fails with what
+    it printed, so a hung rank never hangs the test suite. With ``check=True`` a non-zero exit
+    also fails the test with the output; tests of failure paths pass ``check=False``. The
+    test is skipped when no mpiexec is found.
+    """
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip(f"no mpiexec beside {sys.executable} or on PATH; "
+                    "install one with: pip install '.[mpich]'")
+
+    def run(n, script_path, *args, timeout=120, env=None, check=True):
+        cmd = [mpiexec, "-n", str(n), sys.executable, str(script_path), *map(str, args)]
+        full_env = dict(os.environ)
+        # The ranks import the same mpiflow as this test process.
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH")) if p)
+        full_env["PYTHONUNBUFFERED"] = "1"
+        # Open MPI refuses root and more ranks than cores unless told; MPICH ignores these.
+        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        full_env.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+        full_env.update(env or {})
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=full_env, start_new_session=True)
+        timed_out = False
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                stdout, stderr = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a rank left the group and holds the pipes
+                stdout, stderr = "(unavailable)", "(unavailable)"
+        if timed_out:
+            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s; killed its process "
+                        f"group.\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                        pytrace=False)
+        result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} exited with {proc.returncode}.\n--- stdout ---\n"
+                        f"{stdout}\n--- stderr ---\n{stderr}", pytrace=False)
+        return result
+
+    return run
