@@ -29,11 +29,11 @@ class VariableOp(OpDef):
     def prepare(self, ctx):
         ctx.ref = ctx.state.ref(ctx.op)
 
+    # Gradients stop at the variable's ``read`` snapshot, never at the buffer itself.
+    gradient = None
+
     def forward(self, xp, ctx):
         return ctx.ref.get()
-
-    def gradient(self, op, g):
-        return []
 
 
 def check_ref(b, what="ref"):

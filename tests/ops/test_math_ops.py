@@ -1,0 +1,178 @@
+"""Elementwise math, matmul and reductions: forward against numpy, gradients against
+finite differences (including broadcasting)."""
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.ops.math_ops import sum_to_shape
+from tests.ops.gradcheck import GradCase, check_forward, check_gradient
+
+R = np.random.default_rng(7)
+
+
+def arr(*shape, low=-1.0, high=1.0):
+    return R.uniform(low, high, size=shape)
+
+
+def pos(*shape):
+    return R.uniform(0.5, 2.0, size=shape)
+
+
+GRAD_CASES = [
+    GradCase("add_broadcast", lambda a, b: a + b, [arr(3, 4), arr(4)]),
+    GradCase("add_broadcast_both", lambda a, b: mf.add(a, b), [arr(3, 1), arr(1, 4)]),
+    GradCase("sub", lambda a, b: a - b, [arr(2, 3), arr(2, 1)]),
+    GradCase("mul", lambda a, b: a * b, [arr(2, 3), arr(3)]),
+    GradCase("div", lambda a, b: a / b, [arr(2, 3), pos(2, 3)]),
+    GradCase("pow", lambda a, b: mf.pow(a, b), [pos(2, 3), arr(2, 3)]),
+    GradCase("maximum", lambda a, b: mf.maximum(a, b), [arr(3, 4), arr(3, 4) + 0.05]),
+    GradCase("minimum", lambda a, b: mf.minimum(a, b), [arr(3, 4), arr(4) + 0.05]),
+    GradCase("squared_difference", mf.squared_difference, [arr(3, 2), arr(2)]),
+    GradCase("neg", lambda a: -a, [arr(3)]),
+    GradCase("square", mf.square, [arr(2, 3)]),
+    GradCase("sqrt", mf.sqrt, [pos(4)]),
+    GradCase("rsqrt", mf.rsqrt, [pos(4)]),
+    GradCase("exp", mf.exp, [arr(2, 2)]),
+    GradCase("log", mf.log, [pos(5)]),
+    GradCase("log1p", mf.log1p, [pos(5)]),
+    GradCase("abs", mf.abs, [arr(6) + np.sign(arr(6)) * 0.1]),
+    GradCase("sign_is_flat", lambda a: mf.sign(a) * a, [pos(3)]),
+    GradCase("reciprocal", mf.reciprocal, [pos(3)]),
+    GradCase("select", lambda c, a, b: mf.where(c, a, b),
+             [R.uniform(size=(3, 4)) > 0.5, arr(3, 4), arr(4)], wrt=[1, 2]),
+    GradCase("cast_float32_roundtrip",
+             lambda a: mf.cast(mf.cast(a, mf.float32), mf.float64) * 2.0, [arr(3)],
+             rtol=1e-3, atol=1e-3, delta=1e-3),
+    GradCase("add_n", lambda a, b, c: mf.add_n([a, b, c]), [arr(2, 2), arr(2, 2), arr(2, 2)]),
+    GradCase("matmul", mf.matmul, [arr(3, 4), arr(4, 5)]),
+    GradCase("matmul_ta", lambda a, b: mf.matmul(a, b, transpose_a=True), [arr(4, 3), arr(4, 5)]),
+    GradCase("matmul_tb", lambda a, b: mf.matmul(a, b, transpose_b=True), [arr(3, 4), arr(5, 4)]),
+    GradCase("matmul_tab", lambda a, b: mf.matmul(a, b, transpose_a=True, transpose_b=True),
+             [arr(4, 3), arr(5, 4)]),
+    GradCase("matmul_batched", mf.matmul, [arr(2, 3, 4), arr(2, 4, 2)]),
+    GradCase("matmul_batch_broadcast", mf.matmul, [arr(2, 3, 4), arr(4, 2)]),
+    GradCase("reduce_sum_all", mf.reduce_sum, [arr(3, 4)]),
+    GradCase("reduce_sum_axis", lambda a: mf.reduce_sum(a, axis=1), [arr(3, 4)]),
+    GradCase("reduce_sum_keepdims", lambda a: mf.reduce_sum(a, axis=[0, 2], keepdims=True),
+             [arr(2, 3, 4)]),
+    GradCase("reduce_mean", lambda a: mf.reduce_mean(a, axis=-1), [arr(3, 4)]),
+    GradCase("reduce_mean_all", mf.reduce_mean, [arr(3, 4)]),
+    GradCase("reduce_max", lambda a: mf.reduce_max(a, axis=1), [arr(3, 5)]),
+    GradCase("reduce_min_keepdims", lambda a: mf.reduce_min(a, axis=0, keepdims=True),
+             [arr(3, 5)]),
+    GradCase("reduce_prod", lambda a: mf.reduce_prod(a, axis=1), [pos(2, 3)]),
+    GradCase("fan_out_two_paths", lambda a: a * a + mf.exp(a), [arr(4)]),
+    GradCase("sum_to_shape", lambda a, b: sum_to_shape(a, b) * 1.0, [arr(2, 3, 4), arr(3, 1)],
+             wrt=[0]),
+    GradCase("broadcast_to", lambda a: mf.broadcast_to(a, [3, 2, 4]), [arr(2, 1)]),
+    GradCase("reduce_grad_second_order",
+             lambda a: mf.gradients(mf.reduce_sum(mf.reduce_mean(a * a, axis=1)), a)[0] * a,
+             [arr(2, 3)]),
+    GradCase("fill", lambda v: mf.fill([2, 3], v), [np.array(1.5)]),
+    GradCase("identity_stop", lambda a, b: mf.identity(a) * mf.stop_gradient(b),
+             [arr(3), arr(3)], wrt=[0]),
+    GradCase("check_numerics", lambda a: mf.check_numerics(a * 2.0, "bad"), [arr(3)]),
+    GradCase("placeholder_with_default",
+             lambda a: mf.placeholder_with_default(a, [3]) * 3.0, [arr(3)]),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_gradient_matches_finite_differences(case):
+    check_gradient(case)
+
+
+@pytest.mark.parametrize("name,fn,ref,inputs", [
+    ("add", mf.add, np.add, [arr(3, 4), arr(4)]),
+    ("subtract", mf.subtract, np.subtract, [arr(3, 4), arr(3, 1)]),
+    ("multiply", mf.multiply, np.multiply, [arr(2, 3), arr(2, 3)]),
+    ("divide", mf.divide, np.divide, [arr(2, 3), pos(2, 3)]),
+    ("pow", mf.pow, np.power, [pos(3), arr(3)]),
+    ("maximum", mf.maximum, np.maximum, [arr(5), arr(5)]),
+    ("minimum", mf.minimum, np.minimum, [arr(5), arr(5)]),
+    ("matmul", mf.matmul, np.matmul, [arr(3, 4), arr(4, 2)]),
+    ("floordiv", mf.floordiv, np.floor_divide, [arr(4) * 10, pos(4)]),
+    ("floormod", mf.floormod, np.remainder, [arr(4) * 10, pos(4)]),
+])
+def test_binary_forward_matches_numpy(name, fn, ref, inputs):
+    check_forward(fn, inputs, ref(*inputs))
+
+
+@pytest.mark.parametrize("fn,ref,x", [
+    (mf.negative, np.negative, arr(3)), (mf.square, np.square, arr(3)),
+    (mf.sqrt, np.sqrt, pos(3)), (mf.exp, np.exp, arr(3)), (mf.log, np.log, pos(3)),
+    (mf.abs, np.abs, arr(3)), (mf.sign, np.sign, arr(3)), (mf.floor, np.floor, arr(3) * 5),
+    (mf.rsqrt, lambda v: 1 / np.sqrt(v), pos(3)), (mf.reciprocal, lambda v: 1 / v, pos(3)),
+])
+def test_unary_forward_matches_numpy(fn, ref, x):
+    check_forward(fn, [x], ref(x))
+
+
+@pytest.mark.parametrize("fn,ref,kwargs", [
+    (mf.reduce_sum, np.sum, {}), (mf.reduce_sum, np.sum, {"axis": 1}),
+    (mf.reduce_mean, np.mean, {"axis": 0, "keepdims": True}),
+    (mf.reduce_max, np.max, {"axis": -1}), (mf.reduce_min, np.min, {}),
+    (mf.reduce_prod, np.prod, {"axis": 1}),
+])
+def test_reductions_match_numpy(fn, ref, kwargs):
+    x = arr(3, 4)
+    check_forward(lambda a: fn(a, **kwargs), [x], ref(x, **kwargs))
+
+
+def test_integer_sum_keeps_dtype():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    check_forward(lambda a: mf.reduce_sum(a, axis=0), [x], x.sum(axis=0).astype(np.int32))
+
+
+def test_argmax_argmin_and_comparisons():
+    x = arr(3, 4)
+    check_forward(lambda a: mf.argmax(a, axis=1), [x], np.argmax(x, axis=1))
+    check_forward(lambda a: mf.argmin(a, 0), [x], np.argmin(x, axis=0))
+    check_forward(lambda a: mf.equal(a, a), [x], np.ones_like(x, dtype=bool))
+    check_forward(lambda a: a > 0.0, [x], x > 0)
+    check_forward(lambda a: mf.logical_not(a > 0.0), [x], ~(x > 0))
+
+
+def test_python_scalars_take_the_tensor_dtype():
+    x = mf.placeholder(mf.float32, [2])
+    y = 2 * x + 1
+    assert y.dtype is mf.float32
+    with mf.Session() as sess:
+        np.testing.assert_allclose(sess.run(y, {x: [1.0, 2.0]}), [3.0, 5.0])
+
+
+def test_integer_division_is_true_division():
+    a = mf.constant([3, 4])
+    with mf.Session() as sess:
+        np.testing.assert_allclose(sess.run(a / 2), [1.5, 2.0])
+
+
+def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
+    a = mf.placeholder(mf.float32, [3, 4])
+    b = mf.placeholder(mf.float32, [5, 6])
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'MatMul' \(MatMul\).*4 vs 5"):
+        mf.matmul(a, b)
+
+
+def test_mixed_dtypes_are_rejected_naming_the_op():
+    a = mf.placeholder(mf.float32, [3])
+    b = mf.placeholder(mf.float64, [3])
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'Add'.*float32.*float64"):
+        mf.add(a, b)
+
+
+def test_broadcast_mismatch_names_shapes():
+    a = mf.placeholder(mf.float32, [3, 4])
+    b = mf.placeholder(mf.float32, [5])
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'Mul'.*\(3, 4\) and \(5,\)"):
+        a * b
+
+
+def test_runtime_shape_mismatch_names_the_op():
+    a = mf.placeholder(mf.float32, [None, 4])
+    b = mf.placeholder(mf.float32, [None, 4])
+    c = mf.add(a, b, name="late_add")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match="late_add"):
+            sess.run(c, {a: np.ones((2, 4)), b: np.ones((3, 4))})
