@@ -9,7 +9,7 @@ one-key dicts. This is what partitions are shipped to other ranks as.
 
 from __future__ import annotations
 
-import collections
+import heapq
 
 import numpy as np
 
@@ -181,7 +181,8 @@ def _check_graph_def(graph_def) -> None:
 
 
 def _topological(nodes: dict) -> list:
-    """Order NodeDefs so every node follows its inputs (Kahn); reject cycles."""
+    """Order NodeDefs so every node follows its inputs (Kahn, ties by position, so an
+    already ordered GraphDef keeps its order); reject cycles."""
     def deps(node):
         return {i.lstrip("^").rpartition(":")[0] if not i.startswith("^") else i[1:]
                 for i in node["input"]}
@@ -192,15 +193,17 @@ def _topological(nodes: dict) -> list:
         pending[name] = len(known)
         for d in known:
             users[d].append(name)
-    ready = collections.deque(n for n in nodes if pending[n] == 0)
+    position = {name: i for i, name in enumerate(nodes)}
+    ready = [(position[n], n) for n in nodes if pending[n] == 0]
+    heapq.heapify(ready)
     order = []
     while ready:
-        name = ready.popleft()
+        _, name = heapq.heappop(ready)
         order.append(nodes[name])
         for u in users[name]:
             pending[u] -= 1
             if pending[u] == 0:
-                ready.append(u)
+                heapq.heappush(ready, (position[u], u))
     if len(order) != len(nodes):
         stuck = sorted(n for n in nodes if pending[n] > 0)
         raise errors.InvalidArgumentError(f"GraphDef has a cycle through nodes {stuck[:5]}")

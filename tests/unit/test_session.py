@@ -1,0 +1,197 @@
+"""Session.run: nested fetches, feeds and their validation, plan reuse, lifetime."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+
+
+@pytest.fixture
+def graph_xy():
+    x = mf.placeholder(mf.float32, [None, 2], name="x")
+    y = mf.reduce_sum(x * 2.0, axis=1, name="y")
+    return x, y
+
+
+def test_nested_fetch_structures_come_back_in_shape(graph_xy):
+    x, y = graph_xy
+    Pair = collections.namedtuple("Pair", "a b")
+    feed = {x: [[1.0, 2.0], [3.0, 4.0]]}
+    with mf.Session() as sess:
+        out = sess.run({"list": [y, (y, x)], "pair": Pair(y, "y:0"), "op": y.op}, feed)
+    np.testing.assert_allclose(out["list"][0], [6.0, 14.0])
+    assert isinstance(out["list"][1], tuple)
+    assert isinstance(out["pair"], Pair)
+    np.testing.assert_allclose(out["pair"].b, [6.0, 14.0])
+    assert out["op"] is None
+
+
+def test_feeding_by_name_and_feeding_any_tensor(graph_xy):
+    x, y = graph_xy
+    doubled = x * 2.0
+    z = mf.reduce_sum(doubled)
+    with mf.Session() as sess:
+        assert sess.run(z, {"x:0": [[1.0, 1.0]]}) == 4.0
+        assert sess.run(z, {doubled: [[5.0, 5.0]]}) == 10.0
+
+
+def test_unfed_placeholder_names_it(graph_xy):
+    _, y = graph_xy
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"must feed a value for placeholder tensor 'x' with dtype "
+                                 r"float32 and shape \(\?, 2\)"):
+            sess.run(y)
+
+
+def test_feed_of_wrong_shape_names_the_tensor(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Cannot feed value of shape \(2, 3\) for Tensor 'x:0'"):
+            sess.run(y, {x: np.zeros((2, 3))})
+
+
+def test_feed_of_wrong_dtype_names_the_tensor():
+    labels = mf.placeholder(mf.int64, [None], name="labels")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"dtype float64 for Tensor 'labels:0'.*int64"):
+            sess.run(labels + 1, {labels: np.array([0.5, 1.5])})
+        assert list(sess.run(labels + 1, {labels: np.array([1, 2], np.int32)})) == [2, 3]
+
+
+def test_float64_feed_is_narrowed_to_float32(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess:
+        out = sess.run(y, {x: np.ones((1, 2), np.float64)})
+    assert out.dtype == np.float32
+
+
+def test_fetching_a_tensor_of_another_graph_is_rejected():
+    other = mf.Graph()
+    with other.as_default():
+        foreign = mf.constant(1.0, name="foreign")
+    mf.constant(2.0)
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match="foreign.*not an element"):
+            sess.run(foreign)
+
+
+def test_fetching_none_or_garbage_is_rejected():
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match="None"):
+            sess.run(None)
+        with pytest.raises(mf.errors.InvalidArgumentError, match="cannot be interpreted"):
+            sess.run(3.5)
+
+
+def test_closed_session_refuses_to_run(graph_xy):
+    _, y = graph_xy
+    sess = mf.Session()
+    sess.close()
+    with pytest.raises(mf.errors.FailedPreconditionError, match="closed Session"):
+        sess.run(y, {"x:0": [[1.0, 1.0]]})
+
+
+def test_eval_and_run_use_the_default_session(graph_xy):
+    x, y = graph_xy
+    v = mf.Variable(3.0, name="v")
+    with mf.Session() as sess:
+        v.initializer.run()
+        assert v.eval() == 3.0
+        np.testing.assert_allclose(y.eval({x: [[1.0, 1.0]]}), [4.0])
+        assert mf.get_default_session() is sess
+    with pytest.raises(mf.errors.FailedPreconditionError, match="needs a session"):
+        y.eval({x: [[1.0, 1.0]]})
+
+
+def test_plan_is_cached_per_fetch_and_feed_signature(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess:
+        sess.run(y, {x: [[1.0, 1.0]]})
+        sess.run(y, {x: [[2.0, 2.0]]})
+        assert len(sess._plans) == 1
+        sess.run([y, x], {x: [[2.0, 2.0]]})
+        assert len(sess._plans) == 2
+
+
+def test_pruning_runs_only_what_the_fetch_needs():
+    v = mf.Variable(0.0, name="v")
+    bump = mf.assign_add(v, 1.0)
+    unrelated = mf.constant(5.0) * 2.0
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        sess.run(unrelated)
+        assert sess.run(v) == 0.0
+        sess.run(bump)
+        assert sess.run(v) == 1.0
+
+
+def test_uninitialized_variable_names_it():
+    v = mf.Variable([1.0], name="weights")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.FailedPreconditionError,
+                           match="uninitialized value weights"):
+            sess.run(v * 2.0)
+
+
+def test_fetched_variable_value_is_a_copy():
+    v = mf.Variable([1.0, 2.0], name="v")
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        got = sess.run(v)
+        got[0] = 99.0
+        np.testing.assert_allclose(sess.run(v), [1.0, 2.0])
+
+
+def test_constant_fetch_cannot_corrupt_the_graph():
+    c = mf.constant([1.0, 2.0])
+    with mf.Session() as sess:
+        got = sess.run(c)
+        got[0] = 99.0
+        np.testing.assert_allclose(sess.run(c), [1.0, 2.0])
+
+
+def test_reads_in_a_step_see_the_value_before_that_steps_update():
+    v = mf.Variable(1.0, name="v")
+    doubled = v * 2.0
+    update = mf.assign_add(v, 10.0)
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        before, _ = sess.run([doubled, update])
+        assert before == 2.0
+        assert sess.run(v) == 11.0
+
+
+def test_make_callable_runs_the_same_plan(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess:
+        f = sess.make_callable(y, [x])
+        np.testing.assert_allclose(f([[1.0, 2.0]]), [6.0])
+        with pytest.raises(mf.errors.InvalidArgumentError, match="expects 1 feed"):
+            f()
+
+
+def test_config_proto_rejects_unknown_options():
+    with pytest.raises(mf.errors.InvalidArgumentError, match="no option 'log_placement'"):
+        mf.ConfigProto(log_placement=True)
+
+
+def test_log_device_placement_prints_each_op(capsys):
+    with mf.device("/cpu:0"):
+        y = mf.constant(1.0, name="one") + 1.0
+    with mf.Session(config=mf.ConfigProto(log_device_placement=True)) as sess:
+        sess.run(y)
+    err = capsys.readouterr().err
+    assert "one: (Const): /device:CPU:0" in err
+
+
+def test_check_numerics_names_the_op_and_message():
+    x = mf.placeholder(mf.float32, [2])
+    y = mf.check_numerics(mf.log(x), "log of inputs", name="guard")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match="log of inputs.*guard"):
+            sess.run(y, {x: [0.0, -1.0]})

@@ -1,0 +1,135 @@
+"""Variables, variable scopes and sharing with reuse, initializers."""
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+
+
+def test_variable_ops_and_names():
+    v = mf.Variable(np.ones((2, 3), np.float32), name="w")
+    assert v.name == "w:0" and v.op.type == "VariableV2"
+    assert v.value().op.name == "w/read"
+    assert v.initializer.name == "w/Assign"
+    assert v.shape.as_list() == [2, 3] and v.dtype is mf.float32
+
+
+def test_get_variable_under_scopes_and_reuse():
+    with mf.variable_scope("layer"):
+        w = mf.get_variable("w", [3, 2])
+    with mf.variable_scope("layer", reuse=True):
+        w2 = mf.get_variable("w")
+    with mf.variable_scope("layer", reuse=mf.AUTO_REUSE):
+        w3 = mf.get_variable("w", [3, 2])
+        b = mf.get_variable("b", [2], initializer=mf.zeros_initializer())
+    assert w is w2 is w3
+    assert w.op.name == "layer/w" and b.op.name == "layer/b"
+
+
+def test_reusing_a_name_without_reuse_is_an_error_naming_it():
+    with mf.variable_scope("enc"):
+        mf.get_variable("w", [2])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="Variable enc/w already exists, disallowed.*reuse=True"):
+        with mf.variable_scope("enc"):
+            mf.get_variable("w", [2])
+
+
+def test_reuse_of_a_missing_variable_is_an_error():
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="Variable dec/w does not exist"):
+        with mf.variable_scope("dec", reuse=True):
+            mf.get_variable("w", [2])
+
+
+def test_sharing_with_a_different_shape_is_an_error():
+    with mf.variable_scope("s"):
+        mf.get_variable("w", [2])
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"share variable s/w.*\(3,\)"):
+        with mf.variable_scope("s", reuse=True):
+            mf.get_variable("w", [3])
+
+
+def test_reuse_is_inherited_by_inner_scopes():
+    with mf.variable_scope("outer"):
+        with mf.variable_scope("inner"):
+            a = mf.get_variable("a", [1])
+    with mf.variable_scope("outer", reuse=True):
+        with mf.variable_scope("inner"):
+            assert mf.get_variable("a", [1]) is a
+
+
+def test_initializers_produce_their_values():
+    mf.set_random_seed(3)
+    specs = {
+        "zeros": (mf.zeros_initializer(), lambda v: np.all(v == 0)),
+        "ones": (mf.ones_initializer(), lambda v: np.all(v == 1)),
+        "const": (mf.constant_initializer(2.5), lambda v: np.all(v == 2.5)),
+        "normal": (mf.random_normal_initializer(0.0, 0.1),
+                   lambda v: abs(v.mean()) < 0.02 and 0.08 < v.std() < 0.12),
+        "trunc": (mf.truncated_normal_initializer(0.0, 1.0), lambda v: np.abs(v).max() <= 2),
+        "glorot": (mf.glorot_uniform_initializer(),
+                   lambda v: np.abs(v).max() <= np.sqrt(6 / (100 + 200))),
+    }
+    vars_ = {k: mf.get_variable(k, [100, 200], initializer=i) for k, (i, _) in specs.items()}
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for k, (_, ok) in specs.items():
+            assert ok(sess.run(vars_[k])), k
+
+
+def test_same_seed_same_initial_values_in_two_graphs():
+    def init_values():
+        g = mf.Graph()
+        with g.as_default():
+            mf.set_random_seed(11)
+            w = mf.get_variable("w", [4, 4])
+            with mf.Session() as sess:
+                sess.run(mf.global_variables_initializer())
+                return sess.run(w)
+    np.testing.assert_array_equal(init_values(), init_values())
+
+
+def test_assign_ops_and_scatter():
+    v = mf.Variable(np.zeros((4, 2), np.float32), name="table")
+    rows = mf.scatter_add(v, [1, 1, 3], np.ones((3, 2), np.float32))
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        sess.run(rows)
+        np.testing.assert_allclose(sess.run(v)[:, 0], [0, 2, 0, 1])
+        sess.run(mf.scatter_update(v, [0], [[5.0, 5.0]]))
+        sess.run(mf.assign_sub(v, np.ones((4, 2), np.float32)))
+        np.testing.assert_allclose(sess.run(v)[:, 1], [4, 1, -1, 0])
+        sess.run(v.assign(np.full((4, 2), 7.0, np.float32)))
+        assert sess.run(v).sum() == 56.0
+
+
+def test_assign_with_a_wrong_shape_is_a_build_error():
+    v = mf.Variable(np.zeros(3, np.float32), name="vec")
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'Assign.*\(3,\).*\(4,\)"):
+        mf.assign(v, np.zeros(4, np.float32))
+
+
+def test_writing_a_non_variable_is_rejected():
+    c = mf.constant([1.0])
+    with pytest.raises(mf.errors.InvalidArgumentError, match="must be a variable"):
+        mf.assign_add(c, [1.0])
+
+
+def test_scatter_out_of_range_names_the_op():
+    v = mf.Variable(np.zeros((2, 2), np.float32), name="small")
+    up = mf.scatter_add(v, [5], np.ones((1, 2), np.float32), name="bad_scatter")
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        with pytest.raises(mf.errors.InvalidArgumentError, match="bad_scatter.*got 5"):
+            sess.run(up)
+
+
+def test_variable_load_and_is_initialized():
+    v = mf.Variable([1.0, 2.0], name="v")
+    ready = mf.is_variable_initialized(v)
+    with mf.Session() as sess:
+        assert not sess.run(ready)
+        v.load([3.0, 4.0], sess)
+        assert sess.run(ready)
+        np.testing.assert_allclose(sess.run(v), [3.0, 4.0])
