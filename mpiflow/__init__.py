@@ -17,7 +17,9 @@ from mpiflow.framework.scopes import (
     add_to_collection, colocate_with, control_dependencies, device, get_collection,
     get_collection_ref, name_scope)
 from mpiflow.gradients import gradients
-from mpiflow.ops.array_ops import concat, reshape
+from mpiflow.ops.array_ops import (
+    concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
+from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
 from mpiflow.ops.constant_ops import (
     constant, convert_to_tensor, placeholder, placeholder_with_default)
 from mpiflow.ops.control_ops import (

@@ -62,7 +62,9 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         grads = collections.defaultdict(list)
         for y, gy in zip(ys, grad_ys):
             grads[y].append(_initial_grad(y, gy))
-        ready = collections.deque(op for op in {y.op for y in ys} if pending[op] == 0)
+        # A y that no x reaches is not in ``between``: it contributes no gradient.
+        ready = collections.deque(op for op in {y.op for y in ys}
+                                  if op in between and pending[op] == 0)
         queued = set(ready)
         while ready:
             op = ready.popleft()

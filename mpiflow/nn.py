@@ -1,3 +1,12 @@
 """``mf.nn``: neural-network ops under TensorFlow's ``tf.nn`` names."""
 
+from mpiflow.ops.activation_ops import (  # noqa: F401
+    elu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax, softplus, tanh)
+from mpiflow.ops.conv_ops import (  # noqa: F401
+    conv2d, conv2d_backprop_filter, conv2d_backprop_input)
+from mpiflow.ops.nn_ops import (  # noqa: F401
+    bias_add, dropout, in_top_k, l2_loss, moments, sigmoid_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,
+    sparse_softmax_cross_entropy_with_logits)
+from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
 from mpiflow.ops.sparse_ops import embedding_lookup  # noqa: F401

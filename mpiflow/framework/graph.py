@@ -30,6 +30,7 @@ class GraphKeys:
     LOCAL_VARIABLES = "local_variables"
     MODEL_VARIABLES = "model_variables"
     TRAINABLE_VARIABLES = "trainable_variables"
+    TRAINABLE_RESOURCE_VARIABLES = "trainable_resource_variables"
     GLOBAL_STEP = "global_step"
     UPDATE_OPS = "update_ops"
     LOSSES = "losses"

@@ -1,16 +1,70 @@
-"""Shape and layout ops: reshape, concat, and (below) the rest of the array family."""
+"""Shape and layout ops: reshape, concat, transpose, stack, expand_dims, squeeze, tile,
+pad, size and rank.
+
+Taking parts of a tensor (slice, strided slice and ``Tensor.__getitem__``, split, unstack,
+one_hot) lives in ``indexing_ops.py``, which imports this module; gradients here that need
+its ops create them by type name. Layout attrs (perm, multiples, paddings, axes) are plain
+lists fixed when the graph is built, so shape functions compute exact static shapes.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops import math_ops
+from mpiflow.ops import math_ops, reduction_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, apply_op, normalize_axis, register_op, require_dtype, same_dtype)
+    REQUIRED, OpDef, apply_op, const_value, normalize_axis, register_op, require_dtype,
+    same_dtype)
+
+
+def static_ints(value, what: str) -> np.ndarray:
+    """Return ``value`` (ints, nested lists, an array or a Const tensor) as an int64 array.
+
+    Raises:
+        InvalidArgumentError: ``value`` is a tensor computed at run time.
+    """
+    if isinstance(value, Tensor) or callable(getattr(value, "_as_tensor", None)):
+        tensor = convert_to_tensor(value)
+        known = const_value(tensor)
+        if known is None:
+            raise errors.InvalidArgumentError(
+                f"{what} must be known when the graph is built: expected a Python value or a "
+                f"constant, got the computed tensor '{tensor.name}'")
+        value = known
+    try:
+        array = np.asarray(value)
+    except ValueError:      # ragged nesting
+        array = np.asarray(None)
+    if array.size and array.dtype.kind not in "iu":
+        raise errors.InvalidArgumentError(f"{what}: expected integers, got {value!r}")
+    return array.astype(np.int64)
+
+
+def static_scalar(value, what: str):
+    """Return ``value`` (a Python or numpy scalar, or a scalar Const) as a Python scalar."""
+    known = const_value(convert_to_tensor(value)) if isinstance(value, Tensor) else value
+    if known is None or np.ndim(known) != 0:
+        raise errors.InvalidArgumentError(
+            f"{what} must be a scalar known when the graph is built, got {value!r}")
+    return np.asarray(known).item()
+
+
+def kernel_error(ctx, what, expected=None, got=None):
+    """Return an InvalidArgumentError naming the op a kernel runs for (bad runtime input)."""
+    return errors.op_error(errors.InvalidArgumentError, what, ctx.op, expected, got)
+
+
+def runtime_axis(ctx, axis: int, ndims: int) -> int:
+    """Return ``axis`` in [0, ndims) for a runtime rank (the static one may be unknown)."""
+    if not -ndims <= axis < ndims:
+        raise kernel_error(ctx, "Axis out of range", expected=f"axis in [{-ndims}, {ndims})",
+                           got=axis)
+    return axis % ndims
 
 
 @register_op("Reshape")
@@ -19,16 +73,12 @@ class ReshapeOp(OpDef):
 
     def infer(self, b):
         require_dtype(b, 1, (dtypes.int32, dtypes.int64), "shape")
-        target = math_ops.shape_from_tensor(b.inputs[1])
-        if target.ndims is None:
-            return [(b.dtype(0), TensorShape(None))]
-        value = None
-        if b.inputs[1].op.type == "Const":
-            value = [int(d) for d in b.inputs[1].op.get_attr("value").tolist()]
-        if value is None:
-            return [(b.dtype(0), target)]
-        if sum(d == -1 for d in value) > 1:
-            raise b.error("Reshape: only one dimension may be -1", got=value)
+        if b.inputs[1].op.type != "Const":
+            return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[1]))]
+        value = [int(d) for d in b.inputs[1].op.get_attr("value").reshape(-1).tolist()]
+        if sum(d == -1 for d in value) > 1 or any(d < -1 for d in value):
+            raise b.error("Invalid shape for reshape",
+                          expected="dimensions >= 0 and at most one -1", got=value)
         n = b.shape(0).num_elements()
         known = int(np.prod([d for d in value if d != -1], dtype=np.int64))
         if -1 in value:
@@ -71,6 +121,9 @@ class ConcatOp(OpDef):
         nd = shapes[0].ndims
         if any(s.ndims != nd for s in shapes):
             raise b.error("concat inputs must have the same rank",
+                          got=", ".join(str(s) for s in shapes))
+        if nd == 0:
+            raise b.error("Cannot concat scalars", expected="inputs of rank >= 1",
                           got=", ".join(str(s) for s in shapes))
         axis = normalize_axis(b, b.attrs["axis"], nd)
         out = []
@@ -125,3 +178,279 @@ def concat(values, axis, name="concat") -> Tensor:
     if len(values) == 1:
         return values[0]
     return apply_op("ConcatV2", values, {"axis": int(axis)}, name=name).outputs[0]
+
+
+# -- transpose ---------------------------------------------------------------------------
+
+@register_op("Transpose", attrs={"perm": REQUIRED})
+class TransposeOp(OpDef):
+    aliases_input = True
+
+    def infer(self, b):
+        s, perm = b.shape(0), list(b.attrs["perm"])
+        n = len(perm) if s.ndims is None else s.ndims
+        if sorted(perm) != list(range(n)):
+            raise b.error("Invalid perm for transpose",
+                          expected=f"a permutation of 0..{n - 1} (input shape {s})", got=perm)
+        if s.ndims is None:
+            return [(b.dtype(0), [None] * n)]
+        return [(b.dtype(0), [s[p] for p in perm])]
+
+    def forward(self, xp, ctx, x):
+        return xp.transpose(x, ctx.attrs["perm"])
+
+    def gradient(self, op, g):
+        inverse = [int(i) for i in np.argsort(op.get_attr("perm"))]
+        return [transpose(g, inverse)]
+
+
+def transpose(a, perm=None, name="transpose", conjugate=False) -> Tensor:
+    """Return ``a`` with its dimensions permuted by ``perm`` (default: reversed); a view."""
+    x = convert_to_tensor(a)
+    if perm is None:
+        if x.shape.ndims is None:
+            raise errors.InvalidArgumentError(
+                f"transpose of '{x.name}': perm=None needs a known rank, got shape {x.shape}")
+        perm = list(reversed(range(x.shape.ndims)))
+    perm = static_ints(perm, "transpose perm").reshape(-1).tolist()
+    return apply_op("Transpose", [x], {"perm": perm}, name=name).outputs[0]
+
+
+# -- stack --------------------------------------------------------------------------------
+
+@register_op("Pack", attrs={"axis": 0})
+class PackOp(OpDef):
+    def infer(self, b):
+        if not b.inputs:
+            raise b.error("stack needs at least one input")
+        dt = same_dtype(b)
+        merged = b.shape(0)
+        for i in range(1, len(b.inputs)):
+            if not merged.is_compatible_with(b.shape(i)):
+                raise b.error("stack inputs must have the same shape", expected=merged,
+                              got=f"{b.shape(i)} for input {i}")
+            merged = merged.merge_with(b.shape(i))
+        if merged.ndims is None:
+            return [(dt, TensorShape(None))]
+        axis = normalize_axis(b, b.attrs["axis"], merged.ndims + 1)
+        dims = merged.as_list()
+        return [(dt, dims[:axis] + [len(b.inputs)] + dims[axis:])]
+
+    def forward(self, xp, ctx, *xs):
+        return xp.stack(xs, axis=ctx.attrs["axis"])
+
+    def gradient(self, op, g):
+        # Unpack lives in indexing_ops.py (which imports this module), hence by type name.
+        return apply_op("Unpack", [g], {"num": len(op.inputs),
+                                        "axis": op.get_attr("axis")}).outputs
+
+
+def stack(values, axis=0, name="stack") -> Tensor:
+    """Join same-shaped tensors along a new dimension ``axis``."""
+    values = [convert_to_tensor(v) for v in values]
+    return apply_op("Pack", values, {"axis": int(axis)}, name=name).outputs[0]
+
+
+# -- expand_dims / squeeze ---------------------------------------------------------------
+
+@register_op("ExpandDims", attrs={"axis": REQUIRED})
+class ExpandDimsOp(OpDef):
+    aliases_input = True
+
+    def infer(self, b):
+        s = b.shape(0)
+        if s.ndims is None:
+            return [(b.dtype(0), TensorShape(None))]
+        axis = normalize_axis(b, b.attrs["axis"], s.ndims + 1)
+        return [(b.dtype(0), s.as_list()[:axis] + [1] + s.as_list()[axis:])]
+
+    def forward(self, xp, ctx, x):
+        return xp.expand_dims(x, ctx.attrs["axis"])
+
+    def gradient(self, op, g):
+        return [reshape(g, math_ops.shape(op.inputs[0]))]
+
+
+def expand_dims(input, axis=None, name=None, dim=None) -> Tensor:
+    """Insert a dimension of size 1 at ``axis`` (negative counts from the end)."""
+    axis = dim if axis is None else axis
+    x = convert_to_tensor(input)
+    return apply_op("ExpandDims", [x], {"axis": int(static_ints(axis, "expand_dims axis"))},
+                    name=name).outputs[0]
+
+
+@register_op("Squeeze", attrs={"axis": None})
+class SqueezeOp(OpDef):
+    aliases_input = True
+
+    def infer(self, b):
+        s, axis = b.shape(0), b.attrs["axis"]
+        if s.ndims is None:
+            return [(b.dtype(0), TensorShape(None))]
+        if axis is None:
+            # An unknown dimension might be 1 at run time, so the rank is unknown too.
+            if not s.is_fully_defined():
+                return [(b.dtype(0), TensorShape(None))]
+            return [(b.dtype(0), [d for d in s.as_list() if d != 1])]
+        axes = {normalize_axis(b, a, s.ndims) for a in axis}
+        for a in sorted(axes):
+            if s[a] is not None and s[a] != 1:
+                raise b.error(f"Cannot squeeze dimension {a}", expected="a dimension of size 1",
+                              got=f"{s[a]} (shape {s})")
+        return [(b.dtype(0), [d for i, d in enumerate(s.as_list()) if i not in axes])]
+
+    def forward(self, xp, ctx, x):
+        axis = ctx.attrs["axis"]
+        if axis is not None:
+            axis = tuple(runtime_axis(ctx, a, x.ndim) for a in axis)
+            bad = [a for a in axis if x.shape[a] != 1]
+            if bad:
+                raise kernel_error(ctx, f"Cannot squeeze dimension {bad[0]}",
+                                expected="a dimension of size 1",
+                                got=f"{x.shape[bad[0]]} (shape {x.shape})")
+        return xp.squeeze(x, axis=axis)
+
+    def gradient(self, op, g):
+        return [reshape(g, math_ops.shape(op.inputs[0]))]
+
+
+def squeeze(input, axis=None, name=None, squeeze_dims=None) -> Tensor:
+    """Remove dimensions of size 1 (all of them, or those listed in ``axis``)."""
+    axis = squeeze_dims if axis is None else axis
+    if axis is not None:
+        axis = static_ints(axis, "squeeze axis").reshape(-1).tolist()
+    return apply_op("Squeeze", [convert_to_tensor(input)], {"axis": axis},
+                    name=name).outputs[0]
+
+
+# -- tile --------------------------------------------------------------------------------
+
+@register_op("Tile", attrs={"multiples": REQUIRED})
+class TileOp(OpDef):
+    def infer(self, b):
+        s, multiples = b.shape(0), list(b.attrs["multiples"])
+        if s.ndims is not None and s.ndims != len(multiples):
+            raise b.error("tile multiples must have one entry per dimension",
+                          expected=f"{s.ndims} multiples for shape {s}", got=multiples)
+        if any(m < 0 for m in multiples):
+            raise b.error("Invalid tile multiples", expected="multiples >= 0", got=multiples)
+        dims = s.as_list() if s.ndims is not None else [None] * len(multiples)
+        return [(b.dtype(0), [None if d is None else d * m for d, m in zip(dims, multiples)])]
+
+    def forward(self, xp, ctx, x):
+        multiples = ctx.attrs["multiples"]
+        if x.ndim != len(multiples):
+            raise kernel_error(ctx, "tile multiples must have one entry per dimension",
+                            expected=f"{x.ndim} multiples for shape {x.shape}", got=multiples)
+        return xp.tile(x, tuple(multiples))
+
+    def gradient(self, op, g):
+        # View g as [m0, d0, m1, d1, ...] and sum over the tile axes m_i.
+        x, multiples = op.inputs[0], list(op.get_attr("multiples"))
+        if x.shape.is_fully_defined():
+            pairs = constant(np.asarray(list(zip(multiples, x.shape.as_list())), np.int32))
+        else:
+            pairs = stack([constant(np.asarray(multiples, np.int32)), math_ops.shape(x)], 1)
+        tiles = reshape(g, reshape(pairs, [-1]))
+        return [reduction_ops.reduce_sum(tiles, axis=list(range(0, 2 * len(multiples), 2)))]
+
+
+def tile(input, multiples, name=None) -> Tensor:
+    """Repeat ``input`` ``multiples[i]`` times along each dimension i."""
+    multiples = static_ints(multiples, "tile multiples").reshape(-1).tolist()
+    return apply_op("Tile", [convert_to_tensor(input)], {"multiples": multiples},
+                    name=name).outputs[0]
+
+
+# -- pad ---------------------------------------------------------------------------------
+
+@register_op("Pad", attrs={"paddings": REQUIRED, "constant_values": 0})
+class PadOp(OpDef):
+    def infer(self, b):
+        s, paddings = b.shape(0), b.attrs["paddings"]
+        n = len(paddings) if s.ndims is None else s.ndims
+        if len(paddings) != n or any(not isinstance(p, (list, tuple)) or len(p) != 2 or
+                                     min(p) < 0 for p in paddings):
+            raise b.error("Invalid paddings", got=paddings,
+                          expected=f"{n} pairs [before, after] >= 0 for shape {s}")
+        value = b.attrs["constant_values"]
+        if not b.dtype(0).is_floating and value != int(value):
+            raise b.error("Invalid constant_values", got=value,
+                          expected=f"a value representable as {b.dtype(0).name}")
+        dims = s.as_list() if s.ndims is not None else [None] * n
+        return [(b.dtype(0), [None if d is None else d + lo + hi
+                              for d, (lo, hi) in zip(dims, paddings)])]
+
+    def forward(self, xp, ctx, x):
+        paddings = [tuple(p) for p in ctx.attrs["paddings"]]
+        if x.ndim != len(paddings):
+            raise kernel_error(ctx, "Invalid paddings", got=ctx.attrs["paddings"],
+                            expected=f"{x.ndim} pairs [before, after] for shape {x.shape}")
+        return xp.pad(x, paddings, mode="constant",
+                      constant_values=ctx.attrs["constant_values"])
+
+    def gradient(self, op, g):
+        # The adjoint of padding slices the interior back out: g[lo:-hi] on every axis.
+        # StridedSlice lives in indexing_ops.py (which imports this module), hence by name.
+        paddings = op.get_attr("paddings")
+        attrs = {"begin": [lo for lo, _ in paddings], "end": [-hi for _, hi in paddings],
+                 "strides": [1] * len(paddings),
+                 "end_mask": sum(1 << i for i, (_, hi) in enumerate(paddings) if hi == 0)}
+        return [apply_op("StridedSlice", [g], attrs).outputs[0]]
+
+
+def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tensor:
+    """Pad ``tensor`` with ``constant_values``: ``paddings[i] = [before, after]`` for dim i.
+
+    Raises:
+        UnimplementedError: ``mode`` is not "CONSTANT" (REFLECT/SYMMETRIC are not supported).
+    """
+    if str(mode).upper() != "CONSTANT":
+        raise errors.UnimplementedError(
+            f"pad: mode {mode!r} is not supported: expected 'CONSTANT'")
+    paddings = static_ints(paddings, "pad paddings").tolist()
+    value = static_scalar(constant_values, "pad constant_values")
+    return apply_op("Pad", [convert_to_tensor(tensor)],
+                    {"paddings": paddings, "constant_values": value}, name=name).outputs[0]
+
+
+# -- size / rank -------------------------------------------------------------------------
+
+@register_op("Size", attrs={"out_type": dtypes.int32})
+class SizeOp(OpDef):
+    gradient = None
+
+    def infer(self, b):
+        return [(b.attrs["out_type"], [])]
+
+    def forward(self, xp, ctx, x):
+        return np.asarray(np.size(x), dtype=ctx.attrs["out_type"].np_dtype)
+
+
+@register_op("Rank")
+class RankOp(OpDef):
+    gradient = None
+
+    def infer(self, b):
+        return [(dtypes.int32, [])]
+
+    def forward(self, xp, ctx, x):
+        return np.asarray(np.ndim(x), dtype=np.int32)
+
+
+def size(input, name=None, out_type=dtypes.int32) -> Tensor:
+    """Return the number of elements of ``input``; a Const when the static shape is known."""
+    x = convert_to_tensor(input)
+    out_type = dtypes.as_dtype(out_type)
+    n = x.shape.num_elements()
+    if n is not None:
+        return constant(np.asarray(n, dtype=out_type.np_dtype), name=name or "Size")
+    return apply_op("Size", [x], {"out_type": out_type}, name=name).outputs[0]
+
+
+def rank(input, name=None) -> Tensor:
+    """Return the number of dimensions of ``input``; a Const when the rank is known."""
+    x = convert_to_tensor(input)
+    if x.shape.ndims is not None:
+        return constant(np.asarray(x.shape.ndims, dtype=np.int32), name=name or "Rank")
+    return apply_op("Rank", [x], name=name).outputs[0]

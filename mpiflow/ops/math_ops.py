@@ -392,6 +392,7 @@ def to_float(x, name=None):
 
 @register_op("AddN")
 class AddNOp(OpDef):
+    aliases_input = True    # one input is passed through as is
     def infer(self, b):
         if not b.inputs:
             raise b.error("AddN needs at least one input")
@@ -405,7 +406,10 @@ class AddNOp(OpDef):
         return [(dt, out)]
 
     def forward(self, xp, ctx, *xs):
-        total = xp.add(xs[0], xs[1]) if len(xs) > 1 else xs[0]
+        if len(xs) == 1:
+            return xs[0]
+        # numpy returns a scalar, not an array, for 0-d operands: keep an array to add into.
+        total = xp.asarray(xp.add(xs[0], xs[1]))
         for x in xs[2:]:
             xp.add(total, x, out=total)
         return total

@@ -38,16 +38,18 @@ class GatherOp(OpDef):
         dims = p.as_list()
         return [(b.dtype(0), dims[:axis] + i.as_list() + dims[axis + 1:])]
 
-    def prepare(self, ctx):
-        ctx.axis = ctx.attrs["axis"] % max(ctx.op.inputs[0].shape.ndims or 1, 1)
-
     def forward(self, xp, ctx, params, indices):
-        _check_indices(ctx, indices, params.shape[ctx.axis])
-        return xp.take(params, indices, axis=ctx.axis)
+        # The axis attr may be negative (or unchecked, when params' rank was unknown at
+        # build time): indexing params.shape validates it against the runtime rank.
+        axis = ctx.attrs["axis"]
+        _check_indices(ctx, indices, params.shape[axis])
+        return xp.take(params, indices, axis=axis)
 
     def gradient(self, op, g):
         params, indices = op.inputs
-        axis = op.get_attr("axis") % max(params.shape.ndims or 1, 1)
+        axis = op.get_attr("axis")
+        if params.shape.ndims is not None:
+            axis %= max(params.shape.ndims, 1)
         params_shape = math_ops.shape(params)
         if axis == 0:
             flat_indices = array_ops.reshape(indices, [-1])
@@ -82,7 +84,7 @@ class GatherDenseGradOp(OpDef):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[2]))]
 
     def forward(self, xp, ctx, g, indices, params_shape):
-        axis = ctx.attrs["axis"]
+        axis = ctx.attrs["axis"] % len(params_shape)
         out = xp.zeros(tuple(int(d) for d in params_shape), dtype=g.dtype)
         moved = xp.moveaxis(out, axis, 0)
         g_moved = xp.moveaxis(g, list(range(axis, axis + indices.ndim)),

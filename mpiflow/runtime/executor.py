@@ -64,6 +64,10 @@ class Plan:
         refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
         steps = []
         self.ops = []
+        # Fetches that may share memory with a variable, a constant or a feed are copied
+        # right where they are produced: the copy is taken before any later in-place
+        # update of the same step, so a fetched read shows the value the step read.
+        snapshot = {t for t in self.fetch_tensors if _aliases_persistent_memory(t, fed)}
         for op in order:
             if op.type == "VariableV2" and op not in run_var_ops:
                 continue
@@ -82,12 +86,16 @@ class Plan:
             steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs,
                           op_def.tuple_outputs))
             self.ops.append(op)
-        self.fetch_slots = [slot_of(t) for t in self.fetch_tensors]
+            for t in op.outputs:
+                if t in snapshot and t not in fed:
+                    steps.append((_copy, [slot_of(t)], [slot_of(("snapshot", t))], False))
+                    self.ops.append(op)
+        self.fetch_slots = [slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
+                            for t in self.fetch_tensors]
         n_tensors = len(slots)
         steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, multi)
                  for fn, ins, outs, multi in steps]
         self._template = [None] * n_tensors + refs
-        self.fetch_copy = [_aliases_persistent_memory(t, fed) for t in self.fetch_tensors]
         self._steps = _with_frees(steps, set(self.fetch_slots),
                                   set(range(n_tensors, n_tensors + len(refs))))
 
@@ -120,17 +128,17 @@ class Plan:
         except Exception as exc:
             raise errors.op_error(errors.InternalError,
                                   f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
-        return [_fetch_value(vals[s], copy)
-                for s, copy in zip(self.fetch_slots, self.fetch_copy)]
+        return [_fetch_value(vals[s]) for s in self.fetch_slots]
 
 
-def _fetch_value(value, copy):
+def _copy(value):
+    return value.copy()
+
+
+def _fetch_value(value):
     value = backend.to_host(value)
-    if isinstance(value, np.ndarray):
-        if value.ndim == 0:
-            return value[()]            # a numpy scalar, as TensorFlow returns
-        if copy:
-            return value.copy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]            # a numpy scalar, as TensorFlow returns
     return value
 
 
@@ -277,7 +285,9 @@ def _descendants(op, succs):
 
 
 def _aliases_persistent_memory(tensor, fed):
-    """True when a fetched value may share memory with a variable or a constant."""
+    """True when a fetched value may share memory with a variable, a constant, or (as a
+    view) an array the caller fed: such fetches are copied so nobody's data is shared."""
+    through_view = False
     while tensor not in fed:
         op_def = get_op_def(tensor.op.type)
         if op_def.aliases_state:
@@ -285,4 +295,5 @@ def _aliases_persistent_memory(tensor, fed):
         if not (op_def.aliases_input and tensor.op.inputs):
             return False
         tensor = tensor.op.inputs[0]
-    return False
+        through_view = True
+    return through_view

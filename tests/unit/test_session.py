@@ -195,3 +195,23 @@ def test_check_numerics_names_the_op_and_message():
     with mf.Session() as sess:
         with pytest.raises(mf.errors.InvalidArgumentError, match="log of inputs.*guard"):
             sess.run(y, {x: [0.0, -1.0]})
+
+
+def test_fetched_read_shows_the_value_the_step_read_not_its_update():
+    v = mf.Variable(1.0, name="v")
+    update = mf.assign_add(v, 10.0)
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        read, _ = sess.run([v, update])
+        assert read == 1.0
+        assert sess.run(v) == 11.0
+
+
+def test_fetched_view_of_a_feed_is_a_copy():
+    x = mf.placeholder(mf.float32, [4], name="x")
+    view = mf.reshape(x, [2, 2])
+    data = np.arange(4, dtype=np.float32)
+    with mf.Session() as sess:
+        got = sess.run(view, {x: data})
+    got[0, 0] = 99.0
+    assert data[0] == 0.0

@@ -1,0 +1,174 @@
+"""How much does running a training step through mpiflow cost over plain numpy?
+
+Part 1: one SGD step of an MLP 784-512-512-10 at batch 128 (ReLU, sparse softmax
+cross-entropy), run by ``Session.run`` and hand-written in numpy in this same process;
+prints the time ratio (target <= 1.15).
+Part 2: a chain of many tiny ops, run by ``Session.run`` and as the same numpy calls;
+prints the executor's overhead per op in microseconds.
+
+Usage: python benchmarks/step_overhead.py [--steps 50] [--repeats 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import mpiflow as mf
+
+SIZES = (784, 512, 512, 10)
+
+
+def init_params(seed=0):
+    rng = np.random.default_rng(seed)
+    params = []
+    for fan_in, fan_out in zip(SIZES[:-1], SIZES[1:]):
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        params.append(rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32))
+        params.append(np.zeros(fan_out, np.float32))
+    return params
+
+
+def numpy_step(params, x, y, lr):
+    """One SGD step written directly in numpy (the baseline)."""
+    w1, b1, w2, b2, w3, b3 = params
+    z1 = x @ w1
+    z1 += b1
+    h1 = np.maximum(z1, 0)
+    z2 = h1 @ w2
+    z2 += b2
+    h2 = np.maximum(z2, 0)
+    logits = h2 @ w3
+    logits += b3
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    sums = exp.sum(axis=1, keepdims=True)
+    n = x.shape[0]
+    loss = np.mean(np.log(sums[:, 0]) - shifted[np.arange(n), y])
+    d = exp / sums
+    d[np.arange(n), y] -= 1
+    d /= n
+    g_w3 = h2.T @ d
+    g_b3 = d.sum(axis=0)
+    d = d @ w3.T
+    d *= z2 > 0
+    g_w2 = h1.T @ d
+    g_b2 = d.sum(axis=0)
+    d = d @ w2.T
+    d *= z1 > 0
+    g_w1 = x.T @ d
+    g_b1 = d.sum(axis=0)
+    for p, g in zip(params, (g_w1, g_b1, g_w2, g_b2, g_w3, g_b3)):
+        p -= lr * g
+    return loss
+
+
+def build_mpiflow_step(params, lr):
+    graph = mf.Graph()
+    with graph.as_default():
+        x = mf.placeholder(mf.float32, [None, SIZES[0]], name="x")
+        y = mf.placeholder(mf.int64, [None], name="y")
+        h = x
+        variables = []
+        for i, (w0, b0) in enumerate(zip(params[::2], params[1::2])):
+            w = mf.Variable(w0, name=f"w{i}")
+            b = mf.Variable(b0, name=f"b{i}")
+            variables += [w, b]
+            h = mf.matmul(h, w) + b
+            if i < len(SIZES) - 2:
+                h = mf.nn.relu(h)
+        loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                             logits=h))
+        train = mf.train.GradientDescentOptimizer(lr).minimize(loss)
+        sess = mf.Session(graph=graph)
+        sess.run(mf.global_variables_initializer())
+    step = sess.make_callable([loss, train], [x, y])
+    return sess, step, variables, len(graph.get_operations())
+
+
+def time_steps(fn, steps):
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - start) / steps
+
+
+def mlp_ratio(steps, repeats, batch=128, lr=0.01):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, SIZES[0])).astype(np.float32)
+    y = rng.integers(0, SIZES[-1], batch).astype(np.int64)
+    np_params = init_params()
+    sess, mf_step, variables, n_ops = build_mpiflow_step(init_params(), lr)
+    # Same math: one step from the same start gives the same loss and weights.
+    mf_loss = mf_step(x, y)[0]
+    np_loss = numpy_step(np_params, x, y, lr)
+    w_diff = float(np.abs(sess.run(variables[0]) - np_params[0]).max())
+    mf_times, np_times = [], []
+    for _ in range(repeats):       # interleaved so drifts in machine load hit both
+        np_times.append(time_steps(lambda: numpy_step(np_params, x, y, lr), steps))
+        mf_times.append(time_steps(lambda: mf_step(x, y), steps))
+    sess.close()
+    mf_t, np_t = statistics.median(mf_times), statistics.median(np_times)
+    return {"mlp_step_ms_mpiflow": mf_t * 1e3, "mlp_step_ms_numpy": np_t * 1e3,
+            "mlp_ratio": mf_t / np_t, "mlp_graph_ops": n_ops,
+            "first_step_loss_diff": abs(float(mf_loss) - float(np_loss)),
+            "first_step_w0_max_diff": w_diff}
+
+
+def tiny_op_overhead(n_ops=2000, repeats=5, steps=20):
+    graph = mf.Graph()
+    with graph.as_default():
+        x = mf.placeholder(mf.float32, [4], name="x")
+        one = mf.constant(1.0)
+        y = x
+        for _ in range(n_ops):
+            y = mf.add(y, one)
+        sess = mf.Session(graph=graph)
+    run = sess.make_callable(y, [x])
+    value = np.zeros(4, np.float32)
+    one_np = np.float32(1.0)
+
+    def numpy_chain():
+        z = value
+        for _ in range(n_ops):
+            z = np.add(z, one_np)
+        return z
+
+    run(value)
+    mf_t = statistics.median(time_steps(lambda: run(value), steps) for _ in range(repeats))
+    np_t = statistics.median(time_steps(numpy_chain, steps) for _ in range(repeats))
+    sess.close()
+    return {"tiny_ops": n_ops, "per_op_us_mpiflow": mf_t / n_ops * 1e6,
+            "per_op_us_numpy": np_t / n_ops * 1e6,
+            "executor_overhead_us_per_op": (mf_t - np_t) / n_ops * 1e6}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    result = mlp_ratio(args.steps, args.repeats)
+    result.update(tiny_op_overhead(repeats=args.repeats))
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"MLP 784-512-512-10, batch 128, SGD ({result['mlp_graph_ops']} graph ops)")
+    print(f"  mpiflow Session.run   {result['mlp_step_ms_mpiflow']:8.3f} ms/step")
+    print(f"  numpy by hand         {result['mlp_step_ms_numpy']:8.3f} ms/step")
+    print(f"  ratio                 {result['mlp_ratio']:8.3f}   (target <= 1.15)")
+    print(f"  same math: first-step loss diff {result['first_step_loss_diff']:.2e}, "
+          f"w0 max diff {result['first_step_w0_max_diff']:.2e}")
+    print(f"Chain of {result['tiny_ops']} tiny ops (Add on 4 floats)")
+    print(f"  mpiflow               {result['per_op_us_mpiflow']:8.3f} us/op")
+    print(f"  numpy calls           {result['per_op_us_numpy']:8.3f} us/op")
+    print(f"  executor overhead     {result['executor_overhead_us_per_op']:8.3f} us/op")
+
+
+if __name__ == "__main__":
+    main()

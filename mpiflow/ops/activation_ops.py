@@ -1,0 +1,276 @@
+"""Activations and softmax (``mf.nn.relu`` ... ``mf.nn.log_softmax``).
+
+Each activation has a fused gradient op (``ReluGrad``, ``SigmoidGrad``, ...) as in
+TensorFlow, and each of those has its own gradient built from graph ops, so second-order
+derivatives work. Kernels are stable for large |x| (no overflow in sigmoid, softplus,
+softmax). Imports only the framework and other op modules, never the runtime.
+"""
+
+from __future__ import annotations
+
+from mpiflow.framework.graph import Tensor
+from mpiflow.ops import math_ops
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.reduction_ops import reduce_sum
+from mpiflow.ops.registry import (
+    OpDef, apply_op, is_float, is_numeric, normalize_axis, register_op, require_dtype,
+    same_dtype)
+
+class _Elementwise(OpDef):
+    """Shape rule of activations and their gradient kernels: same dtype, same shape."""
+
+    allowed = staticmethod(is_float)
+
+    def infer(self, b):
+        dt = same_dtype(b)
+        require_dtype(b, 0, self.allowed)
+        out = b.shape(0)
+        for i in range(1, len(b.inputs)):
+            if not out.is_compatible_with(b.shape(i)):
+                raise b.error("Inputs must have the same shape", expected=out, got=b.shape(i))
+            out = out.merge_with(b.shape(i))
+        return [(dt, out)]
+
+
+def _op(type_name, *inputs, **attrs):
+    return apply_op(type_name, list(inputs), attrs or None).outputs[0]
+
+
+# -- activations -------------------------------------------------------------------------
+
+@register_op("Relu")
+class ReluOp(_Elementwise):
+    allowed = staticmethod(is_numeric)
+
+    def forward(self, xp, ctx, x):
+        return xp.maximum(x, 0)
+
+    def gradient(self, op, g):
+        return [_op("ReluGrad", g, op.outputs[0])]
+
+
+@register_op("ReluGrad")
+class ReluGradOp(_Elementwise):
+    """``gradients * (outputs > 0)``."""
+
+    allowed = staticmethod(is_numeric)
+
+    def forward(self, xp, ctx, g, y):
+        return g * (y > 0)
+
+    def gradient(self, op, gg):
+        # Linear in the incoming gradient; piecewise constant in the features.
+        return [_op("ReluGrad", gg, op.inputs[1]), None]
+
+
+@register_op("Relu6")
+class Relu6Op(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return xp.clip(x, 0, 6)
+
+    def gradient(self, op, g):
+        return [_op("Relu6Grad", g, op.inputs[0])]
+
+
+@register_op("Relu6Grad")
+class Relu6GradOp(_Elementwise):
+    """``gradients * (0 < features < 6)``."""
+
+    def forward(self, xp, ctx, g, x):
+        return g * ((x > 0) & (x < 6))
+
+    def gradient(self, op, gg):
+        return [_op("Relu6Grad", gg, op.inputs[1]), None]
+
+
+@register_op("LeakyRelu", attrs={"alpha": 0.2})
+class LeakyReluOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return xp.where(x > 0, x, x * ctx.attrs["alpha"])
+
+    def gradient(self, op, g):
+        return [_op("LeakyReluGrad", g, op.inputs[0], alpha=op.get_attr("alpha"))]
+
+
+@register_op("LeakyReluGrad", attrs={"alpha": 0.2})
+class LeakyReluGradOp(_Elementwise):
+    """``gradients`` where features > 0, else ``alpha * gradients``."""
+
+    def forward(self, xp, ctx, g, x):
+        return xp.where(x > 0, g, g * ctx.attrs["alpha"])
+
+    def gradient(self, op, gg):
+        return [_op("LeakyReluGrad", gg, op.inputs[1], alpha=op.get_attr("alpha")), None]
+
+
+@register_op("Elu")
+class EluOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
+
+    def gradient(self, op, g):
+        return [_op("EluGrad", g, op.outputs[0])]
+
+
+@register_op("EluGrad")
+class EluGradOp(_Elementwise):
+    """``gradients`` where outputs > 0, else ``gradients * (outputs + 1)``."""
+
+    def forward(self, xp, ctx, g, y):
+        return xp.where(y > 0, g, g * (y + 1))
+
+    def gradient(self, op, gg):
+        g, y = op.inputs
+        negative = math_ops.less(y, math_ops.zeros_like(y))
+        return [_op("EluGrad", gg, y),
+                math_ops.where(negative, gg * g, math_ops.zeros_like(y))]
+
+
+def _stable_sigmoid(xp, x):
+    # exp(-|x|) never overflows; pick the form that divides by a number >= 1.
+    z = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+
+@register_op("Sigmoid")
+class SigmoidOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return _stable_sigmoid(xp, x)
+
+    def gradient(self, op, g):
+        return [_op("SigmoidGrad", op.outputs[0], g)]
+
+
+@register_op("SigmoidGrad")
+class SigmoidGradOp(_Elementwise):
+    """``dy * y * (1 - y)`` with inputs (y, dy), TensorFlow's order."""
+
+    def forward(self, xp, ctx, y, dy):
+        return dy * y * (1 - y)
+
+    def gradient(self, op, gg):
+        y, dy = op.inputs
+        gdy = gg * dy
+        return [gdy - 2.0 * gdy * y, _op("SigmoidGrad", y, gg)]
+
+
+@register_op("Tanh")
+class TanhOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return xp.tanh(x)
+
+    def gradient(self, op, g):
+        return [_op("TanhGrad", op.outputs[0], g)]
+
+
+@register_op("TanhGrad")
+class TanhGradOp(_Elementwise):
+    """``dy * (1 - y^2)`` with inputs (y, dy), TensorFlow's order."""
+
+    def forward(self, xp, ctx, y, dy):
+        return dy * (1 - y * y)
+
+    def gradient(self, op, gg):
+        y, dy = op.inputs
+        return [gg * dy * y * -2.0, _op("TanhGrad", y, gg)]
+
+
+@register_op("Softplus")
+class SoftplusOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large |x|.
+        return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+    def gradient(self, op, g):
+        return [_op("SoftplusGrad", g, op.inputs[0])]
+
+
+@register_op("SoftplusGrad")
+class SoftplusGradOp(_Elementwise):
+    """``gradients * sigmoid(features)``."""
+
+    def forward(self, xp, ctx, g, x):
+        return g * _stable_sigmoid(xp, x)
+
+    def gradient(self, op, gg):
+        g, x = op.inputs
+        return [_op("SoftplusGrad", gg, x), _op("SigmoidGrad", sigmoid(x), gg * g)]
+
+
+def _activation(type_name, doc):
+    def fn(features, name=None) -> Tensor:
+        return apply_op(type_name, [convert_to_tensor(features)], name=name).outputs[0]
+    fn.__name__ = fn.__qualname__ = type_name.lower()
+    fn.__doc__ = doc
+    return fn
+
+
+relu = _activation("Relu", "Return max(features, 0).")
+relu6 = _activation("Relu6", "Return min(max(features, 0), 6).")
+elu = _activation("Elu", "Return features if > 0, else exp(features) - 1.")
+sigmoid = _activation("Sigmoid", "Return 1 / (1 + exp(-x)), computed without overflow.")
+tanh = _activation("Tanh", "Return the hyperbolic tangent of x.")
+softplus = _activation("Softplus", "Return log(1 + exp(features)), computed without overflow.")
+
+
+def leaky_relu(features, alpha=0.2, name=None) -> Tensor:
+    """Return features if > 0, else ``alpha * features``."""
+    return apply_op("LeakyRelu", [convert_to_tensor(features)], {"alpha": float(alpha)},
+                    name=name).outputs[0]
+
+
+# -- softmax ------------------------------------------------------------------------------
+
+class _SoftmaxBase(OpDef):
+    attrs = {"axis": -1}
+
+    def infer(self, b):
+        require_dtype(b, 0, is_float)
+        s = b.shape(0)
+        if s.ndims is not None:
+            if s.ndims == 0:
+                raise b.error("Softmax needs a tensor of rank >= 1", got=s)
+            normalize_axis(b, b.attrs["axis"], s.ndims)
+        return [(b.dtype(0), s)]
+
+
+@register_op("Softmax", attrs={"axis": -1})
+class SoftmaxOp(_SoftmaxBase):
+    def forward(self, xp, ctx, x):
+        axis = ctx.attrs["axis"]
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e /= e.sum(axis=axis, keepdims=True)
+        return e
+
+    def gradient(self, op, g):
+        y = op.outputs[0]
+        dot = reduce_sum(g * y, axis=op.get_attr("axis"), keepdims=True)
+        return [(g - dot) * y]
+
+
+@register_op("LogSoftmax", attrs={"axis": -1})
+class LogSoftmaxOp(_SoftmaxBase):
+    def forward(self, xp, ctx, x):
+        axis = ctx.attrs["axis"]
+        shifted = x - x.max(axis=axis, keepdims=True)
+        return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+
+    def gradient(self, op, g):
+        total = reduce_sum(g, axis=op.get_attr("axis"), keepdims=True)
+        return [g - total * math_ops.exp(op.outputs[0])]
+
+
+def softmax(logits, axis=None, name=None, dim=None) -> Tensor:
+    """Return exp(logits) / sum(exp(logits)) along ``axis`` (default -1), stably."""
+    axis = dim if axis is None else axis
+    return apply_op("Softmax", [convert_to_tensor(logits)],
+                    {"axis": -1 if axis is None else int(axis)}, name=name).outputs[0]
+
+
+def log_softmax(logits, axis=None, name=None, dim=None) -> Tensor:
+    """Return logits - log(sum(exp(logits))) along ``axis`` (default -1), stably."""
+    axis = dim if axis is None else axis
+    return apply_op("LogSoftmax", [convert_to_tensor(logits)],
+                    {"axis": -1 if axis is None else int(axis)}, name=name).outputs[0]
+
+

@@ -1,0 +1,176 @@
+"""Convolution over NHWC images: Conv2D and its gradient ops.
+
+conv2d is im2col: a strided view of the padded input's windows (no copy) contracted
+with the filter in one ``tensordot``. Conv2DBackpropFilter is the same contraction with
+out_backprop; Conv2DBackpropInput contracts out_backprop with the filter and scatters
+with col2im, looping over the kh*kw taps of the window, never over pixels. Each gradient
+op's gradient is conv2d or the other backprop op. Window geometry lives in
+``windows.py``, pooling in ``pooling_ops.py``.
+"""
+
+from __future__ import annotations
+
+from mpiflow.framework.graph import Tensor
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import math_ops
+from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
+from mpiflow.ops.registry import (
+    OpDef, is_float, is_index, register_op, require_dtype, same_dtype)
+from mpiflow.ops.windows import (
+    Window, apply_single, check_layout, four, rank4, sizes, spatial_attr, windowed_shape)
+
+_CONV_ATTRS = {"strides": [1, 1, 1, 1], "padding": "VALID", "data_format": "NHWC",
+               "dilations": [1, 1, 1, 1]}
+
+
+class _ConvBase(OpDef):
+    def prepare(self, ctx):
+        ctx.strides = tuple(ctx.attrs["strides"][1:3])
+        ctx.dilations = tuple(ctx.attrs["dilations"][1:3])
+
+    def window(self, ctx, x_shape, f_shape):
+        if x_shape[3] != f_shape[2]:
+            raise ValueError(f"filter in_channels {f_shape[2]} != input channels {x_shape[3]}")
+        return Window(x_shape[1], x_shape[2], f_shape[:2], ctx.strides, ctx.dilations,
+                       ctx.attrs["padding"])
+
+    def check(self, b, x, f):
+        """Validate attrs and shapes of input ``x`` and filter ``f``; return the output."""
+        check_layout(b)
+        d_hw = spatial_attr(b, "dilations")
+        if x[3] is not None and f[2] is not None and x[3] != f[2]:
+            raise b.error("filter in_channels must equal the input's channels",
+                          expected=f"filter[2] == {x[3]} (input {x})", got=f"filter {f}")
+        return windowed_shape(b, x, (f[0], f[1]), d_hw, f[3])
+
+
+def _conv_attrs(op):
+    return {key: op.get_attr(key) for key in _CONV_ATTRS}
+
+
+@register_op("Conv2D", attrs=_CONV_ATTRS)
+class Conv2DOp(_ConvBase):
+    def infer(self, b):
+        dt = same_dtype(b)
+        require_dtype(b, 0, is_float)
+        return [(dt, self.check(b, rank4(b, 0, "input"), rank4(b, 1, "filter")))]
+
+    def forward(self, xp, ctx, x, f):
+        win = self.window(ctx, x.shape, f.shape)
+        return xp.tensordot(win.view(xp, win.pad(xp, x)), f, axes=((3, 4, 5), (0, 1, 2)))
+
+    def gradient(self, op, g):
+        x, f = op.inputs
+        attrs = _conv_attrs(op)
+        return [apply_single("Conv2DBackpropInput", [math_ops.shape(x), f, g], attrs),
+                apply_single("Conv2DBackpropFilter", [x, math_ops.shape(f), g], attrs)]
+
+
+@register_op("Conv2DBackpropInput", attrs=_CONV_ATTRS)
+class Conv2DBackpropInputOp(_ConvBase):
+    """Inputs (input_sizes, filter, out_backprop): d conv2d / d input."""
+
+    def infer(self, b):
+        require_dtype(b, 0, is_index, "input_sizes")
+        dt = same_dtype(b, [1, 2])
+        require_dtype(b, 1, is_float)
+        x = math_ops.shape_from_tensor(b.inputs[0])
+        x = x if x.ndims == 4 else TensorShape([None] * 4)
+        out = self.check(b, x, rank4(b, 1, "filter"))
+        dy = rank4(b, 2, "out_backprop")
+        if not dy.is_compatible_with(out):
+            raise b.error("out_backprop does not match the conv2d output", expected=out,
+                          got=dy)
+        return [(dt, x)]
+
+    def forward(self, xp, ctx, input_sizes, f, dy):
+        n, h, w, c = sizes(input_sizes)
+        win = self.window(ctx, (n, h, w, c), f.shape)
+        win.check_output(dy.shape, "out_backprop")
+        cols = xp.tensordot(dy, f, axes=((3,), (3,)))        # [N, OH, OW, KH, KW, C]
+        dx = win.zeros_padded(xp, n, c, dy.dtype)
+        for i, j, index in win.taps():
+            dx[index] += cols[:, :, :, i, j, :]
+        return win.crop(xp, dx)
+
+    def gradient(self, op, gg):
+        _, f, dy = op.inputs
+        attrs = _conv_attrs(op)
+        return [None, apply_single("Conv2DBackpropFilter", [gg, math_ops.shape(f), dy], attrs),
+                apply_single("Conv2D", [gg, f], attrs)]
+
+
+@register_op("Conv2DBackpropFilter", attrs=_CONV_ATTRS)
+class Conv2DBackpropFilterOp(_ConvBase):
+    """Inputs (input, filter_sizes, out_backprop): d conv2d / d filter."""
+
+    def infer(self, b):
+        require_dtype(b, 1, is_index, "filter_sizes")
+        dt = same_dtype(b, [0, 2])
+        require_dtype(b, 0, is_float)
+        f = math_ops.shape_from_tensor(b.inputs[1])
+        f = f if f.ndims == 4 else TensorShape([None] * 4)
+        out = self.check(b, rank4(b, 0, "input"), f)
+        dy = rank4(b, 2, "out_backprop")
+        if not dy.is_compatible_with(out):
+            raise b.error("out_backprop does not match the conv2d output", expected=out,
+                          got=dy)
+        return [(dt, f)]
+
+    def forward(self, xp, ctx, x, filter_sizes, dy):
+        win = self.window(ctx, x.shape, sizes(filter_sizes))
+        win.check_output(dy.shape, "out_backprop")
+        return xp.tensordot(win.view(xp, win.pad(xp, x)), dy, axes=((0, 1, 2), (0, 1, 2)))
+
+    def gradient(self, op, gg):
+        x, _, dy = op.inputs
+        attrs = _conv_attrs(op)
+        return [apply_single("Conv2DBackpropInput", [math_ops.shape(x), gg, dy], attrs), None,
+                apply_single("Conv2D", [x, gg], attrs)]
+
+
+def _conv_attr_values(strides, padding, data_format, dilations):
+    return {"strides": four(strides, "strides"), "padding": padding,
+            "data_format": data_format, "dilations": four(dilations or 1, "dilations")}
+
+
+def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,
+           data_format="NHWC", dilations=None, name=None, filters=None) -> Tensor:
+    """Return the 2-D convolution (cross-correlation, as TensorFlow) of NHWC ``input``.
+
+    Args:
+        input: [batch, height, width, in_channels].
+        filter: [filter_height, filter_width, in_channels, out_channels].
+        strides: an int, [h, w] or [1, h, w, 1].
+        padding: "SAME" or "VALID".
+        dilations: an int, [h, w] or [1, h, w, 1] (default 1).
+
+    Raises:
+        InvalidArgumentError: at build time, naming the op, for mismatched channels, a bad
+            padding or data_format, or an input smaller than the filter under VALID.
+    """
+    x = convert_to_tensor(input)
+    f = filters if filter is None else filter
+    f = convert_to_tensor(f, dtype=None if is_tensor_like(f) else x.dtype)
+    return apply_single("Conv2D", [x, f],
+                        _conv_attr_values(strides, padding, data_format, dilations), name)
+
+
+def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,
+                          use_cudnn_on_gpu=True, data_format="NHWC", dilations=None,
+                          name=None) -> Tensor:
+    """Return the gradient of conv2d with respect to its input (of shape input_sizes)."""
+    return apply_single("Conv2DBackpropInput",
+                        [convert_to_tensor(input_sizes), convert_to_tensor(filter),
+                         convert_to_tensor(out_backprop)],
+                        _conv_attr_values(strides, padding, data_format, dilations), name)
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
+                           use_cudnn_on_gpu=True, data_format="NHWC", dilations=None,
+                           name=None) -> Tensor:
+    """Return the gradient of conv2d with respect to its filter (of shape filter_sizes)."""
+    return apply_single("Conv2DBackpropFilter",
+                        [convert_to_tensor(input), convert_to_tensor(filter_sizes),
+                         convert_to_tensor(out_backprop)],
+                        _conv_attr_values(strides, padding, data_format, dilations), name)

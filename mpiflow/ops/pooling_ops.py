@@ -1,0 +1,197 @@
+"""Pooling over NHWC images: MaxPool and AvgPool with their gradient ops.
+
+MaxPool's gradient routes each window's gradient to its first maximum (MaxPoolGrad);
+that scatter is linear, and its transpose MaxPoolGradGrad gathers at the same maxima, so
+each is the other's gradient. AvgPool is linear and AvgPoolGrad is its transpose. SAME
+padding pads max with -inf and averages only the real inputs, as TensorFlow. Window
+geometry lives in ``windows.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow.framework.graph import Tensor
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import math_ops
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.registry import (
+    OpDef, is_float, is_index, register_op, require_dtype, same_dtype)
+from mpiflow.ops.windows import (
+    Window, apply_single, check_layout, four, rank4, sizes, spatial_attr, windowed_shape)
+
+_POOL_ATTRS = {"ksize": [1, 1, 1, 1], "strides": [1, 1, 1, 1], "padding": "VALID",
+               "data_format": "NHWC"}
+
+
+class _PoolBase(OpDef):
+    def prepare(self, ctx):
+        ctx.ksize = tuple(ctx.attrs["ksize"][1:3])
+        ctx.strides = tuple(ctx.attrs["strides"][1:3])
+
+    def window(self, ctx, x_shape):
+        return Window(x_shape[1], x_shape[2], ctx.ksize, ctx.strides, (1, 1),
+                       ctx.attrs["padding"])
+
+    def pooled_shape(self, b, x):
+        """Validate attrs and the input shape ``x``; return the pooled shape."""
+        check_layout(b)
+        return windowed_shape(b, x, spatial_attr(b, "ksize"), (1, 1), x[3])
+
+
+def _pool_attrs(op):
+    return {key: op.get_attr(key) for key in _POOL_ATTRS}
+
+
+def _window_argmax(xp, win, x):
+    """Return which tap (i * kw + j) holds each window's first maximum, [N, OH, OW, C]."""
+    padded = win.pad(xp, x, -np.inf)
+    best = arg = None
+    for i, j, index in win.taps():
+        value = padded[index]
+        if best is None:
+            best = value.copy()
+            arg = xp.zeros(value.shape, dtype=np.int32)
+            continue
+        better = value > best
+        xp.copyto(best, value, where=better)
+        arg[better] = i * win.kw + j
+    return arg
+
+
+@register_op("MaxPool", attrs=_POOL_ATTRS)
+class MaxPoolOp(_PoolBase):
+    def infer(self, b):
+        require_dtype(b, 0, is_float)
+        return [(b.dtype(0), self.pooled_shape(b, rank4(b, 0, "input")))]
+
+    def forward(self, xp, ctx, x):
+        win = self.window(ctx, x.shape)
+        return win.view(xp, win.pad(xp, x, -np.inf)).max(axis=(3, 4))
+
+    def gradient(self, op, g):
+        return [apply_single("MaxPoolGrad", [op.inputs[0], g], _pool_attrs(op))]
+
+
+@register_op("MaxPoolGrad", attrs=_POOL_ATTRS)
+class MaxPoolGradOp(_PoolBase):
+    """Inputs (orig_input, grad): route each window's gradient to its first maximum.
+
+    Unlike TensorFlow's op it does not take orig_output, which it does not need.
+    """
+
+    def infer(self, b):
+        dt = same_dtype(b)
+        x = rank4(b, 0, "orig_input")
+        out = self.pooled_shape(b, x)
+        if not rank4(b, 1, "grad").is_compatible_with(out):
+            raise b.error("grad does not match the max_pool output", expected=out,
+                          got=b.shape(1))
+        return [(dt, x)]
+
+    def forward(self, xp, ctx, x, g):
+        win = self.window(ctx, x.shape)
+        win.check_output(g.shape, "grad")
+        arg = _window_argmax(xp, win, x)
+        dx = win.zeros_padded(xp, x.shape[0], x.shape[3], g.dtype)
+        for i, j, index in win.taps():
+            dx[index] += g * (arg == i * win.kw + j)
+        return win.crop(xp, dx)
+
+    def gradient(self, op, gg):
+        # Linear in grad (a scatter); its adjoint gathers at the same maxima.
+        return [None, apply_single("MaxPoolGradGrad", [op.inputs[0], gg], _pool_attrs(op))]
+
+
+@register_op("MaxPoolGradGrad", attrs=_POOL_ATTRS)
+class MaxPoolGradGradOp(_PoolBase):
+    """Inputs (orig_input, grad of the input): gather it at each window's first maximum."""
+
+    def infer(self, b):
+        dt = same_dtype(b)
+        x = rank4(b, 0, "orig_input")
+        if not rank4(b, 1, "grad").is_compatible_with(x):
+            raise b.error("grad does not match orig_input", expected=x, got=b.shape(1))
+        return [(dt, self.pooled_shape(b, x))]
+
+    def forward(self, xp, ctx, x, gg):
+        win = self.window(ctx, x.shape)
+        arg = _window_argmax(xp, win, x)
+        padded = win.pad(xp, gg)
+        out = xp.zeros(arg.shape, dtype=gg.dtype)
+        for i, j, index in win.taps():
+            xp.copyto(out, padded[index], where=arg == i * win.kw + j)
+        return out
+
+    def gradient(self, op, g):
+        return [None, apply_single("MaxPoolGrad", [op.inputs[0], g], _pool_attrs(op))]
+
+
+@register_op("AvgPool", attrs=_POOL_ATTRS)
+class AvgPoolOp(_PoolBase):
+    """Average over each window; SAME padding averages only the real (unpadded) inputs."""
+
+    def infer(self, b):
+        require_dtype(b, 0, is_float)
+        return [(b.dtype(0), self.pooled_shape(b, rank4(b, 0, "input")))]
+
+    def forward(self, xp, ctx, x):
+        win = self.window(ctx, x.shape)
+        return win.view(xp, win.pad(xp, x)).sum(axis=(3, 4)) / win.counts(xp, x.dtype)
+
+    def gradient(self, op, g):
+        return [apply_single("AvgPoolGrad", [math_ops.shape(op.inputs[0]), g],
+                             _pool_attrs(op))]
+
+
+@register_op("AvgPoolGrad", attrs=_POOL_ATTRS)
+class AvgPoolGradOp(_PoolBase):
+    """Inputs (orig_input_shape, grad): spread each window's gradient over its inputs."""
+
+    def infer(self, b):
+        require_dtype(b, 0, is_index, "orig_input_shape")
+        x = math_ops.shape_from_tensor(b.inputs[0])
+        x = x if x.ndims == 4 else TensorShape([None] * 4)
+        out = self.pooled_shape(b, x)
+        if not rank4(b, 1, "grad").is_compatible_with(out):
+            raise b.error("grad does not match the avg_pool output", expected=out,
+                          got=b.shape(1))
+        return [(b.dtype(1), x)]
+
+    def forward(self, xp, ctx, orig_input_shape, g):
+        n, h, w, c = sizes(orig_input_shape)
+        win = self.window(ctx, (n, h, w, c))
+        win.check_output(g.shape, "grad")
+        share = g / win.counts(xp, g.dtype)
+        dx = win.zeros_padded(xp, n, c, g.dtype)
+        for _, _, index in win.taps():
+            dx[index] += share
+        return win.crop(xp, dx)
+
+    def gradient(self, op, gg):
+        # AvgPoolGrad is the transpose of the linear map AvgPool.
+        return [None, apply_single("AvgPool", [gg], _pool_attrs(op))]
+
+
+def _pool(type_name, value, ksize, strides, padding, data_format, name):
+    attrs = {"ksize": four(ksize, "ksize"), "strides": four(strides, "strides"),
+             "padding": padding, "data_format": data_format}
+    return apply_single(type_name, [convert_to_tensor(value)], attrs, name)
+
+
+def max_pool(value, ksize, strides, padding, data_format="NHWC", name=None,
+             input=None) -> Tensor:
+    """Return the max over each ksize window of NHWC ``value`` (SAME pads with -inf)."""
+    return _pool("MaxPool", value if input is None else input, ksize, strides, padding,
+                 data_format, name)
+
+
+def avg_pool(value, ksize, strides, padding, data_format="NHWC", name=None,
+             input=None) -> Tensor:
+    """Return the mean over each ksize window of NHWC ``value`` (SAME: real inputs only)."""
+    return _pool("AvgPool", value if input is None else input, ksize, strides, padding,
+                 data_format, name)
+
+
+max_pool2d = max_pool
+avg_pool2d = avg_pool

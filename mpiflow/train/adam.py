@@ -1,0 +1,69 @@
+"""AdamOptimizer (Kingma & Ba), TF1's formulation with bias-corrected step size (ApplyAdam).
+
+lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t); m = beta1 * m + (1 - beta1) * g;
+v = beta2 * v + (1 - beta2) * g^2; var -= lr_t * m / (sqrt(v) + epsilon).
+"""
+
+from __future__ import annotations
+
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import get_default_graph
+from mpiflow.ops import control_ops, state_ops
+from mpiflow.ops.constant_ops import constant
+from mpiflow.train.optimizer import Optimizer
+
+
+class AdamOptimizer(Optimizer):
+    """Adam; slots "m" (``<var>/Adam``) and "v" (``<var>/Adam_1``), and non-slot variables
+    beta1_power and beta2_power colocated with the first variable by name.
+
+    A sparse gradient gives the same result as its densified gradient (m and v decay on
+    every row), as TF1's AdamOptimizer.
+    """
+
+    _apply_ops = {"dense": "ApplyAdam", "sparse": "SparseApplyAdam"}
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 use_locking=False, name="Adam"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._beta1 = beta1
+        self._beta2 = beta2
+        self._epsilon = epsilon
+
+    def _create_slots(self, var_list):
+        first_var = min(var_list, key=lambda v: v.name)
+        # float64 models keep the powers in float64; others in float32 (as TF).
+        dtype = dtypes.float64 if first_var.dtype is dtypes.float64 else dtypes.float32
+        for name, value in (("beta1_power", self._beta1), ("beta2_power", self._beta2)):
+            self._create_non_slot_variable(
+                lambda value=value: constant(value, dtype=dtype), name, first_var)
+        for v in var_list:
+            self._zeros_slot(v, "m", self._name)
+            self._zeros_slot(v, "v", self._name)
+
+    def _get_beta_accumulators(self, graph=None):
+        graph = graph if graph is not None else get_default_graph()
+        return (self._get_non_slot_variable("beta1_power", graph),
+                self._get_non_slot_variable("beta2_power", graph))
+
+    def _apply_inputs(self, var, grad_inputs):
+        beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
+        return [var, self.get_slot(var, "m"), self.get_slot(var, "v"),
+                self._hyper(beta1_power, var, "beta1_power"),
+                self._hyper(beta2_power, var, "beta2_power"),
+                self._hyper(self._learning_rate, var, "learning_rate"),
+                self._hyper(self._beta1, var, "beta1"),
+                self._hyper(self._beta2, var, "beta2"),
+                self._hyper(self._epsilon, var, "epsilon"), *grad_inputs]
+
+    def _finish(self, update_ops, name_scope):
+        graph = get_default_graph()
+        beta1_power, beta2_power = self._get_beta_accumulators(graph)
+        with graph.control_dependencies(update_ops), graph.colocate_with(beta1_power.op):
+            update_beta1 = state_ops.assign(
+                beta1_power, beta1_power * self._hyper(self._beta1, beta1_power, "beta1"))
+            update_beta2 = state_ops.assign(
+                beta2_power, beta2_power * self._hyper(self._beta2, beta2_power, "beta2"))
+        return control_ops.group(*update_ops, update_beta1, update_beta2, name=name_scope)
+

@@ -1,0 +1,356 @@
+"""Optimizer: TF1's base class (compute_gradients, apply_gradients, minimize, slots).
+
+A subclass declares its fused ops in ``_apply_ops`` (``{"dense": ..., "sparse": ...}``),
+creates its slots in ``_create_slots`` and lists an op's inputs in ``_apply_inputs``; the
+base class picks dense or sparse from the gradient's type (a Tensor or IndexedSlices) and
+builds the op colocated with the variable, so on a parameter server each update is one
+fused kernel next to the variable it writes.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
+from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.gradients import gradients
+from mpiflow.ops import control_ops, math_ops, random_ops, state_ops, training_ops
+from mpiflow.ops.constant_ops import constant, convert_to_tensor
+from mpiflow.ops.variables import Variable
+
+_VALID_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
+
+# Which hook applies which kind of gradient.
+_UPDATE_FOR_GRAD_TYPE = {Tensor: "_apply_dense", IndexedSlices: "_apply_sparse"}
+
+
+class Optimizer:
+    """Base class of the optimizers: ``Optimizer(use_locking, name)``.
+
+    Subclasses set ``_apply_ops`` and override ``_create_slots``, ``_prepare``,
+    ``_apply_inputs`` and, when they update state after all variables, ``_finish``.
+    """
+
+    GATE_NONE = 0
+    GATE_OP = 1
+    GATE_GRAPH = 2
+
+    _apply_ops: dict = {}
+
+    def __init__(self, use_locking: bool, name: str):
+        if not name:
+            raise errors.InvalidArgumentError("Optimizer: a name must be given")
+        self._use_locking = use_locking
+        self._name = name
+        self._slots = {}            # slot name -> {variable key: slot Variable}
+        self._non_slot_dict = {}    # (name, graph) -> Variable
+
+    def get_name(self) -> str:
+        return self._name
+
+    # -- the public API --------------------------------------------------------------------
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
+                 aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+                 grad_loss=None):
+        """Add ops that update ``var_list`` to minimize ``loss``; return the train op.
+
+        Raises:
+            InvalidArgumentError: ``loss`` is not a float scalar, there are no variables,
+                or no variable has a gradient.
+        """
+        grads_and_vars = self.compute_gradients(
+            loss, var_list=var_list, gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
+        if all(g is None for g, _ in grads_and_vars):
+            raise errors.InvalidArgumentError(
+                "No gradients provided for any variable, check your graph for ops that do "
+                f"not support gradients, between variables {_names(grads_and_vars)} and "
+                f"loss '{_loss_name(loss)}'")
+        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
+                          aggregation_method=None, colocate_gradients_with_ops=False,
+                          grad_loss=None) -> list:
+        """Return [(gradient, variable)] of ``loss``; a gradient is None where there is none.
+
+        Args:
+            loss: a float scalar Tensor (or a callable returning one).
+            var_list: variables to differentiate (default: the trainable variables).
+            gate_gradients: GATE_GRAPH computes every gradient before any is used.
+            grad_loss: the gradient of ``loss`` (default 1).
+
+        Raises:
+            InvalidArgumentError: ``loss`` is not a float scalar Tensor, there are no
+                variables to optimize, or one is not a float Variable.
+        """
+        if callable(loss):
+            loss = loss()
+        if gate_gradients not in (self.GATE_NONE, self.GATE_OP, self.GATE_GRAPH):
+            raise errors.InvalidArgumentError(
+                f"gate_gradients must be GATE_NONE, GATE_OP or GATE_GRAPH (0, 1, 2), got "
+                f"{gate_gradients!r}")
+        loss = _check_loss(loss)
+        if var_list is None:
+            graph = loss.graph
+            var_list = graph.get_collection(GraphKeys.TRAINABLE_VARIABLES) + \
+                graph.get_collection(GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
+        else:
+            var_list = _flatten(var_list)
+        if not var_list:
+            raise errors.InvalidArgumentError(
+                f"No variables to optimize for loss '{loss.name}': create trainable "
+                "variables first or pass var_list")
+        for v in var_list:
+            _check_variable(v)
+        with loss.graph.as_default():
+            grads = gradients(loss, [v._ref() for v in var_list], grad_ys=grad_loss,
+                              gate_gradients=gate_gradients == self.GATE_OP,
+                              aggregation_method=aggregation_method,
+                              colocate_gradients_with_ops=colocate_gradients_with_ops)
+            if gate_gradients == self.GATE_GRAPH:
+                grads = _gate(grads)
+        return list(zip(grads, var_list))
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Add the ops that apply ``grads_and_vars``; return the train op.
+
+        A Tensor gradient takes the dense fused op, an IndexedSlices the sparse one; pairs
+        with a None gradient are skipped. With ``global_step``, the op returned also adds
+        1 to it, after every update.
+
+        Raises:
+            InvalidArgumentError: no pair, a gradient that is not a Tensor/IndexedSlices, or
+                every gradient None (the message lists the variables).
+        """
+        pairs = []
+        for g, v in tuple(grads_and_vars):
+            _check_variable(v)
+            if g is not None and not isinstance(g, (Tensor, IndexedSlices)):
+                try:
+                    g = convert_to_tensor(g)
+                except errors.InvalidArgumentError:
+                    raise errors.InvalidArgumentError(
+                        f"Gradient for variable '{v.name}' must be a Tensor, IndexedSlices or "
+                        f"None, got {type(g).__name__}") from None
+            pairs.append((g, v))
+        if not pairs:
+            raise errors.InvalidArgumentError("apply_gradients: no variables provided")
+        var_list = [v for g, v in pairs if g is not None]
+        if not var_list:
+            raise errors.InvalidArgumentError(
+                f"No gradients provided for any variable: {_names(pairs)}")
+        graph = var_list[0].graph
+        with graph.as_default():
+            with graph.name_scope(None), graph.control_dependencies(None):
+                self._create_slots(var_list)
+            update_ops = []
+            with graph.name_scope(name or self._name) as scope:
+                self._prepare()
+                for grad, var in pairs:
+                    if grad is None:
+                        continue
+                    with graph.name_scope("update_" + var.op.name), \
+                            graph.colocate_with(var.op):
+                        hook = getattr(self, _UPDATE_FOR_GRAD_TYPE[type(grad)])
+                        update_ops.append(hook(grad, var))
+                if global_step is None:
+                    train_op = self._finish(update_ops, scope)
+                else:
+                    with graph.control_dependencies([self._finish(update_ops, "update")]), \
+                            graph.colocate_with(_op_of(global_step)):
+                        train_op = state_ops.assign_add(global_step, 1, name=scope).op
+            collection = graph.get_collection_ref(GraphKeys.TRAIN_OP)
+            if train_op not in collection:
+                collection.append(train_op)
+        return train_op
+
+    def get_slot(self, var, name):
+        """Return the slot ``name`` (e.g. "momentum") this optimizer made for ``var``."""
+        return self._slots.get(name, {}).get(_var_key(var))
+
+    def get_slot_names(self) -> list:
+        return sorted(self._slots)
+
+    def variables(self) -> list:
+        """Return this optimizer's slot and non-slot variables in the default graph."""
+        graph = get_default_graph()
+        found = [v for (_, g), v in self._non_slot_dict.items() if g is graph]
+        for per_var in self._slots.values():
+            found.extend(v for v in per_var.values() if v.graph is graph)
+        return sorted(found, key=lambda v: v.name)
+
+    # -- hooks for subclasses ----------------------------------------------------------------
+    def _create_slots(self, var_list) -> None:
+        """Create the slots of every variable in ``var_list`` (once per variable)."""
+
+    def _prepare(self) -> None:
+        """Evaluate callable hyperparameters once per ``apply_gradients``."""
+
+    def _apply_inputs(self, var, grad_inputs) -> list:
+        """Return the fused op's inputs for ``var``; ``grad_inputs`` go in the grad place."""
+        raise NotImplementedError
+
+    def _apply_attrs(self) -> dict:
+        return {"use_locking": bool(self._use_locking)}
+
+    def _apply_dense(self, grad, var):
+        return self._apply_fused("dense", var, [grad])
+
+    def _apply_sparse(self, grad, var):
+        return self._apply_fused("sparse", var, [grad.values, grad.indices])
+
+    def _apply_fused(self, kind, var, grad_inputs):
+        op_type = self._apply_ops.get(kind)
+        if op_type is None:
+            raise errors.UnimplementedError(
+                f"{type(self).__name__} has no {kind} update (it has "
+                f"{sorted(self._apply_ops)}) for variable '{var.name}'")
+        return training_ops.fused_apply(op_type, self._apply_inputs(var, grad_inputs),
+                                        self._apply_attrs())
+
+    def _finish(self, update_ops, name_scope):
+        """Return the op grouping ``update_ops`` (subclasses add their final updates)."""
+        return control_ops.group(*update_ops, name=name_scope)
+
+    # -- slots and hyperparameters ------------------------------------------------------------
+    def _hyper(self, value, var, name):
+        """Return hyperparameter ``value`` (number, Tensor or callable) as a scalar Tensor of
+        ``var``'s dtype, created where the caller is (colocated with ``var``)."""
+        dtype = var.dtype
+        if callable(value) and not hasattr(value, "_as_tensor"):
+            value = value()
+        if isinstance(value, Tensor) or hasattr(value, "_as_tensor"):
+            tensor = convert_to_tensor(value)
+            if tensor.shape.ndims not in (None, 0):
+                raise errors.InvalidArgumentError(
+                    f"{self._name}: hyperparameter '{name}' must be a scalar, got tensor "
+                    f"'{tensor.name}' of shape {tensor.shape}")
+            return math_ops.cast(tensor, dtype)
+        return constant(value, dtype=dtype, name=name)
+
+    def _zeros_slot(self, var, slot_name, op_name):
+        """Return the slot ``slot_name`` of ``var``, created as zeros if new."""
+        return self._get_or_make_slot_with_initializer(
+            var, lambda: random_ops.zeros(var.shape.as_list(), var.dtype), slot_name,
+            op_name)
+
+    def _get_or_make_slot(self, var, val, slot_name, op_name):
+        """Return the slot ``slot_name`` of ``var``, created with initial value ``val``."""
+        return self._get_or_make_slot_with_initializer(var, val, slot_name, op_name)
+
+    def _get_or_make_slot_with_initializer(self, var, initial_value, slot_name, op_name):
+        per_var = self._slots.setdefault(slot_name, {})
+        key = _var_key(var)
+        if key not in per_var:
+            per_var[key] = _create_slot(var, initial_value, op_name)
+        return per_var[key]
+
+    def _create_non_slot_variable(self, initial_value, name, colocate_with):
+        """Return this optimizer's variable ``name`` (e.g. Adam's beta1_power) in the var's
+        graph, created next to ``colocate_with`` if new."""
+        graph = colocate_with.graph
+        key = (name, graph)
+        if key not in self._non_slot_dict:
+            with graph.as_default(), graph.name_scope(None), \
+                    graph.control_dependencies(None), graph.colocate_with(colocate_with.op):
+                self._non_slot_dict[key] = Variable(initial_value, trainable=False, name=name)
+        return self._non_slot_dict[key]
+
+    def _get_non_slot_variable(self, name, graph=None):
+        graph = graph if graph is not None else get_default_graph()
+        return self._non_slot_dict.get((name, graph))
+
+
+def _create_slot(var, initial_value, op_name):
+    """A non-trainable variable named ``<var>/<op_name>``, colocated with ``var``."""
+    graph = var.graph
+    with graph.as_default(), graph.name_scope(None), graph.control_dependencies(None), \
+            graph.colocate_with(var.op):
+        slot = Variable(initial_value, trainable=False, name=f"{var.op.name}/{op_name}",
+                        dtype=var.dtype)
+    if not slot.shape.is_compatible_with(var.shape):
+        raise errors.InvalidArgumentError(
+            f"Slot '{slot.name}' has shape {slot.shape}, expected the shape of '{var.name}' "
+            f"{var.shape}")
+    return slot
+
+
+def _var_key(var):
+    return (var.graph, var.op.name)
+
+
+def _op_of(value):
+    return value.op
+
+
+def _flatten(items) -> list:
+    out = []
+    stack = [items]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        else:
+            out.append(item)
+    return out
+
+
+def _check_loss(loss) -> Tensor:
+    convert = getattr(loss, "_as_tensor", None)
+    loss = convert() if callable(convert) else loss
+    if not isinstance(loss, Tensor):
+        raise errors.InvalidArgumentError(
+            f"The loss must be a Tensor, got {type(loss).__name__}")
+    if loss.dtype not in _VALID_DTYPES:
+        raise errors.InvalidArgumentError(
+            f"Invalid type {loss.dtype.name} for loss '{loss.name}', expected one of "
+            f"{[d.name for d in _VALID_DTYPES]}")
+    if loss.shape.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(
+            f"The loss '{loss.name}' must be a scalar, got shape {loss.shape}: reduce it "
+            "with mf.reduce_mean or mf.reduce_sum first")
+    return loss
+
+
+def _check_variable(v) -> None:
+    if not callable(getattr(v, "_ref", None)):
+        raise errors.InvalidArgumentError(
+            f"Optimizers update Variables, got {type(v).__name__} {v!r}")
+    if v.dtype not in _VALID_DTYPES:
+        raise errors.InvalidArgumentError(
+            f"Invalid type {v.dtype.name} for variable '{v.name}', expected one of "
+            f"{[d.name for d in _VALID_DTYPES]}")
+
+
+def _gate(grads) -> list:
+    """Return ``grads`` behind one barrier: none is usable before all are computed."""
+    flat = []
+    for g in grads:
+        if isinstance(g, IndexedSlices):
+            flat.extend([g.values, g.indices])
+        elif g is not None:
+            flat.append(g)
+    if not flat:
+        return list(grads)
+    gate = control_ops.group(*flat, name="gradient_gate")
+    out = []
+    with get_default_graph().control_dependencies([gate]):
+        for g in grads:
+            if isinstance(g, IndexedSlices):
+                g = IndexedSlices(control_ops.identity(g.values), control_ops.identity(g.indices),
+                                  g.dense_shape)
+            elif g is not None:
+                g = control_ops.identity(g)
+            out.append(g)
+    return out
+
+
+def _names(pairs) -> list:
+    return [v.name for _, v in pairs]
+
+
+def _loss_name(loss) -> str:
+    return getattr(loss, "name", repr(loss))

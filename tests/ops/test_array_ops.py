@@ -1,0 +1,479 @@
+"""Array, indexing and gather ops: forward against numpy, gradients against finite
+differences (second order where a gradient op has its own gradient), and build/run errors
+that name the op."""
+
+import msgpack
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.gradients import densify
+from tests.ops.gradcheck import GradCase, check_forward, check_gradient
+
+R = np.random.default_rng(11)
+
+
+def arr(*shape):
+    return R.uniform(-1.0, 1.0, size=shape)
+
+
+def ints(*values):
+    return np.array(values, dtype=np.int32)
+
+
+def _second_order(build_first):
+    """Return a build whose output is a gradient, so the gradient's ops are differentiated."""
+    def build(*xs):
+        y = build_first(*xs)
+        g = mf.gradients(mf.reduce_sum(y * y * y), xs[0])[0]
+        return densify(g) * xs[0]
+    return build
+
+
+GRAD_CASES = [
+    # existing ops: Reshape, ConcatV2, ConcatGrad, gather family
+    GradCase("reshape", lambda a: mf.reshape(a, [4, -1]) * 1.0, [arr(2, 6)]),
+    GradCase("reshape_second_order", _second_order(lambda a: mf.reshape(a, [-1])), [arr(2, 3)]),
+    GradCase("concat_axis1", lambda a, b: mf.concat([a, b], 1), [arr(2, 3), arr(2, 2)]),
+    GradCase("concat_negative_axis", lambda a, b, c: mf.concat([a, b, c], -1),
+             [arr(2, 1), arr(2, 3), arr(2, 2)]),
+    GradCase("concat_grad_second_order",
+             _second_order(lambda a, b: mf.concat([a, b], 0)), [arr(2, 3), arr(1, 3)]),
+    GradCase("concat_grad_one_piece_used",
+             lambda a, b: mf.gradients(mf.reduce_sum(mf.concat([a, b], 0) ** 3), a)[0] * b,
+             [arr(2, 3), arr(2, 3)]),
+    GradCase("gather_axis0_repeated", lambda p, i: mf.gather(p, i),
+             [arr(4, 3), ints(0, 2, 0, 3, 0)]),
+    GradCase("gather_axis0_matrix_indices", lambda p, i: mf.gather(p, i),
+             [arr(5, 2), np.array([[1, 1], [4, 0]], dtype=np.int64)]),
+    GradCase("gather_axis0_scalar_index", lambda p, i: mf.gather(p, i), [arr(3, 2), ints(2)[0]]),
+    GradCase("gather_axis1", lambda p, i: mf.gather(p, i, axis=1),
+             [arr(2, 4, 3), ints(3, 0, 3)]),
+    GradCase("gather_dense_grad_second_order",
+             _second_order(lambda p, i: mf.gather(p, i, axis=1)), [arr(3, 4), ints(1, 1, 2)]),
+    GradCase("gather_sparse_grad_second_order",
+             _second_order(lambda p, i: mf.gather(p, i)), [arr(4, 2), ints(3, 0, 3)]),
+    GradCase("unsorted_segment_sum", lambda d, s: mf.unsorted_segment_sum(d, s, 4),
+             [arr(5, 2), ints(0, 3, 0, 1, 3)]),
+    GradCase("embedding_lookup_duplicate_ids", lambda p, i: mf.nn.embedding_lookup(p, i),
+             [arr(6, 3), ints(5, 1, 5, 5, 0)]),
+    # transpose
+    GradCase("transpose_perm", lambda a: mf.transpose(a, [2, 0, 1]), [arr(2, 3, 4)]),
+    GradCase("transpose_default", mf.transpose, [arr(3, 4)]),
+    # split / unstack / stack
+    GradCase("split_even", lambda a: mf.split(a, 2, axis=1)[0] * mf.split(a, 2, axis=1)[1],
+             [arr(3, 4)]),
+    GradCase("split_sizes_minus_one", lambda a: mf.concat(mf.split(a, [1, -1, 2], 0)[::-1], 0),
+             [arr(5, 2)]),
+    GradCase("split_one_output_used", lambda a: mf.split(a, 3, axis=-1)[1], [arr(2, 6)]),
+    GradCase("split_second_order_zero_fill",
+             _second_order(lambda a: mf.split(a, [2, 1], axis=0)[0]), [arr(3, 2)]),
+    GradCase("stack_axis1", lambda a, b: mf.stack([a, b], axis=1), [arr(2, 3), arr(2, 3)]),
+    GradCase("stack_second_order", _second_order(lambda a, b: mf.stack([a, b], -1)),
+             [arr(3), arr(3)]),
+    GradCase("unstack", lambda a: mf.unstack(a, axis=1)[0] * mf.unstack(a, axis=1)[2],
+             [arr(2, 3)]),
+    GradCase("unstack_second_order", _second_order(lambda a: mf.unstack(a)[1]), [arr(3, 2)]),
+    # expand_dims / squeeze / tile / pad
+    GradCase("expand_dims", lambda a: mf.expand_dims(a, -1), [arr(2, 3)]),
+    GradCase("squeeze_axis", lambda a: mf.squeeze(a, axis=[1]), [arr(3, 1, 2)]),
+    GradCase("squeeze_all", mf.squeeze, [arr(1, 3, 1)]),
+    GradCase("tile", lambda a: mf.tile(a, [2, 3]), [arr(2, 2)]),
+    GradCase("tile_second_order", _second_order(lambda a: mf.tile(a, [1, 2, 2])),
+             [arr(2, 1, 3)]),
+    GradCase("pad", lambda a: mf.pad(a, [[1, 0], [2, 3]], constant_values=0.5), [arr(2, 3)]),
+    GradCase("pad_second_order", _second_order(lambda a: mf.pad(a, [[0, 2], [1, 1]])),
+             [arr(2, 2)]),
+    # slice / strided slice / __getitem__
+    GradCase("slice", lambda a: mf.slice(a, [1, 0], [2, -1]), [arr(4, 3)]),
+    GradCase("slice_second_order", _second_order(lambda a: mf.slice(a, [0, 1], [-1, 2])),
+             [arr(2, 4)]),
+    GradCase("getitem_int_drops_dim", lambda a: a[1], [arr(3, 2)]),
+    GradCase("getitem_negative_and_steps", lambda a: a[-1, ::-2], [arr(2, 5)]),
+    GradCase("getitem_ellipsis_newaxis", lambda a: a[..., None, 1:3], [arr(2, 3, 4)]),
+    GradCase("getitem_all_ints", lambda a: a[1, -2] * a[0, 0], [arr(2, 3)]),
+    GradCase("strided_slice_grad_second_order", _second_order(lambda a: a[1:, ::2]),
+             [arr(3, 5)]),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_gradient_matches_finite_differences(case):
+    check_gradient(case)
+
+
+# -- forward against numpy -----------------------------------------------------------------
+
+X = arr(2, 3, 4)
+
+
+@pytest.mark.parametrize("name,fn,ref", [
+    ("reshape", lambda a: mf.reshape(a, [4, -1]), lambda a: a.reshape(4, -1)),
+    ("concat", lambda a: mf.concat([a, a * 2.0], 1), lambda a: np.concatenate([a, a * 2], 1)),
+    ("transpose_perm", lambda a: mf.transpose(a, [1, 2, 0]), lambda a: a.transpose(1, 2, 0)),
+    ("transpose_default", mf.transpose, np.transpose),
+    ("stack", lambda a: mf.stack([a, a + 1.0], axis=-1), lambda a: np.stack([a, a + 1], -1)),
+    ("expand_dims", lambda a: mf.expand_dims(a, 1), lambda a: np.expand_dims(a, 1)),
+    ("expand_dims_negative", lambda a: mf.expand_dims(a, -1), lambda a: a[..., None]),
+    ("squeeze", lambda a: mf.squeeze(mf.expand_dims(a, 0), 0), lambda a: a),
+    ("tile", lambda a: mf.tile(a, [2, 1, 3]), lambda a: np.tile(a, (2, 1, 3))),
+    ("pad", lambda a: mf.pad(a, [[1, 1], [0, 2], [3, 0]], constant_values=-1.5),
+     lambda a: np.pad(a, [(1, 1), (0, 2), (3, 0)], constant_values=-1.5)),
+    ("slice", lambda a: mf.slice(a, [1, 0, 2], [-1, 2, 2]), lambda a: a[1:, 0:2, 2:4]),
+    ("getitem_int", lambda a: a[1], lambda a: a[1]),
+    ("getitem_negative", lambda a: a[-1, -2], lambda a: a[-1, -2]),
+    ("getitem_steps", lambda a: a[:, ::-1, 1::2], lambda a: a[:, ::-1, 1::2]),
+    ("getitem_ellipsis", lambda a: a[..., 2], lambda a: a[..., 2]),
+    ("getitem_newaxis", lambda a: a[None, :, None, 0], lambda a: a[None, :, None, 0]),
+    ("getitem_scalar", lambda a: a[1, 2, 3], lambda a: a[1, 2, 3]),
+    ("getitem_clipped_slice", lambda a: a[:, 1:100], lambda a: a[:, 1:100]),
+    ("strided_slice", lambda a: mf.ops.indexing_ops.strided_slice(
+        a, [0, 1, 0], [2, 0, 4], [1, 1, 2], end_mask=2, shrink_axis_mask=1),
+     lambda a: a[0, 1:, 0:4:2]),
+])
+def test_forward_matches_numpy(name, fn, ref):
+    check_forward(fn, [X], ref(X))
+
+
+@pytest.mark.parametrize("count_or_sizes,axis", [(2, 0), (3, 1), (4, -1), ([1, 3], 2),
+                                                 ([2, -1, 1], 1), ([0, 2], 0)])
+def test_split_pieces_match_numpy(count_or_sizes, axis):
+    if isinstance(count_or_sizes, int):
+        expected = np.split(X, count_or_sizes, axis=axis)
+    else:
+        sizes = list(count_or_sizes)
+        if -1 in sizes:
+            sizes[sizes.index(-1)] = X.shape[axis] - sum(s for s in sizes if s != -1)
+        expected = np.split(X, np.cumsum(sizes)[:-1], axis=axis)
+    for i, piece in enumerate(expected):
+        check_forward(lambda a: mf.split(a, count_or_sizes, axis=axis)[i], [X], piece)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_unstack_matches_numpy(axis):
+    pieces = np.moveaxis(X, axis, 0)
+    for i, piece in enumerate(pieces):
+        check_forward(lambda a: mf.unstack(a, axis=axis)[i], [X], piece)
+
+
+def test_integer_tensors_keep_their_dtype():
+    x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    check_forward(lambda a: mf.transpose(a), [x], x.T)
+    check_forward(lambda a: mf.tile(a, [1, 2, 1]), [x], np.tile(x, (1, 2, 1)))
+    check_forward(lambda a: mf.pad(a, [[0, 1], [0, 0], [1, 1]], constant_values=7), [x],
+                  np.pad(x, [(0, 1), (0, 0), (1, 1)], constant_values=7))
+    check_forward(lambda a: a[:, 1], [x], x[:, 1])
+    check_forward(lambda a: mf.stack(mf.unstack(a, axis=2), axis=0), [x],
+                  np.moveaxis(x, 2, 0))
+
+
+@pytest.mark.parametrize("kwargs,ref", [
+    ({}, lambda i: np.eye(4, dtype=np.float32)[i]),
+    ({"axis": 0}, lambda i: np.moveaxis(np.eye(4, dtype=np.float32)[i], -1, 0)),
+    ({"on_value": 5, "off_value": -1, "dtype": mf.int32},
+     lambda i: np.where(np.eye(4, dtype=bool)[i], 5, -1).astype(np.int32)),
+    ({"dtype": mf.float64, "on_value": 0.5}, lambda i: np.eye(4)[i] * 0.5),
+])
+def test_one_hot_matches_numpy(kwargs, ref):
+    idx = np.array([[0, 3], [2, 1], [1, 1]], dtype=np.int64)
+    check_forward(lambda i: mf.one_hot(i, 4, **kwargs), [idx], ref(idx))
+
+
+def test_one_hot_out_of_range_indices_are_all_off():
+    idx = np.array([-1, 4, 2], dtype=np.int32)
+    expected = np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]], dtype=np.float32)
+    check_forward(lambda i: mf.one_hot(i, 4), [idx], expected)
+
+
+def test_gather_and_segment_sum_match_numpy():
+    p, i = arr(5, 3), np.array([[2, 0], [0, 2]], dtype=np.int32)
+    check_forward(lambda a, b: mf.gather(a, b), [p, i], p[i])
+    check_forward(lambda a, b: mf.gather(a, b, axis=1), [p, i], np.take(p, i, axis=1))
+    seg = np.array([2, 0, 2, 1, 0], dtype=np.int32)
+    expected = np.zeros((3, 3))
+    np.add.at(expected, seg, p)
+    check_forward(lambda a, b: mf.unsorted_segment_sum(a, b, 3), [p, seg], expected)
+
+
+def test_size_and_rank_of_unknown_shapes_run_as_ops():
+    x = mf.placeholder(mf.float32, [None, 3])
+    u = mf.placeholder(mf.float32)
+    n, r = mf.size(x), mf.rank(u)
+    n64 = mf.size(u, out_type=mf.int64)
+    assert (n.op.type, r.op.type) == ("Size", "Rank")
+    assert n.shape == [] and n.dtype is mf.int32 and n64.dtype is mf.int64
+    with mf.Session() as sess:
+        got = sess.run([n, r, n64], {x: np.ones((5, 3)), u: np.ones((2, 2, 2))})
+    assert [type(v) for v in got] == [np.int32, np.int32, np.int64]
+    assert [int(v) for v in got] == [15, 3, 8]
+
+
+def test_size_and_rank_of_known_shapes_are_constants():
+    x = mf.placeholder(mf.float32, [2, 3])
+    assert mf.size(x).op.type == "Const" and mf.rank(x).op.type == "Const"
+    with mf.Session() as sess:
+        assert sess.run([mf.size(x), mf.rank(x)]) == [6, 2]
+
+
+# -- static shapes with unknown dimensions -------------------------------------------------
+
+def test_static_shapes_keep_unknown_dimensions_unknown():
+    x = mf.placeholder(mf.float32, [None, 4, 6])
+    assert mf.transpose(x, [2, 0, 1]).shape == [6, None, 4]
+    assert [t.shape for t in mf.split(x, [1, -1], axis=2)] == [[None, 4, 1], [None, 4, 5]]
+    assert [t.shape for t in mf.split(x, 2, axis=0)] == [[None, 4, 6]] * 2
+    assert mf.slice(x, [1, 0, 2], [-1, 2, -1]).shape == [None, 2, 4]
+    assert x[1:, ::3, -1].shape == [None, 2]
+    assert x[..., None].shape == [None, 4, 6, 1]
+    assert mf.tile(x, [2, 1, 2]).shape == [None, 4, 12]
+    assert mf.pad(x, [[1, 1], [0, 0], [2, 0]]).shape == [None, 4, 8]
+    assert mf.stack([x, x], axis=1).shape == [None, 2, 4, 6]
+    assert mf.squeeze(x).shape.ndims is None     # the unknown dim might be 1
+    assert mf.one_hot(mf.placeholder(mf.int32, [None]), 5).shape == [None, 5]
+    u = mf.placeholder(mf.float32)
+    assert mf.transpose(u, [1, 0]).shape == [None, None]
+    assert len(mf.unstack(u, num=3)) == 3
+
+
+def test_unknown_shapes_run_and_differentiate():
+    x = mf.placeholder(mf.float64, [None, 3])
+    v = arr(4, 3)
+    y = mf.pad(mf.tile(x[1:, ::-1], [2, 1]), [[1, 0], [0, 2]]) * 2.0
+    z = mf.slice(y, [1, 1], [-1, 2])
+    g = mf.gradients(mf.reduce_sum(z * z), x)[0]
+    with mf.Session() as sess:
+        got_z, got_g = sess.run([z, g], {x: v})
+    tiled = np.tile(v[1:, ::-1], (2, 1))
+    np.testing.assert_allclose(got_z, 2 * tiled[:, 1:3])
+    expected = np.zeros_like(v)
+    d_tiled = np.zeros_like(tiled)
+    d_tiled[:, 1:3] = 8 * tiled[:, 1:3]
+    expected[1:, ::-1] = d_tiled[:3] + d_tiled[3:]
+    np.testing.assert_allclose(got_g, expected)
+
+
+def test_kernels_do_not_mutate_their_inputs():
+    v = arr(3, 4)
+    saved = v.copy()
+    x = mf.placeholder(mf.float64, [3, 4])
+    outs = [mf.transpose(x), x[1:], mf.pad(x, [[1, 1], [0, 0]]), mf.tile(x, [1, 2]),
+            mf.squeeze(mf.expand_dims(x, 0)), mf.split(x, 2, 1)[0], mf.unstack(x)[0]]
+    grads = mf.gradients(mf.add_n([mf.reduce_sum(o) for o in outs]), x)
+    with mf.Session() as sess:
+        sess.run(outs + grads, {x: v})
+    np.testing.assert_array_equal(v, saved)
+
+
+def test_new_ops_round_trip_through_a_graph_def():
+    x = mf.placeholder(mf.float32, [2, 3], name="x")
+    y = mf.reduce_sum(mf.pad(x[::-1, None, 1:], [[0, 1], [0, 0], [1, 0]]) *
+                      mf.one_hot(mf.constant([0, 2, 1]), 3, axis=0), name="y")
+    gd = msgpack.unpackb(msgpack.packb(mf.get_default_graph().as_graph_def()), raw=False)
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with mf.Session() as sess:
+        expected = sess.run(y, {x: value})
+    g2 = mf.Graph()
+    with g2.as_default():
+        y2, x2 = mf.import_graph_def(gd, return_elements=["y:0", "x:0"], name="")
+        with mf.Session() as sess:
+            assert sess.run(y2, {x2: value}) == expected
+
+
+def test_variable_supports_getitem():
+    v = mf.Variable(np.arange(6.0).reshape(2, 3))
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        np.testing.assert_array_equal(sess.run(v[:, -1]), [2.0, 5.0])
+
+
+# -- gather's sparse gradient ----------------------------------------------------------------
+
+def test_gather_gradient_is_indexed_slices_that_densifies_like_add_at():
+    params = arr(5, 3)
+    ids = np.array([4, 1, 4, 4, 0], dtype=np.int32)
+    weights = arr(5, 3)
+    p = mf.placeholder(mf.float64, [5, 3])
+    loss = mf.reduce_sum(mf.gather(p, ids) * weights)
+    grad = mf.gradients(loss, p)[0]
+    assert isinstance(grad, mf.IndexedSlices)
+    expected = np.zeros_like(params)
+    np.add.at(expected, ids, weights)
+    with mf.Session() as sess:
+        values, indices, dense = sess.run([grad.values, grad.indices, densify(grad)],
+                                          {p: params})
+    np.testing.assert_array_equal(indices, ids)
+    np.testing.assert_allclose(values, weights)
+    np.testing.assert_allclose(dense, expected)
+
+
+def test_two_gathers_of_one_table_stay_sparse():
+    p = mf.placeholder(mf.float64, [4, 2])
+    loss = mf.reduce_sum(mf.gather(p, [0, 1])) + mf.reduce_sum(mf.gather(p, [1, 3]))
+    grad = mf.gradients(loss, p)[0]
+    assert isinstance(grad, mf.IndexedSlices)
+    with mf.Session() as sess:
+        dense = sess.run(densify(grad), {p: np.zeros((4, 2))})
+    np.testing.assert_allclose(dense, [[1, 1], [2, 2], [0, 0], [1, 1]])
+
+
+# -- errors name the op ----------------------------------------------------------------------
+
+def _raises(pattern):
+    return pytest.raises(mf.errors.InvalidArgumentError, match=pattern)
+
+
+def test_reshape_to_a_size_that_does_not_divide_names_the_op():
+    x = mf.placeholder(mf.float32, [3, 4])
+    with _raises(r"op 'Reshape' \(Reshape\): expected a shape whose size divides 12"):
+        mf.reshape(x, [5, -1])
+
+
+def test_transpose_with_a_bad_perm_names_the_op():
+    x = mf.placeholder(mf.float32, [2, 3, 4])
+    with _raises(r"op 'transpose' \(Transpose\): expected a permutation of 0..2.*got \[0, 0, 1\]"):
+        mf.transpose(x, [0, 0, 1])
+    with _raises(r"op 'transpose' \(Transpose\).*got \[1, 0\]"):
+        mf.transpose(x, [1, 0])
+
+
+def test_concat_of_mismatched_ranks_names_the_op():
+    a, b = mf.placeholder(mf.float32, [2, 3]), mf.placeholder(mf.float32, [2, 3, 1])
+    with _raises(r"same rank in op 'concat' \(ConcatV2\)"):
+        mf.concat([a, b], 0)
+
+
+def test_split_into_sizes_that_do_not_divide_names_the_op():
+    x = mf.placeholder(mf.float32, [2, 5])
+    with _raises(r"op 'split' \(Split\): expected a dimension divisible by 2, got dimension 5"):
+        mf.split(x, 2, axis=1)
+    with _raises(r"op 'split' \(SplitV\): expected a dimension of size 4.*got dimension 5"):
+        mf.split(x, [1, 3], axis=1)
+    with _raises(r"op 'split' \(SplitV\): expected a dimension of size at least 6"):
+        mf.split(x, [1, -1, 5], axis=1)
+
+
+def test_split_of_an_unknown_dimension_checks_at_run_time():
+    x = mf.placeholder(mf.float32, [None, 2])
+    pieces = mf.split(x, 2, axis=0, name="late_split")
+    with mf.Session() as sess:
+        with _raises(r"op 'late_split' \(Split\): expected a dimension divisible by 2"):
+            sess.run(pieces, {x: np.ones((3, 2))})
+
+
+def test_gather_out_of_range_at_run_time_names_the_op_and_index():
+    p = mf.placeholder(mf.float32, [3, 2])
+    i = mf.placeholder(mf.int32, [None])
+    y = mf.gather(p, i, name="lookup")
+    with mf.Session() as sess:
+        with _raises(r"op 'lookup' \(GatherV2\): expected indices in \[0, 3\).*got 7"):
+            sess.run(y, {p: np.ones((3, 2)), i: [0, 7, 1]})
+
+
+def test_squeeze_of_a_dimension_that_is_not_1_names_the_op():
+    x = mf.placeholder(mf.float32, [2, 3, 1])
+    with _raises(r"Cannot squeeze dimension 1 in op 'Squeeze' \(Squeeze\): expected a "
+                 r"dimension of size 1, got 3"):
+        mf.squeeze(x, axis=1)
+    u = mf.placeholder(mf.float32, [2, None])
+    s = mf.squeeze(u, axis=[-1], name="late_squeeze")
+    assert s.shape == [2]
+    with mf.Session() as sess:
+        with _raises(r"op 'late_squeeze' \(Squeeze\)"):
+            sess.run(s, {u: np.ones((2, 3))})
+
+
+@pytest.mark.parametrize("build,pattern", [
+    (lambda x: mf.slice(x, [1, 2], [2, 2]), r"op 'Slice' \(Slice\).*begin \+ size <= 3"),
+    (lambda x: mf.slice(x, [0], [1]), r"op 'Slice' \(Slice\): expected 2 of each"),
+    (lambda x: x[4], r"op 'strided_slice' \(StridedSlice\): expected an index in \[-4, 4\)"),
+    (lambda x: x[0, 0, 0], r"Too many indices in op 'strided_slice'"),
+    (lambda x: x[..., 1, ...], r"op 'strided_slice'.*at most one ellipsis"),
+    (lambda x: x[::0], r"op 'strided_slice'.*non-zero strides"),
+    (lambda x: mf.expand_dims(x, 3), r"Axis out of range in op 'ExpandDims'"),
+    (lambda x: mf.stack([x, x], axis=-4), r"Axis out of range in op 'stack' \(Pack\)"),
+    (lambda x: mf.stack([x, x[1:]]), r"op 'stack' \(Pack\)"),
+    (lambda x: mf.unstack(x, num=3), r"op 'unstack' \(Unpack\): expected num=4"),
+    (lambda x: mf.split(x, 2, axis=2), r"Axis out of range in op 'split' \(Split\)"),
+    (lambda x: mf.tile(x, [2]), r"op 'Tile' \(Tile\): expected 2 multiples"),
+    (lambda x: mf.pad(x, [[1, 1]]), r"op 'Pad' \(Pad\): expected 2 pairs"),
+    (lambda x: mf.pad(x, [[1, -1], [0, 0]]), r"op 'Pad' \(Pad\)"),
+    (lambda x: mf.one_hot(x, 3), r"op 'one_hot' \(OneHot\)"),
+    (lambda x: mf.one_hot(mf.constant([1]), 3, on_value=0.5, dtype=mf.int32),
+     r"op 'one_hot' \(OneHot\): expected a value representable as int32"),
+])
+def test_bad_build_input_names_the_op(build, pattern):
+    x = mf.placeholder(mf.float32, [4, 3])
+    with _raises(pattern):
+        build(x)
+
+
+def test_unsupported_indices_are_rejected_with_a_hint():
+    x = mf.placeholder(mf.float32, [4, 3])
+    i = mf.placeholder(mf.int32, [])
+    with _raises(r"tensor 'Placeholder:0'.*use mf.gather"):
+        x[i]
+    with _raises(r"use mf.gather"):
+        x[[0, 1]]
+    assert x[mf.constant(2)].shape == [3]        # a constant index is fine
+
+
+def test_unstack_of_an_unknown_dimension_needs_num():
+    with _raises(r"op 'unstack' \(Unpack\): expected a known dimension 0 or num="):
+        mf.unstack(mf.placeholder(mf.float32, [None, 2]))
+
+
+@pytest.mark.parametrize("build,feed,pattern", [
+    (lambda x: mf.slice(x, [1, 0], [2, -1], name="late_slice"), np.ones((2, 3)),
+     r"Slice out of range in op 'late_slice' \(Slice\)"),
+    (lambda x: x[3], np.ones((2, 3)), r"op 'strided_slice' \(StridedSlice\)"),
+    (lambda x: mf.unstack(x, num=2)[0], np.ones((3, 3)), r"op 'unstack' \(Unpack\)"),
+])
+def test_bad_runtime_input_names_the_op(build, feed, pattern):
+    x = mf.placeholder(mf.float32, [None, 3])
+    y = build(x)
+    with mf.Session() as sess:
+        with _raises(pattern):
+            sess.run(y, {x: feed})
+
+
+def test_non_constant_mode_and_layout_tensors_are_rejected():
+    x = mf.placeholder(mf.float32, [2, 2])
+    with pytest.raises(mf.errors.UnimplementedError, match="REFLECT"):
+        mf.pad(x, [[1, 1], [1, 1]], mode="REFLECT")
+    with _raises(r"tile multiples must be known when the graph is built"):
+        mf.tile(x, mf.placeholder(mf.int32, [2]))
+
+
+def test_gather_on_an_axis_of_params_with_unknown_rank():
+    p = mf.placeholder(mf.float64)
+    y = mf.gather(p, [0, 2], axis=1)
+    grad = mf.gradients(mf.reduce_sum(y * y), p)[0]
+    assert not isinstance(grad, mf.IndexedSlices)
+    v = arr(3, 4)
+    expected = np.zeros_like(v)
+    expected[:, [0, 2]] = 2 * v[:, [0, 2]]
+    with mf.Session() as sess:
+        got_y, got_g = sess.run([y, grad], {p: v})
+    np.testing.assert_allclose(got_y, v[:, [0, 2]])
+    np.testing.assert_allclose(got_g, expected)
+
+
+def test_axes_of_unknown_rank_inputs_are_checked_at_run_time():
+    u = mf.placeholder(mf.float32)
+    pieces = mf.split(u, 2, axis=2, name="late_axis")
+    with mf.Session() as sess:
+        with _raises(r"Axis out of range in op 'late_axis' \(Split\): expected axis in "
+                     r"\[-2, 2\), got 2"):
+            sess.run(pieces, {u: np.ones((2, 2))})
+
+
+def test_split_count_may_be_a_scalar_constant():
+    x = mf.placeholder(mf.float32, [4, 2])
+    assert [t.shape for t in mf.split(x, mf.constant(2))] == [[2, 2], [2, 2]]
+
+
+def test_concat_of_scalars_and_negative_reshape_dims_are_build_errors():
+    with _raises(r"op 'concat' \(ConcatV2\): expected inputs of rank >= 1"):
+        mf.concat([mf.constant(1.0), mf.constant(2.0)], 0)
+    with _raises(r"op 'Reshape' \(Reshape\): expected dimensions >= 0 and at most one -1"):
+        mf.reshape(mf.placeholder(mf.float32, [2, 3]), [-2, -3])

@@ -1,0 +1,136 @@
+"""conv2d: forward against a direct-loop reference, gradients (and the gradient ops' own
+gradients) against finite differences, and shape errors naming the op."""
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from tests.ops.gradcheck import GradCase, check_forward, check_gradient
+from tests.ops.window_reference import ref_conv2d
+
+R = np.random.default_rng(3)
+
+
+def arr(*shape):
+    return R.uniform(-1.0, 1.0, size=shape)
+
+
+def conv(strides, padding, dilations=1):
+    return lambda x, f: mf.nn.conv2d(x, f, strides, padding, dilations=dilations)
+
+
+GRAD_CASES = [
+    GradCase("conv2d_same_s1", conv(1, "SAME"), [arr(1, 5, 5, 2), arr(3, 3, 2, 3)]),
+    GradCase("conv2d_valid_s1", conv(1, "VALID"), [arr(1, 5, 5, 2), arr(3, 3, 2, 3)]),
+    GradCase("conv2d_same_s2", conv(2, "SAME"), [arr(1, 5, 5, 2), arr(3, 3, 2, 3)]),
+    GradCase("conv2d_valid_s2", conv(2, "VALID"), [arr(1, 5, 5, 2), arr(3, 3, 2, 3)]),
+    GradCase("conv2d_same_dilated_even_kernel", conv(1, "SAME", dilations=2),
+             [arr(2, 5, 4, 1), arr(2, 2, 1, 2)]),
+    GradCase("conv2d_backprop_input",
+             lambda f, dy: mf.nn.conv2d_backprop_input([1, 5, 5, 2], f, dy, 2, "SAME"),
+             [arr(3, 3, 2, 3), arr(1, 3, 3, 3)]),
+    GradCase("conv2d_backprop_filter",
+             lambda x, dy: mf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, 2, "VALID"),
+             [arr(1, 5, 5, 2), arr(1, 2, 2, 3)]),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_gradient_matches_finite_differences(case):
+    check_gradient(case)
+
+
+@pytest.mark.parametrize("x_shape,f_shape,strides,padding,dilations", [
+    ((1, 5, 5, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
+    ((1, 5, 5, 2), (3, 3, 2, 3), (1, 1), "VALID", (1, 1)),
+    ((2, 5, 5, 2), (3, 3, 2, 3), (2, 2), "SAME", (1, 1)),
+    ((2, 5, 5, 2), (3, 3, 2, 3), (2, 2), "VALID", (1, 1)),
+    ((2, 6, 7, 3), (2, 3, 3, 4), (2, 1), "SAME", (1, 1)),
+    ((1, 7, 7, 1), (3, 3, 1, 2), (1, 1), "SAME", (2, 2)),
+    ((1, 7, 8, 1), (3, 2, 1, 2), (1, 1), "VALID", (2, 3)),
+    ((2, 6, 6, 3), (1, 1, 3, 5), (2, 2), "VALID", (1, 1)),
+])
+def test_conv2d_matches_direct_loop_reference(x_shape, f_shape, strides, padding, dilations):
+    x, f = arr(*x_shape), arr(*f_shape)
+    check_forward(lambda a, b: mf.nn.conv2d(a, b, list(strides), padding,
+                                            dilations=list(dilations)),
+                  [x, f], ref_conv2d(x, f, strides, padding, dilations), rtol=1e-10,
+                  atol=1e-12)
+
+
+def test_conv2d_float32_keeps_its_dtype():
+    x, f = arr(1, 4, 4, 2).astype(np.float32), arr(3, 3, 2, 2).astype(np.float32)
+    check_forward(lambda a, b: mf.nn.conv2d(a, b, [1, 1, 1, 1], "SAME"), [x, f],
+                  ref_conv2d(x, f, (1, 1), "SAME").astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_conv2d_backprop_ops_are_the_adjoints_of_conv2d():
+    x, f, dy = arr(2, 6, 5, 3), arr(3, 2, 3, 4), arr(2, 3, 3, 4)
+    dx = mf.nn.conv2d_backprop_input(list(x.shape), mf.constant(f), mf.constant(dy),
+                                     [1, 2, 2, 1], "SAME")
+    df = mf.nn.conv2d_backprop_filter(mf.constant(x), list(f.shape), mf.constant(dy),
+                                      [1, 2, 2, 1], "SAME")
+    with mf.Session() as sess:
+        dx, df = sess.run([dx, df])
+    # <conv(x, f), dy> == <x, dx> == <f, df> for a bilinear conv.
+    inner = (ref_conv2d(x, f, (2, 2), "SAME") * dy).sum()
+    np.testing.assert_allclose((x * dx).sum(), inner, rtol=1e-10)
+    np.testing.assert_allclose((f * df).sum(), inner, rtol=1e-10)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+def test_conv2d_channel_mismatch_is_a_build_error_naming_the_op():
+    x = mf.placeholder(mf.float32, [1, 5, 5, 3])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"in_channels.* in op 'Conv2D' \(Conv2D\): expected filter\[2\] "
+                             r"== 3.*got filter \(3, 3, 2, 4\)"):
+        mf.nn.conv2d(x, mf.zeros([3, 3, 2, 4]), 1, "SAME")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"padding": "same"}, r"Unsupported padding in op 'Conv2D'.*'same'"),
+    ({"padding": "SAME", "data_format": "NCHW"}, r"data_format in op 'Conv2D'.*'NCHW'"),
+    ({"padding": "SAME", "strides": [2, 1, 1, 1]}, r"Bad strides in op 'Conv2D'"),
+    ({"padding": "VALID", "dilations": 3}, r"smaller than the window in op 'Conv2D'"),
+])
+def test_conv2d_bad_attrs_are_build_errors_naming_the_op(kwargs, message):
+    x = mf.placeholder(mf.float32, [1, 5, 5, 2])
+    kwargs.setdefault("strides", 1)
+    with pytest.raises(mf.errors.InvalidArgumentError, match=message):
+        mf.nn.conv2d(x, mf.zeros([3, 3, 2, 4]), **kwargs)
+
+
+def test_conv2d_filter_of_wrong_rank_names_the_op():
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"filter must be 4-D in op 'c1'"):
+        mf.nn.conv2d(mf.zeros([1, 4, 4, 1]), mf.zeros([3, 3, 1]), 1, "SAME", name="c1")
+
+
+def test_conv2d_channel_mismatch_at_run_time_names_the_op():
+    x = mf.placeholder(mf.float32, [None, None, None, None])
+    y = mf.nn.conv2d(x, mf.zeros([3, 3, 2, 4]), 1, "SAME", name="late_conv")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match=r"in_channels.*'late_conv'"):
+            sess.run(y, {x: np.zeros((1, 5, 5, 3), np.float32)})
+
+
+def test_backprop_input_with_mismatched_out_backprop_names_the_op():
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"out_backprop.*'Conv2DBackpropInput'.*\(1, 3, 3, 3\)"):
+        mf.nn.conv2d_backprop_input([1, 5, 5, 2], mf.zeros([3, 3, 2, 3]),
+                                    mf.zeros([1, 4, 4, 3]), 2, "SAME")
+
+
+def test_conv2d_requires_strides():
+    with pytest.raises(mf.errors.InvalidArgumentError, match="strides is required"):
+        mf.nn.conv2d(mf.zeros([1, 4, 4, 1]), mf.zeros([3, 3, 1, 1]), padding="SAME")
+
+
+def test_backprop_filter_with_mismatched_out_backprop_at_run_time_names_the_op():
+    dy = mf.placeholder(mf.float32, [None, None, None, 3])
+    df = mf.nn.conv2d_backprop_filter(mf.zeros([1, 5, 5, 2]), [3, 3, 2, 3], dy, 1, "VALID",
+                                      name="late_filter_grad")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"out_backprop.*\(3, 3\).*'late_filter_grad'"):
+            sess.run(df, {dy: np.zeros((1, 4, 4, 3), np.float32)})

@@ -1,0 +1,69 @@
+"""The dependency rule of DESIGN.md, checked on the source: each layer imports only the
+layers beneath it, and only backend.py imports cupy."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mpiflow"
+
+# layer (module path prefix) -> mpiflow modules it may import (prefixes)
+ALLOWED = {
+    "mpiflow.framework": ("mpiflow.framework", "mpiflow.errors"),
+    "mpiflow.ops": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors"),
+    "mpiflow.gradients": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors"),
+    "mpiflow.comm": ("mpiflow.comm", "mpiflow.backend", "mpiflow.errors", "mpiflow.config"),
+    "mpiflow.runtime": ("mpiflow.framework", "mpiflow.ops", "mpiflow.gradients",
+                        "mpiflow.comm", "mpiflow.runtime", "mpiflow.backend",
+                        "mpiflow.errors", "mpiflow.config"),
+    "mpiflow.backend": ("mpiflow.errors", "mpiflow.config"),
+    "mpiflow.errors": (),
+    "mpiflow.data": ("mpiflow.errors",),
+}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        if name.endswith(".__init__"):
+            name = name[: -len(".__init__")]
+        yield name, path
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "mpiflow":
+                for alias in node.names:
+                    yield f"mpiflow.{alias.name}"
+            else:
+                yield node.module
+
+
+@pytest.mark.parametrize("name,path", list(_modules()), ids=lambda v: str(v))
+def test_module_imports_only_lower_layers(name, path):
+    layer = next((k for k in ALLOWED if name == k or name.startswith(k + ".")), None)
+    if layer is None:
+        return  # train/, nn, the package root: may use everything
+    bad = [imp for imp in _imports(path)
+           if imp.startswith("mpiflow") and not imp.startswith(ALLOWED[layer])]
+    assert not bad, f"{name} (layer {layer}) imports {bad}"
+
+
+def test_only_backend_imports_cupy():
+    offenders = [name for name, path in _modules() if name != "mpiflow.backend" and
+                 any(i == "cupy" or i.startswith("cupy.") for i in _imports(path))]
+    assert not offenders, f"cupy imported outside mpiflow/backend.py: {offenders}"
+
+
+def test_nothing_imports_train_except_the_public_api():
+    offenders = [name for name, path in _modules()
+                 if not name.startswith("mpiflow.train") and name != "mpiflow"
+                 and any(i.startswith("mpiflow.train") for i in _imports(path))]
+    assert not offenders, f"mpiflow.train imported by {offenders}"

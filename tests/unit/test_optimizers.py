@@ -1,0 +1,474 @@
+"""mf.train optimizers: a few steps against the numpy updates of optimizer_reference.py
+(dense and sparse, float64 and float32), slots, the global step, schedules and errors."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from tests.unit import optimizer_reference as ref
+
+TOL = {np.float64: dict(rtol=1e-6, atol=1e-9), np.float32: dict(rtol=1e-5, atol=1e-6)}
+STEPS = 3
+LR = 0.1
+IDS = np.array([4, 1, 4, 0, 4])       # rows 2, 3, 5 of the table are never looked up
+ADAM = dict(beta1=0.9, beta2=0.999, epsilon=1e-8)
+RMS = dict(rho=0.9, momentum=0.5, epsilon=1e-10)
+
+
+@dataclasses.dataclass
+class OptCase:
+    """An optimizer and its numpy twin: ``slots`` maps reference state keys to the
+    optimizer's slot names and initial values; ``step(state, grad, t, lr)``."""
+
+    name: str
+    make: callable
+    slots: dict
+    step: callable
+    rowwise: bool = True
+
+    def __repr__(self):
+        return self.name
+
+
+def _adam_step(s, g, t, lr):
+    return ref.update_adam(s, g, ADAM["beta1"] ** t, ADAM["beta2"] ** t, lr, **ADAM)
+
+
+CASES = [
+    OptCase("sgd", lambda lr: mf.train.GradientDescentOptimizer(lr), {},
+            lambda s, g, t, lr: ref.update_gradient_descent(s, g, alpha=lr)),
+    OptCase("momentum", lambda lr: mf.train.MomentumOptimizer(lr, momentum=0.9),
+            {"accum": ("momentum", 0.0)},
+            lambda s, g, t, lr: ref.update_momentum(s, g, lr, 0.9)),
+    OptCase("nesterov", lambda lr: mf.train.MomentumOptimizer(lr, 0.9, use_nesterov=True),
+            {"accum": ("momentum", 0.0)},
+            lambda s, g, t, lr: ref.update_momentum(s, g, lr, 0.9, use_nesterov=True)),
+    OptCase("adagrad", lambda lr: mf.train.AdagradOptimizer(lr),
+            {"accum": ("accumulator", 0.1)},
+            lambda s, g, t, lr: ref.update_adagrad(s, g, lr)),
+    OptCase("rmsprop", lambda lr: mf.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.5),
+            {"ms": ("rms", 1.0), "mom": ("momentum", 0.0)},
+            lambda s, g, t, lr: ref.update_rmsprop(s, g, lr, **RMS)),
+    OptCase("rmsprop_centered",
+            lambda lr: mf.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.5, centered=True),
+            {"mg": ("mg", 0.0), "ms": ("rms", 1.0), "mom": ("momentum", 0.0)},
+            lambda s, g, t, lr: ref.update_centered_rmsprop(s, g, lr, **RMS)),
+    OptCase("adam", lambda lr: mf.train.AdamOptimizer(lr, **ADAM), {"m": ("m", 0.0),
+                                                                   "v": ("v", 0.0)},
+            _adam_step, rowwise=False),
+]
+
+
+class Twin:
+    """The numpy side: one reference state per variable."""
+
+    def __init__(self, case, values):
+        self.case = case
+        self.states = {}
+        for name, value in values.items():
+            state = {"var": value.astype(np.float64)}
+            for key, (_, init) in case.slots.items():
+                state[key] = np.full(value.shape, init)
+            self.states[name] = state
+
+    def step(self, grads, t, lr=LR, rows=None):
+        for name, g in grads.items():
+            s = self.states[name]
+            if rows is not None and name in rows and self.case.rowwise:
+                values, indices = rows[name]
+                self.states[name] = ref.sparse_rows(
+                    lambda st, gg: self.case.step(st, gg, t, lr), s, values, indices)
+            else:
+                self.states[name] = self.case.step(s, g, t, lr)
+
+    def check(self, sess, opt, variables, dtype, label):
+        for name, v in variables.items():
+            state = self.states[name]
+            np.testing.assert_allclose(sess.run(v), state["var"], **TOL[dtype],
+                                       err_msg=f"{label}: {name}")
+            for key, (slot_name, _) in self.case.slots.items():
+                slot = opt.get_slot(v, slot_name)
+                np.testing.assert_allclose(sess.run(slot), state[key], **TOL[dtype],
+                                           err_msg=f"{label}: slot {slot_name} of {name}")
+
+
+def dense_model(rng, dtype):
+    """loss = sum(A * w^2) + sum(C * w) + sum((b - D)^2); returns its numpy gradient too."""
+    A, C = rng.uniform(0.5, 1.5, (3, 4)), rng.standard_normal((3, 4))
+    D = rng.standard_normal(4)
+    values = {"w": rng.standard_normal((3, 4)).astype(dtype),
+              "b": rng.standard_normal(4).astype(dtype)}
+    w = mf.Variable(values["w"], name="w")
+    b = mf.Variable(values["b"], name="b")
+    loss = mf.reduce_sum(mf.constant(A.astype(dtype)) * mf.square(w)) + \
+        mf.reduce_sum(mf.constant(C.astype(dtype)) * w) + \
+        mf.reduce_sum(mf.square(b - mf.constant(D.astype(dtype))))
+
+    def grads(states):
+        return {"w": 2 * A * states["w"]["var"] + C, "b": 2 * (states["b"]["var"] - D)}
+    return {"w": w, "b": b}, values, loss, grads
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_optimizer_dense_steps_match_numpy(case, dtype, rng):
+    variables, values, loss, grads = dense_model(rng, dtype)
+    opt = case.make(LR)
+    train = opt.minimize(loss)
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            twin.step(grads(twin.states), t)
+        twin.check(sess, opt, variables, dtype, case.name)
+        for v in variables.values():
+            assert sess.run(v).dtype == dtype
+
+
+def sparse_model(rng, dtype, lookup):
+    """loss = sum(E * rows) + sum(rows^2) with rows = lookup(table, IDS), plus a dense w."""
+    E = rng.standard_normal((len(IDS), 3))
+    values = {"table": rng.standard_normal((6, 3)).astype(dtype),
+              "w": rng.standard_normal(3).astype(dtype)}
+    table = mf.Variable(values["table"], name="table")
+    w = mf.Variable(values["w"], name="w")
+    rows = lookup(table, mf.constant(IDS))
+    loss = mf.reduce_sum(mf.constant(E.astype(dtype)) * rows) + mf.reduce_sum(
+        mf.square(rows)) + mf.reduce_sum(mf.square(w))
+
+    def grads(states):
+        row_grads = E + 2 * states["table"]["var"][IDS]
+        return ({"table": ref.densify(row_grads, IDS, 6), "w": 2 * states["w"]["var"]},
+                {"table": (row_grads, IDS)})
+    return {"table": table, "w": w}, values, loss, grads
+
+
+@pytest.mark.parametrize("lookup", [mf.nn.embedding_lookup, mf.gather],
+                         ids=["embedding_lookup", "gather"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_optimizer_sparse_steps_match_numpy(case, dtype, lookup, rng):
+    variables, values, loss, grads = sparse_model(rng, dtype, lookup)
+    opt = case.make(LR)
+    grads_and_vars = opt.compute_gradients(loss)
+    table_grad = dict((v.name, g) for g, v in grads_and_vars)["table:0"]
+    assert isinstance(table_grad, mf.IndexedSlices), "embedding gradient was densified"
+    train = opt.apply_gradients(grads_and_vars)
+    types = {op.type for op in mf.get_default_graph().get_operations()}
+    sparse_type = opt._apply_ops["sparse"]
+    assert sparse_type in types and opt._apply_ops["dense"] in types
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            dense, rows = grads(twin.states)
+            twin.step(dense, t, rows=rows)
+        twin.check(sess, opt, variables, dtype, f"{case.name} ({sparse_type})")
+        if case.rowwise:
+            np.testing.assert_array_equal(sess.run(variables["table"])[[2, 3, 5]],
+                                          values["table"][[2, 3, 5]],
+                                          err_msg=f"{sparse_type} changed rows never looked up")
+
+
+def test_adam_with_sparse_gradient_equals_adam_with_densified_gradient(rng):
+    from mpiflow.gradients import densify
+    results = []
+    for make_dense in (False, True):
+        graph = mf.Graph()
+        with graph.as_default():
+            variables, _, loss, _ = sparse_model(np.random.default_rng(3), np.float64,
+                                                 mf.nn.embedding_lookup)
+            opt = mf.train.AdamOptimizer(0.1)
+            gv = opt.compute_gradients(loss)
+            if make_dense:
+                gv = [(densify(g), v) for g, v in gv]
+            train = opt.apply_gradients(gv)
+            kinds = {op.type for op in graph.get_operations() if "Adam" in op.type}
+            assert kinds == ({"ApplyAdam"} if make_dense else {"ApplyAdam", "SparseApplyAdam"})
+            with mf.Session() as sess:
+                sess.run(mf.global_variables_initializer())
+                for _ in range(STEPS):
+                    sess.run(train)
+                results.append(sess.run(variables["table"]))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-14)
+
+
+def test_two_lookups_of_one_table_still_apply_sparsely():
+    table = mf.Variable(np.ones((5, 2)), name="table")
+    loss = mf.reduce_sum(mf.gather(table, [1, 3])) + mf.reduce_sum(mf.gather(table, [3]))
+    train = mf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    assert "SparseApplyGradientDescent" in {o.type for o in
+                                            mf.get_default_graph().get_operations()}
+    with mf.Session() as sess:
+        sess.run(table.initializer)
+        sess.run(train)
+        np.testing.assert_allclose(sess.run(table)[:, 0], [1, 0.5, 1, 0, 1])
+
+
+# -- slots, names, colocation -----------------------------------------------------------------
+
+def test_slots_are_named_like_tf_colocated_and_not_trainable():
+    with mf.device("/job:ps/task:1"):
+        w = mf.Variable(np.zeros((2, 2)), name="w")
+    with mf.device("/job:ps/task:0"):
+        a = mf.Variable(np.zeros(2), name="a")
+    loss = mf.reduce_sum(mf.square(w)) + mf.reduce_sum(mf.square(a))
+    with mf.device("/job:worker/task:0"):
+        momentum = mf.train.MomentumOptimizer(0.1, 0.9)
+        momentum.minimize(loss)
+        adam = mf.train.AdamOptimizer()
+        adam.minimize(loss)
+    slot = momentum.get_slot(w, "momentum")
+    assert slot.name == "w/Momentum:0"
+    assert momentum.get_slot_names() == ["momentum"]
+    assert momentum.get_slot(w, "nope") is None
+    assert [adam.get_slot(w, n).name for n in adam.get_slot_names()] == \
+        ["w/Adam:0", "w/Adam_1:0"]
+    for opt, v in ((momentum, w), (momentum, a), (adam, w), (adam, a)):
+        for name in opt.get_slot_names():
+            s = opt.get_slot(v, name)
+            assert s.device == v.device and s.op.colocation_groups() == [f"loc:@{v.op.name}"]
+            assert s in mf.global_variables() and s not in mf.trainable_variables()
+    # beta powers live with the first variable by name ("a" on ps:0), once per graph
+    beta1 = adam._get_non_slot_variable("beta1_power", mf.get_default_graph())
+    assert beta1.name == "beta1_power:0" and beta1.device == a.device
+    assert [v.name for v in adam.variables()] == [
+        "a/Adam:0", "a/Adam_1:0", "beta1_power:0", "beta2_power:0", "w/Adam:0", "w/Adam_1:0"]
+    graph = mf.get_default_graph()
+    update = graph.get_operation_by_name("Momentum/update_w/ApplyMomentum")
+    assert update.device == w.device and update.colocation_groups() == ["loc:@w"]
+    assert all(op.device == w.device for op in graph.get_operations()
+               if op.name.startswith("Adam/update_w/"))
+
+
+def test_second_optimizer_on_a_variable_gets_new_slots():
+    w = mf.Variable(np.zeros(2), name="w")
+    loss = mf.reduce_sum(mf.square(w))
+    first, second = mf.train.MomentumOptimizer(0.1, 0.9), mf.train.MomentumOptimizer(0.1, 0.9)
+    first.minimize(loss)
+    second.minimize(loss)
+    assert first.get_slot(w, "momentum").name == "w/Momentum:0"
+    assert second.get_slot(w, "momentum").name == "w/Momentum_1:0"
+
+
+def test_var_list_restricts_the_update():
+    w = mf.Variable(np.ones(2), name="w")
+    b = mf.Variable(np.ones(2), name="b")
+    train = mf.train.GradientDescentOptimizer(0.5).minimize(
+        mf.reduce_sum(mf.square(w) + mf.square(b)), var_list=[w])
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(train)
+        np.testing.assert_allclose(sess.run([w, b]), [[0, 0], [1, 1]])
+
+
+def test_gate_graph_gives_the_same_update():
+    out = []
+    for gate in (mf.train.Optimizer.GATE_OP, mf.train.Optimizer.GATE_GRAPH):
+        graph = mf.Graph()
+        with graph.as_default():
+            w = mf.Variable(np.arange(3.0), name="w")
+            train = mf.train.GradientDescentOptimizer(0.1).minimize(
+                mf.reduce_sum(mf.square(w)), gate_gradients=gate)
+            with mf.Session() as sess:
+                sess.run(w.initializer)
+                sess.run(train)
+                out.append(sess.run(w))
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+# -- global step ------------------------------------------------------------------------------
+
+def test_minimize_increments_the_global_step_once_per_run():
+    w = mf.Variable(np.ones(2), name="w")
+    step = mf.train.get_or_create_global_step()
+    train = mf.train.MomentumOptimizer(0.1, 0.9).minimize(mf.reduce_sum(mf.square(w)),
+                                                          global_step=step)
+    assert train.type == "AssignAdd" and train.name == "Momentum"
+    assert [c.name for c in train.control_inputs] == ["Momentum/update"]
+    assert train in mf.get_collection(mf.GraphKeys.TRAIN_OP)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        assert mf.train.global_step(sess, step) == 0
+        for _ in range(3):
+            sess.run(train)
+        assert mf.train.global_step(sess, step) == 3
+        assert mf.train.global_step(sess, "global_step:0") == 3
+
+
+def test_global_step_is_a_zero_int64_scalar_in_its_collections():
+    assert mf.train.get_global_step() is None
+    with mf.variable_scope("model"), mf.name_scope("inner"):
+        step = mf.train.create_global_step()
+    assert step.name == "global_step:0" and step.dtype == mf.int64 and step.shape == []
+    assert not step.trainable
+    assert mf.get_collection(mf.GraphKeys.GLOBAL_STEP) == [step]
+    assert step in mf.global_variables() and step not in mf.trainable_variables()
+    assert mf.train.get_global_step() is step
+    assert mf.train.get_or_create_global_step() is step
+    with pytest.raises(mf.errors.AlreadyExistsError, match="global_step"):
+        mf.train.create_global_step()
+    with mf.Session() as sess:
+        sess.run(step.initializer)
+        value = sess.run(step)
+        assert value == 0 and value.dtype == np.int64
+
+
+def test_global_step_of_another_graph():
+    graph = mf.Graph()
+    step = mf.train.get_or_create_global_step(graph)
+    assert step.graph is graph and mf.train.get_global_step() is None
+    assert mf.train.get_global_step(graph) is step
+
+
+# -- learning rates ---------------------------------------------------------------------------
+
+def test_learning_rate_as_a_decaying_tensor_matches_numpy(rng):
+    variables, values, loss, grads = dense_model(rng, np.float64)
+    step = mf.train.get_or_create_global_step()
+    lr = mf.train.exponential_decay(LR, step, decay_steps=1, decay_rate=0.5)
+    case = CASES[1]
+    opt = case.make(lr)
+    train = opt.minimize(loss, global_step=step)
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            twin.step(grads(twin.states), t, lr=float(np.float32(LR)) * 0.5 ** (t - 1))
+        twin.check(sess, opt, variables, np.float64, "momentum with exponential_decay")
+
+
+def test_learning_rate_as_a_fed_placeholder(rng):
+    variables, values, loss, grads = dense_model(rng, np.float64)
+    lr = mf.placeholder(mf.float32, [])     # cast to the variables' float64
+    case = CASES[-1]
+    opt = case.make(lr)
+    train = opt.minimize(loss)
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t, rate in enumerate([0.125, 0.0625, 0.25], start=1):
+            sess.run(train, {lr: rate})
+            twin.step(grads(twin.states), t, lr=rate)
+        twin.check(sess, opt, variables, np.float64, "adam with a fed learning rate")
+
+
+def test_exponential_decay_and_piecewise_constant_values():
+    step = mf.train.get_or_create_global_step()
+    smooth = mf.train.exponential_decay(1.0, step, 2, 0.5)
+    stairs = mf.train.exponential_decay(1.0, step, 2, 0.5, staircase=True)
+    piecewise = mf.train.piecewise_constant(step, [2, 4], [1.0, 0.5, 0.1])
+    inc = mf.assign_add(step, 1)
+    got = []
+    with mf.Session() as sess:
+        sess.run(step.initializer)
+        for _ in range(6):
+            got.append(sess.run([smooth, stairs, piecewise]))
+            sess.run(inc)
+    got = np.array(got)
+    t = np.arange(6)
+    np.testing.assert_allclose(got[:, 0], 0.5 ** (t / 2), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 1], 0.5 ** (t // 2), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 2], [1, 1, 1, 0.5, 0.5, 0.1], rtol=1e-6)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="one more element"):
+        mf.train.piecewise_constant(step, [1, 2], [1.0, 2.0])
+
+
+# -- the executor orders reads before in-place writes -----------------------------------------
+
+def test_two_layer_mlp_trained_with_sgd_follows_the_numpy_trajectory(rng):
+    x = rng.standard_normal((5, 4))
+    y = rng.standard_normal((5, 2))
+    params = {"w1": rng.standard_normal((4, 3)), "b1": rng.standard_normal(3),
+              "w2": rng.standard_normal((3, 2)), "b2": rng.standard_normal(2)}
+    lr = 0.5
+    v = {k: mf.Variable(p, name=k) for k, p in params.items()}
+
+    def forward():
+        z1 = mf.matmul(mf.constant(x), v["w1"]) + v["b1"]
+        h = mf.reciprocal(1.0 + mf.exp(-z1))
+        out = mf.matmul(h, v["w2"]) + v["b2"]
+        return mf.reduce_mean(mf.square(out - mf.constant(y)))
+
+    loss = forward()
+    train = mf.train.GradientDescentOptimizer(lr).minimize(loss)
+    # Built after the updates, so creation order alone would run it after them: only the
+    # executor's read-before-write edges make it see this step's weights.
+    report = forward()
+
+    p = {k: a.copy() for k, a in params.items()}
+    expected_losses = []
+    for _ in range(3):
+        hh = 1 / (1 + np.exp(-(x @ p["w1"] + p["b1"])))
+        o = hh @ p["w2"] + p["b2"]
+        expected_losses.append(np.mean((o - y) ** 2))
+        d_out = 2 * (o - y) / o.size
+        dz1 = (d_out @ p["w2"].T) * hh * (1 - hh)
+        grads = {"w2": hh.T @ d_out, "b2": d_out.sum(0), "w1": x.T @ dz1, "b1": dz1.sum(0)}
+        for k in p:
+            p[k] = p[k] - lr * grads[k]
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        steps = [sess.run([loss, report, train])[:2] for _ in range(3)]
+        np.testing.assert_allclose(np.array(steps)[:, 0], expected_losses, rtol=1e-6,
+                                   atol=1e-12, err_msg="loss of the step's weights")
+        np.testing.assert_allclose(np.array(steps)[:, 1], expected_losses, rtol=1e-6,
+                                   atol=1e-12, err_msg="a read ran after the update")
+        for k in p:
+            np.testing.assert_allclose(sess.run(v[k]), p[k], rtol=1e-6, atol=1e-12,
+                                       err_msg=f"parameter {k} after 3 steps")
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+def test_apply_gradients_with_only_none_gradients_lists_the_variables():
+    w = mf.Variable(np.ones(2), name="w")
+    b = mf.Variable(np.ones(2), name="b")
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"No gradients provided for any variable: \['w:0', 'b:0'\]"):
+        mf.train.AdamOptimizer().apply_gradients([(None, w), (None, b)])
+
+
+def test_minimize_a_loss_that_does_not_depend_on_the_variables():
+    mf.Variable(np.ones(2), name="w")
+    loss = mf.reduce_sum(mf.constant([1.0, 2.0]))
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"No gradients provided for any variable.*\['w:0'\]"):
+        mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+
+
+def test_minimize_an_int_loss_is_invalid():
+    w = mf.Variable(np.ones(2), name="w")
+    loss = mf.reduce_sum(mf.cast(w, mf.int32))
+    with pytest.raises(mf.errors.InvalidArgumentError, match="Invalid type int32 for loss"):
+        mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+
+
+def test_minimize_a_non_scalar_loss_is_invalid():
+    w = mf.Variable(np.ones(2), name="w")
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"must be a scalar, got shape"):
+        mf.train.MomentumOptimizer(0.1, 0.9).minimize(mf.square(w))
+
+
+def test_minimize_without_variables_is_invalid():
+    with pytest.raises(mf.errors.InvalidArgumentError, match="No variables to optimize"):
+        mf.train.GradientDescentOptimizer(0.1).minimize(mf.reduce_sum(mf.constant([1.0])))
+
+
+def test_apply_gradients_rejects_a_gradient_of_the_wrong_shape():
+    w = mf.Variable(np.ones((2, 2)), name="w")
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"'delta' must match the var's shape in op "
+                             r"'GradientDescent/update_w/ApplyGradientDescent'"):
+        mf.train.GradientDescentOptimizer(0.1).apply_gradients(
+            [(mf.constant(np.ones(3)), w)])
+
+
+def test_adagrad_needs_a_positive_initial_accumulator():
+    with pytest.raises(mf.errors.InvalidArgumentError, match="must be positive"):
+        mf.train.AdagradOptimizer(0.1, initial_accumulator_value=0.0)
