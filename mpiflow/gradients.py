@@ -13,6 +13,7 @@ import collections
 from mpiflow import errors
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.framework.traversal import op_consumers, reachable
 from mpiflow.ops import array_ops, math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import NOT_DEFINED, get_op_def
@@ -133,24 +134,9 @@ def _initial_grad(y, gy):
 
 def _ops_between(ys, xs):
     """Ops on some path from an x to a y (plus the ops of the xs themselves)."""
-    reached = set()
-    stack = [x.op for x in xs]
-    while stack:
-        op = stack.pop()
-        if op in reached:
-            continue
-        reached.add(op)
-        for t in op.outputs:
-            stack.extend(t._consumers)
-    between = set()
-    stack = [y.op for y in ys]
-    while stack:
-        op = stack.pop()
-        if op in between or op not in reached:
-            continue
-        between.add(op)
-        stack.extend(t.op for t in op.inputs)
-    return between
+    reached = reachable([x.op for x in xs], op_consumers)
+    return reachable([y.op for y in ys if y.op in reached],
+                     lambda op: [t.op for t in op.inputs if t.op in reached])
 
 
 def _pending_counts(between):

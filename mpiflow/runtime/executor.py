@@ -14,6 +14,7 @@ import heapq
 import numpy as np
 
 from mpiflow import backend, errors
+from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import get_op_def
 
 # Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
@@ -163,18 +164,9 @@ def _with_frees(steps, keep, constant_slots):
 
 def _prune(fetch_tensors, target_ops, fed):
     """Return the set of ops the fetches and targets need, stopping at fed tensors."""
-    needed = set()
-    stack = [t.op for t in fetch_tensors if t not in fed] + list(target_ops)
-    while stack:
-        op = stack.pop()
-        if op in needed:
-            continue
-        needed.add(op)
-        for t in op.inputs:
-            if t not in fed:
-                stack.append(t.op)
-        stack.extend(op._control_inputs)
-    return needed
+    start = [t.op for t in fetch_tensors if t not in fed] + list(target_ops)
+    return reachable(start, lambda op: [t.op for t in op.inputs if t not in fed] +
+                     op._control_inputs)
 
 
 def _check_placeholders(needed, fed):
@@ -245,7 +237,7 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
         for p in ps:
             succs[p].add(op)
     for writer in [op for op in needed if get_op_def(op.type).ref_inputs]:
-        downstream = _descendants(writer, succs)
+        downstream = reachable([writer], succs.__getitem__, include_start=False)
         for i in get_op_def(writer.type).ref_inputs:
             var_tensor = writer.inputs[i]
             for reader in _alias_readers(var_tensor, needed):
@@ -271,17 +263,6 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
             "The graph has a cycle (or reads and writes of a variable that cannot be "
             f"ordered) through ops {[o.name for o in stuck[:5]]}", stuck[0])
     return order
-
-
-def _descendants(op, succs):
-    seen = set()
-    stack = [op]
-    while stack:
-        for s in succs[stack.pop()]:
-            if s not in seen:
-                seen.add(s)
-                stack.append(s)
-    return seen
 
 
 def _aliases_persistent_memory(tensor, fed):
