@@ -264,8 +264,11 @@ class Graph:
                 attrs["_class"] = coloc.colocation_groups()
             op = Operation(self, len(self._ops), name, op_type, inputs, deduped, attrs, "",
                            output_specs)
-            op._device = coloc.device if coloc is not None else self._apply_device_stack(
-                op, device)
+            # Device functions run even for colocated ops (a round-robin setter advances
+            # on a slot variable too, as in TensorFlow); colocation then has the last word.
+            op._device = self._apply_device_stack(op, device)
+            if coloc is not None:
+                op._device = coloc.device
             self._ops.append(op)
             self._ops_by_name[name] = op
             for t in op._inputs:
