@@ -23,6 +23,7 @@ from mpiflow.ops.array_ops import (
 from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
 from mpiflow.ops.constant_ops import (
     constant, convert_to_tensor, placeholder, placeholder_with_default)
+from mpiflow.ops.data_flow_ops import dynamic_partition, dynamic_stitch
 from mpiflow.ops.control_ops import (
     check_numerics, group, identity, no_op, stop_gradient, tuple_ as tuple)
 from mpiflow.ops.importer import import_graph_def
@@ -36,6 +37,10 @@ from mpiflow.ops.math_ops import (
     logical_not, logical_or, matmul, maximum, minimum, multiply, negative, not_equal, ones_like,
     pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
+from mpiflow.ops.math_ops import range_ as range
+from mpiflow.ops.partitioned_variables import (
+    PartitionedVariable, create_partitioned_variables, fixed_size_partitioner,
+    min_max_variable_partitioner, variable_axis_size_partitioner)
 from mpiflow.ops.random_ops import (
     fill, ones, random_normal, random_uniform, set_random_seed, truncated_normal, zeros)
 from mpiflow.ops.reduction_ops import (

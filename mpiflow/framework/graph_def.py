@@ -31,7 +31,8 @@ def encode_attr(value):
     if isinstance(value, TensorShape):
         return {"shape": value.dims}
     if isinstance(value, np.ndarray):
-        array = np.ascontiguousarray(value)
+        # np.ascontiguousarray would turn a 0-d array into shape (1,).
+        array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
         return {"tensor": {"dtype": dtypes.from_numpy(array).name, "shape": list(array.shape),
                            "data": array.tobytes()}}
     if isinstance(value, np.generic):

@@ -53,6 +53,12 @@ class Constant(Initializer):
         value = np.asarray(self.value)
         if value.size == 1:
             return random_ops.filled(shape, value.reshape(()), dtype, "Const")
+        if partition_info is not None and \
+                value.size == TensorShape(partition_info.full_shape).num_elements():
+            # A value for the whole partitioned variable: this part takes its slice.
+            value = value.reshape(partition_info.full_shape)[tuple(
+                slice(o, o + n) for o, n in zip(partition_info.var_offset,
+                                                TensorShape(shape).as_list()))]
         if list(value.shape) != TensorShape(shape).as_list():
             if value.size != TensorShape(shape).num_elements():
                 raise errors.InvalidArgumentError(
@@ -121,7 +127,8 @@ class VarianceScaling(Initializer):
 
     def __call__(self, shape, dtype=None, partition_info=None):
         dtype = self._dtype(dtype)
-        fan_in, fan_out = _fans(shape)
+        # A partition is scaled as the whole variable is (TensorFlow's rule).
+        fan_in, fan_out = _fans(shape if partition_info is None else partition_info.full_shape)
         n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[self.mode]
         scale = self.scale / max(1.0, n)
         if self.distribution == "uniform":

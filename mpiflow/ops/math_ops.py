@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
@@ -421,6 +422,49 @@ class AddNOp(OpDef):
 def add_n(inputs, name=None) -> Tensor:
     """Return the elementwise sum of same-shaped tensors."""
     return apply_op("AddN", [convert_to_tensor(x) for x in inputs], name=name).outputs[0]
+
+
+# -- range ---------------------------------------------------------------------------------
+
+@register_op("Range")
+class RangeOp(OpDef):
+    """``[start, start + delta, ...)`` below ``limit`` (numpy's arange), from scalars."""
+
+    gradient = None
+
+    def infer(self, b):
+        dt = same_dtype(b)
+        require_dtype(b, 0, is_numeric, "start")
+        for i, what in enumerate(("start", "limit", "delta")):
+            if b.shape(i).ndims not in (None, 0):
+                raise b.error(f"range {what} must be a scalar", got=f"shape {b.shape(i)}")
+        values = [t.op.get_attr("value") if t.op.type == "Const" else None for t in b.inputs]
+        if any(v is None for v in values):
+            return [(dt, [None])]
+        if values[2] == 0:
+            raise b.error("range delta must not be 0")
+        return [(dt, [len(np.arange(*values))])]
+
+    def forward(self, xp, ctx, start, limit, delta):
+        if delta == 0:
+            raise errors.op_error(errors.InvalidArgumentError, "range delta must not be 0",
+                                  ctx.op)
+        return xp.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)
+
+
+def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
+    """Return the 1-D tensor ``[start, start + delta, ...)`` up to ``limit`` (exclusive);
+    ``range(n)`` counts from 0 to n - 1."""
+    if limit is None:
+        start, limit = 0, start
+    values = [start, limit, delta]
+    if dtype is None:
+        known = [convert_to_tensor(v).dtype for v in values if is_tensor_like(v)]
+        dtype = known[0] if known else (
+            dtypes.float32 if any(isinstance(v, float) for v in values) else dtypes.int32)
+    inputs = [cast(v, dtype) if is_tensor_like(v) else constant(v, dtype=dtype)
+              for v in values]
+    return apply_op("Range", inputs, name=name).outputs[0]
 
 
 # -- matmul --------------------------------------------------------------------------------

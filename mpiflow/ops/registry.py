@@ -46,6 +46,7 @@ class OpDef:
     aliases_input = False
     aliases_state = False
     tuple_outputs = False
+    transfer = None          # "send" / "recv" for the cross-rank ops the executor runs
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):

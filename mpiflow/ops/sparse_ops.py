@@ -2,6 +2,8 @@
 
 Gather along axis 0 has an ``IndexedSlices`` gradient, so training an embedding table
 touches only the rows a batch used; ``indexed_slices_to_dense`` densifies where needed.
+``embedding_lookup`` over a sharded table partitions the ids per shard (data_flow_ops),
+gathers next to each shard and stitches the rows back in the ids' order.
 """
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from mpiflow import errors
-from mpiflow.framework.graph import Tensor
+from mpiflow.framework.graph import Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops import array_ops, math_ops
+from mpiflow.ops import array_ops, control_ops, data_flow_ops, indexing_ops, math_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import (
     OpDef, apply_op, is_index, normalize_axis, register_op, require_dtype)
@@ -159,15 +161,112 @@ class GatherFirstOp(OpDef):
         return x[0]
 
 
-def embedding_lookup(params, ids, partition_strategy="mod", name=None, max_norm=None):
-    """Return rows ``ids`` of an embedding table (sparse gradient on the table)."""
+def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,
+                     max_norm=None):
+    """Return rows ``ids`` of an embedding table, which may be sharded (TF1 semantics).
+
+    Args:
+        params: one table, a list of shards (same dims after the first), or a
+            PartitionedVariable (its parts are the shards).
+        ids: int32/int64 ids of any shape; the result has shape ids.shape + row shape.
+        partition_strategy: with several shards, "mod" puts id on shard ``id % n`` at row
+            ``id // n``; "div" gives each shard a contiguous range of ids, the first
+            ``vocab % n`` shards one id more (the slicing a partitioner makes, so use "div"
+            for a PartitionedVariable to address the rows of its full value).
+
+    Each shard is read by a gather colocated with it, so on a ps only the selected rows
+    travel, and the gradient for each shard is an IndexedSlices of those rows.
+
+    Raises:
+        InvalidArgumentError: no params, an unknown strategy, or (when run) an id out of
+            range, naming the op that met it.
+    """
     if max_norm is not None:
         raise errors.UnimplementedError("embedding_lookup: max_norm is not supported")
-    if isinstance(params, (list, tuple)):
+    if partition_strategy not in ("mod", "div"):
+        raise errors.InvalidArgumentError(
+            f"embedding_lookup: unrecognized partition_strategy {partition_strategy!r}: "
+            "expected 'mod' or 'div'")
+    if params is None:
+        raise errors.InvalidArgumentError("embedding_lookup: params must be given")
+    if callable(getattr(params, "get_variable_list", None)):   # a PartitionedVariable
+        params = params.get_variable_list()
+    params = list(params) if isinstance(params, (list, tuple)) else [params]
+    if not params:
+        raise errors.InvalidArgumentError("embedding_lookup: need at least one param")
+    graph = get_default_graph()
+    with graph.name_scope(name or "embedding_lookup") as scope:
+        ids = convert_to_tensor(ids, name="ids")
         if len(params) == 1:
-            params = params[0]
+            with graph.colocate_with(params[0]):
+                result = gather(params[0], ids, name=scope)
+            # The result itself is not tied to the table's device.
+            return control_ops.identity(result)
+        tables = [convert_to_tensor(p) for p in params]
+        return _sharded_lookup(graph, params, tables, ids, partition_strategy, scope)
+
+
+def _sharded_lookup(graph, params, tables, ids, strategy, scope):
+    n = len(tables)
+    flat_ids = array_ops.reshape(ids, [-1])
+    positions = math_ops.range_(array_ops.size(flat_ids))
+    if strategy == "mod":
+        shard = math_ops.floormod(flat_ids, n)
+        rows = math_ops.floordiv(flat_ids, n)
+    else:
+        vocab = _vocab_size(graph, params, tables, flat_ids.dtype, scope)
+        per_shard = vocab // n
+        extras = vocab % n
+        # The first ``extras`` shards hold per_shard + 1 ids, the others per_shard.
+        shard = math_ops.maximum(math_ops.floordiv(flat_ids, per_shard + 1),
+                                 math_ops.floordiv(flat_ids - extras, per_shard))
+        rows = math_ops.where(math_ops.less(shard, extras),
+                              math_ops.floormod(flat_ids, per_shard + 1),
+                              math_ops.floormod(flat_ids - extras, per_shard))
+    shard = math_ops.cast(shard, "int32")
+    shard_rows = data_flow_ops.dynamic_partition(rows, shard, n)
+    shard_positions = data_flow_ops.dynamic_partition(positions, shard, n)
+    gathered = []
+    for p in range(n):
+        with graph.colocate_with(params[p]):
+            gathered.append(gather(tables[p], shard_rows[p]))
+    merged = data_flow_ops.dynamic_stitch(shard_positions, gathered, name=scope)
+    element = tables[0].shape[1:]
+    for t in tables[1:]:
+        if not element.is_compatible_with(t.shape[1:]):
+            raise errors.InvalidArgumentError(
+                f"embedding_lookup: every shard must have the same row shape, got "
+                f"{[str(x.shape) for x in tables]}")
+        element = element.merge_with(t.shape[1:])
+    if ids.shape.is_fully_defined() and element.is_fully_defined():
+        return array_ops.reshape(merged, ids.shape.as_list() + element.as_list())
+    if element.is_fully_defined():
+        element_dims = constant(np.asarray(element.as_list(), dtype=np.int32))
+    else:
+        with graph.colocate_with(params[0]):
+            element_dims = indexing_ops.slice(math_ops.shape(tables[0]), [1], [-1])
+    out = array_ops.reshape(merged, array_ops.concat([math_ops.shape(ids), element_dims], 0))
+    if ids.shape.ndims is not None and element.ndims is not None:
+        out.set_shape(ids.shape.as_list() + element.as_list())
+    return out
+
+
+def _vocab_size(graph, params, tables, dtype, scope):
+    """Return the total row count of the shards: a Python int when known statically."""
+    dims = [t.shape[0] if t.shape.ndims else None for t in tables]
+    if all(d is not None for d in dims):
+        vocab = sum(dims)
+        if vocab < len(tables):
+            raise errors.InvalidArgumentError(
+                f"embedding_lookup '{scope[:-1]}': partition_strategy 'div' needs at least "
+                f"one row per shard, got {vocab} rows over {len(tables)} shards")
+        return vocab
+    counts = []
+    for p, (t, d) in enumerate(zip(tables, dims)):
+        if d is not None:
+            counts.append(constant(d, dtype=dtype))
         else:
-            raise errors.UnimplementedError(
-                f"embedding_lookup over {len(params)} partitions is not supported yet: pass "
-                "one table (partitioned variables arrive with the ps runtime)")
-    return gather(params, ids, name=name or "embedding_lookup")
+            with graph.colocate_with(params[p]):
+                counts.append(math_ops.cast(
+                    apply_op("GatherFirst", [math_ops.shape(t)]).outputs[0], dtype))
+    return math_ops.add_n(counts)

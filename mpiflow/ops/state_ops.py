@@ -33,7 +33,7 @@ class VariableOp(OpDef):
     gradient = None
 
     def forward(self, xp, ctx):
-        return ctx.ref.get()
+        return ctx.ref.read()
 
 
 def check_ref(b, what="ref"):

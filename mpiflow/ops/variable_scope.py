@@ -55,6 +55,7 @@ class VariableScope:
 class _VariableStore:
     def __init__(self):
         self.vars = {}
+        self.partitioned_vars = {}      # full name -> PartitionedVariable
         self.scope_stack = [VariableScope(False)]
         self.scope_counts = {}
 
@@ -62,25 +63,37 @@ class _VariableStore:
                      regularizer=None, trainable=True, collections=None,
                      validate_shape=True, partitioner=None, custom_getter=None):
         full = f"{scope.name}/{name}" if scope.name else name
-        reuse = scope.reuse
-        dtype = dtypes.as_dtype(dtype or scope.dtype or dtypes.float32)
-        partitioner = partitioner if partitioner is not None else scope.partitioner
         custom_getter = custom_getter or scope.custom_getter
-        if partitioner is not None and _PARTITIONED_GETTER:
-            return _PARTITIONED_GETTER[0](self, scope, full, shape, dtype, initializer,
-                                          regularizer, trainable, collections,
-                                          validate_shape, partitioner)
+        kwargs = dict(
+            shape=shape, dtype=dtypes.as_dtype(dtype or scope.dtype or dtypes.float32),
+            initializer=initializer if initializer is not None else scope.initializer,
+            regularizer=regularizer if regularizer is not None else scope.regularizer,
+            trainable=trainable, collections=collections, validate_shape=validate_shape,
+            reuse=scope.reuse,
+            partitioner=partitioner if partitioner is not None else scope.partitioner)
         if custom_getter is not None:
-            def getter(name, **kw):
-                return self._single(name, **kw)
-            return custom_getter(getter, full, shape=shape, dtype=dtype,
-                                 initializer=initializer or scope.initializer,
-                                 regularizer=regularizer or scope.regularizer,
-                                 trainable=trainable, collections=collections,
-                                 validate_shape=validate_shape, reuse=reuse)
-        return self._single(full, shape=shape, dtype=dtype,
-                            initializer=initializer or scope.initializer,
-                            regularizer=regularizer or scope.regularizer, trainable=trainable,
+            return custom_getter(self._true_getter, full, **kwargs)
+        return self._true_getter(full, **kwargs)
+
+    def _true_getter(self, name, shape=None, dtype=dtypes.float32, initializer=None,
+                     regularizer=None, trainable=True, collections=None, validate_shape=True,
+                     reuse=False, partitioner=None, **unused):
+        if partitioner is not None:
+            if not _PARTITIONED_GETTER:
+                raise errors.UnimplementedError(
+                    f"get_variable('{name}'): partitioned variables are not available "
+                    "(mpiflow.ops.partitioned_variables was not imported)")
+            return _PARTITIONED_GETTER[0](
+                self, name, shape=shape, dtype=dtype, initializer=initializer,
+                regularizer=regularizer, trainable=trainable, collections=collections,
+                validate_shape=validate_shape, reuse=reuse, partitioner=partitioner)
+        if name in self.partitioned_vars:
+            raise errors.InvalidArgumentError(
+                f"No partitioner was provided, but a partitioned version of the variable was "
+                f"found: {name}/part_0. Perhaps a variable of the same name was already "
+                "created with partitioning?")
+        return self._single(name, shape=shape, dtype=dtype, initializer=initializer,
+                            regularizer=regularizer, trainable=trainable,
                             collections=collections, validate_shape=validate_shape,
                             reuse=reuse)
 
@@ -147,7 +160,9 @@ def _initial_value(name, shape, dtype, initializer):
     return lambda: initializer(shape.as_list(), dtype=dtype)
 
 
-# Set by mpiflow.train's partitioned-variable support so this layer need not import it.
+# Set by mpiflow.ops.partitioned_variables (which imports this module):
+# ``getter(store, full_name, *, shape, dtype, initializer, regularizer, trainable,
+# collections, validate_shape, reuse, partitioner) -> PartitionedVariable``.
 _PARTITIONED_GETTER = []
 
 
@@ -203,7 +218,8 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
         new_reuse = reuse
     with graph.name_scope(name_scope_name if auxiliary_name_scope else None) as ns:
         scope = VariableScope(
-            new_reuse, full, initializer or base.initializer, regularizer or base.regularizer,
+            new_reuse, full, initializer if initializer is not None else base.initializer,
+            regularizer or base.regularizer,
             dtype or base.dtype, partitioner or base.partitioner,
             custom_getter or base.custom_getter, ns)
         store.scope_stack.append(scope)

@@ -16,6 +16,46 @@ from mpiflow.ops.math_ops import cast
 from mpiflow.ops.registry import apply_op
 
 
+class SaveSliceInfo:
+    """Where one partition of a partitioned variable sits in the full variable.
+
+    A checkpoint saves a part under ``full_name`` with ``spec`` (TensorFlow's slice spec,
+    e.g. "10 4 0,5:0,4": the full shape, then ``offset,length`` per dimension), so the
+    full variable can be reassembled, or restored into another partitioning.
+    """
+
+    __slots__ = ("full_name", "full_shape", "var_offset", "var_shape")
+
+    def __init__(self, full_name: str, full_shape, var_offset, var_shape):
+        self.full_name = full_name
+        self.full_shape = [int(d) for d in full_shape]
+        self.var_offset = [int(d) for d in var_offset]
+        self.var_shape = [int(d) for d in var_shape]
+        if not len(self.full_shape) == len(self.var_offset) == len(self.var_shape):
+            raise errors.InvalidArgumentError(
+                f"SaveSliceInfo for '{full_name}': full_shape {self.full_shape}, var_offset "
+                f"{self.var_offset} and var_shape {self.var_shape} must have one entry per "
+                "dimension")
+
+    @property
+    def spec(self) -> str:
+        full = " ".join(str(d) for d in self.full_shape)
+        slices = ":".join(f"{o},{n}" for o, n in zip(self.var_offset, self.var_shape))
+        return f"{full} {slices}"
+
+    def to_dict(self) -> dict:
+        return {"full_name": self.full_name, "full_shape": list(self.full_shape),
+                "var_offset": list(self.var_offset), "var_shape": list(self.var_shape)}
+
+    def __eq__(self, other):
+        if not isinstance(other, SaveSliceInfo):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __repr__(self):
+        return f"SaveSliceInfo({self.full_name!r}, spec={self.spec!r})"
+
+
 class Variable:
     """A TF1 variable: ``Variable(initial_value, trainable=True, name=None, dtype=None)``."""
 
@@ -110,6 +150,12 @@ class Variable:
 
     def _ref(self) -> Tensor:
         return self._variable
+
+    def _set_save_slice_info(self, save_slice_info: SaveSliceInfo) -> None:
+        """Mark this variable as one partition of a larger one (see SaveSliceInfo)."""
+        self._save_slice_info = save_slice_info
+
+    SaveSliceInfo = SaveSliceInfo
 
     def _as_tensor(self) -> Tensor:
         return self._snapshot

@@ -35,22 +35,41 @@ class KernelContext:
         self.state = state
 
 
+# Step kinds of a compiled plan.
+_SINGLE, _MULTI, _NO_OUTPUT, _SEND, _RECV = range(5)
+
+
 class Plan:
-    """An executable schedule for one set of fetches and feeds."""
+    """An executable schedule for one set of fetches and feeds.
+
+    ``Plan(...)`` prunes and orders a graph for a local run; ``Plan.from_order`` compiles an
+    already ordered op list (a partition shipped from another rank, whose order the client
+    chose so that every rank's partition follows one global topological order).
+    """
 
     def __init__(self, graph, fetch_tensors, target_ops, feed_tensors, state,
                  xp_for=backend.array_module, log_placement=None):
+        fed = set(feed_tensors)
+        order = schedule(graph, fetch_tensors, target_ops, fed)
+        if log_placement is not None:
+            for op in order:
+                log_placement(op)
+        self._setup(graph, order, fetch_tensors, feed_tensors, state, xp_for)
+
+    @classmethod
+    def from_order(cls, graph, order, fetch_tensors, feed_tensors, state,
+                   xp_for=backend.array_module):
+        """Compile ``order`` as given (every op in it runs, in that order)."""
+        plan = cls.__new__(cls)
+        plan._setup(graph, list(order), fetch_tensors, feed_tensors, state, xp_for)
+        return plan
+
+    def _setup(self, graph, order, fetch_tensors, feed_tensors, state, xp_for):
         self.graph = graph
         self.fetch_tensors = list(fetch_tensors)
         self.feed_tensors = list(feed_tensors)
         fed = set(self.feed_tensors)
-        needed = _prune(self.fetch_tensors, target_ops, fed)
-        _check_placeholders(needed, fed)
-        run_var_ops = _variables_to_run(needed, fed, self.fetch_tensors)
-        order = _schedule(needed, fed, run_var_ops, self.fetch_tensors)
-        if log_placement is not None:
-            for op in order:
-                log_placement(op)
+        run_var_ops = _variables_to_run(set(order), fed, self.fetch_tensors)
         self._compile(order, run_var_ops, fed, state, xp_for)
 
     def _compile(self, order, run_var_ops, fed, state, xp_for):
@@ -65,6 +84,7 @@ class Plan:
         refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
         steps = []
         self.ops = []
+        self.has_transfers = False
         # Fetches that may share memory with a variable, a constant or a feed are copied
         # right where they are produced: the copy is taken before any later in-place
         # update of the same step, so a fetched read shows the value the step read.
@@ -73,8 +93,6 @@ class Plan:
             if op.type == "VariableV2" and op not in run_var_ops:
                 continue
             op_def = get_op_def(op.type)
-            ctx = KernelContext(op, xp_for(op.device), state)
-            op_def.prepare(ctx)
             ins = []
             for i, t in enumerate(op.inputs):
                 if i in op_def.ref_inputs:
@@ -84,37 +102,65 @@ class Plan:
                     ins.append(slot_of(t))
             # A fed output keeps the fed value: the op's own result goes to a shadow slot.
             outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
-            steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs,
-                          op_def.tuple_outputs))
+            if op_def.transfer is not None:
+                self.has_transfers = True
+                kind = _SEND if op_def.transfer == "send" else _RECV
+                guard = _variable_aliased(op.inputs[0]) if kind == _SEND else None
+                steps.append(((op.get_attr("edge"), op.get_attr("peer"), guard), ins, outs,
+                              kind))
+            else:
+                ctx = KernelContext(op, xp_for(op.device), state)
+                op_def.prepare(ctx)
+                kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
+                steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs, kind))
             self.ops.append(op)
             for t in op.outputs:
                 if t in snapshot and t not in fed:
-                    steps.append((_copy, [slot_of(t)], [slot_of(("snapshot", t))], False))
+                    steps.append((_copy, [slot_of(t)], [slot_of(("snapshot", t))], _SINGLE))
                     self.ops.append(op)
         self.fetch_slots = [slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
                             for t in self.fetch_tensors]
         n_tensors = len(slots)
-        steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, multi)
-                 for fn, ins, outs, multi in steps]
+        steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, kind)
+                 for fn, ins, outs, kind in steps]
         self._template = [None] * n_tensors + refs
         self._steps = _with_frees(steps, set(self.fetch_slots),
                                   set(range(n_tensors, n_tensors + len(refs))))
 
     def run(self, feed_values):
         """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``)."""
+        steps = self.run_steps(feed_values, None)
+        try:
+            edge = next(steps)
+        except StopIteration as done:
+            return done.value
+        steps.close()
+        raise errors.InternalError(f"A local plan waited for edge {edge!r}: it has transfers")
+
+    def run_steps(self, feed_values, io):
+        """Generator running the schedule; yields ``(edge, peer)`` where a Recv waits.
+
+        The driver resumes it with ``send(value)`` once the tensor has arrived; Send steps
+        call ``io.send(edge, peer, value)``. Returns the fetched values.
+        """
         vals = self._template.copy()
         for slot, value in zip(self.feed_slots, feed_values):
             vals[slot] = value
         index = 0
         try:
             with np.errstate(all="ignore"):
-                for index, (fn, ins, out, multi, frees) in enumerate(self._steps):
-                    result = fn(*[vals[i] for i in ins])
-                    if multi:
-                        for s, v in zip(out, result):
+                for index, (fn, ins, out, kind, frees) in enumerate(self._steps):
+                    if kind == _SINGLE:
+                        vals[out] = fn(*[vals[i] for i in ins])
+                    elif kind == _MULTI:
+                        for s, v in zip(out, fn(*[vals[i] for i in ins])):
                             vals[s] = v
-                    elif out is not None:
-                        vals[out] = result
+                    elif kind == _NO_OUTPUT:
+                        fn(*[vals[i] for i in ins])
+                    elif kind == _SEND:
+                        io.send(fn[0], fn[1], vals[ins[0]], fn[2])
+                    else:
+                        vals[out] = yield fn
                     if frees:
                         for s in frees:
                             vals[s] = None
@@ -126,6 +172,8 @@ class Plan:
         except _INPUT_ERRORS as exc:
             raise errors.op_error(errors.InvalidArgumentError,
                                   f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
+        except GeneratorExit:
+            raise
         except Exception as exc:
             raise errors.op_error(errors.InternalError,
                                   f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
@@ -156,10 +204,22 @@ def _with_frees(steps, keep, constant_slots):
         if s not in keep and s not in constant_slots:
             frees[i].append(s)
     compiled = []
-    for (fn, ins, outs, multi), free in zip(steps, frees):
-        out = outs if multi else (outs[0] if outs else None)
-        compiled.append((fn, tuple(ins), out, multi, tuple(free)))
+    for (fn, ins, outs, kind), free in zip(steps, frees):
+        out = outs if kind == _MULTI else (outs[0] if outs else None)
+        compiled.append((fn, tuple(ins), out, kind, tuple(free)))
     return compiled
+
+
+def schedule(graph, fetch_tensors, target_ops, fed):
+    """Return the ops the fetches and targets need, in the order they will run.
+
+    Raises:
+        InvalidArgumentError: a needed placeholder is not fed, or the graph has a cycle.
+    """
+    needed = _prune(fetch_tensors, target_ops, fed)
+    _check_placeholders(needed, fed)
+    run_var_ops = _variables_to_run(needed, fed, fetch_tensors)
+    return _schedule(needed, fed, run_var_ops, fetch_tensors)
 
 
 def _prune(fetch_tensors, target_ops, fed):
@@ -263,6 +323,17 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
             "The graph has a cycle (or reads and writes of a variable that cannot be "
             f"ordered) through ops {[o.name for o in stuck[:5]]}", stuck[0])
     return order
+
+
+def _variable_aliased(tensor):
+    """Name of the variable whose buffer ``tensor`` may be (through views), else None."""
+    while True:
+        if tensor.op.type == "VariableV2":
+            return tensor.op.name
+        op_def = get_op_def(tensor.op.type)
+        if not (op_def.aliases_input and tensor.op.inputs):
+            return None
+        tensor = tensor.op.inputs[0]
 
 
 def _aliases_persistent_memory(tensor, fed):

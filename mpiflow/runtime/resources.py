@@ -34,16 +34,28 @@ class StateRef:
     def initialized(self) -> bool:
         return self._name in self._store.buffers
 
-    def get(self):
-        """Return the live buffer; raise FailedPreconditionError if never assigned."""
+    def read(self):
+        """Return the live buffer for reading; raise FailedPreconditionError if unset."""
         try:
             return self._store.buffers[self._name]
         except KeyError:
-            raise errors.op_error(
-                errors.FailedPreconditionError,
-                f"Attempting to use uninitialized value {self._name} (run "
-                "mf.global_variables_initializer() or restore a checkpoint first)",
-                self._op) from None
+            raise self._uninitialized() from None
+
+    def get(self):
+        """Return the live buffer for an in-place write (after in-flight sends of it end)."""
+        barrier = self._store.write_barrier
+        if barrier is not None:
+            barrier(self._name)
+        try:
+            return self._store.buffers[self._name]
+        except KeyError:
+            raise self._uninitialized() from None
+
+    def _uninitialized(self):
+        return errors.op_error(
+            errors.FailedPreconditionError,
+            f"Attempting to use uninitialized value {self._name} (run "
+            "mf.global_variables_initializer() or restore a checkpoint first)", self._op)
 
     def get_checked(self, shape):
         """Return the buffer after checking an update of ``shape`` fits it in place."""
@@ -63,6 +75,9 @@ class StateRef:
             raise errors.op_error(errors.InvalidArgumentError,
                                   "Assigned value does not match the variable's shape",
                                   self._op, expected=self._static_shape, got=list(value.shape))
+        barrier = self._store.write_barrier
+        if barrier is not None:
+            barrier(self._name)
         buffers = self._store.buffers
         current = buffers.get(self._name)
         if current is not None and current.shape == value.shape and \
@@ -81,6 +96,9 @@ class ResourceStore:
         self.buffers = {}
         self._rngs = {}
         self.lock = threading.RLock()
+        # Called with a variable's name before any in-place write to it; the runtime sets
+        # it to finish sends still reading that buffer (zero-copy pulls).
+        self.write_barrier = None
 
     def ref(self, op) -> StateRef:
         return StateRef(self, op)

@@ -15,6 +15,7 @@ import numpy as np
 from mpiflow import errors
 from mpiflow.framework import graph as graph_module
 from mpiflow.framework.graph import Operation, Tensor, get_default_graph
+from mpiflow.runtime.distributed import DistributedPlan, make_placer, resolve_target
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.resources import ResourceStore
 
@@ -123,6 +124,9 @@ class BaseSession:
         self._graph = graph if graph is not None else get_default_graph()
         self._target = target
         self._config = config or ConfigProto()
+        self._cluster = resolve_target(target)
+        self._placer = None if self._cluster is None else \
+            make_placer(self._graph, self._cluster, self._config)
         self._store = ResourceStore()
         self._plans = {}
         self._closed = False
@@ -173,9 +177,13 @@ class BaseSession:
         if plan is None:
             fetch_tensors = [e for e in elements if isinstance(e, Tensor)]
             targets = [e for e in elements if isinstance(e, Operation)]
-            log = self._log_placement if self._config.log_device_placement else None
-            plan = Plan(self._graph, fetch_tensors, targets, feed_tensors, self._store,
-                        log_placement=log)
+            if self._cluster is not None:
+                plan = DistributedPlan(self._graph, fetch_tensors, targets, feed_tensors,
+                                       self._cluster, self._placer)
+            else:
+                log = self._log_placement if self._config.log_device_placement else None
+                plan = Plan(self._graph, fetch_tensors, targets, feed_tensors, self._store,
+                            log_placement=log)
             plan = _ElementPlan(plan, elements)
             self._plans[key] = plan
         return plan
@@ -208,8 +216,16 @@ class BaseSession:
             raise errors.FailedPreconditionError("Attempted to use a closed Session.")
 
     def close(self):
-        """Release the variables and plans; later ``run`` calls raise."""
+        """Release the plans (and, in-process, the variables); later ``run`` calls raise.
+
+        Variables of a distributed session live on their tasks and outlive the session,
+        as in TensorFlow; its pieces registered on other ranks are dropped.
+        """
+        if self._closed:
+            return
         self._closed = True
+        for plan in self._plans.values():
+            plan.close()
         self._plans.clear()
         self._store.clear()
 
@@ -243,6 +259,11 @@ class _ElementPlan:
     def run(self, feed_values):
         values = self._plan.run(feed_values)
         return [values[i] if i is not None else None for i in self._pick]
+
+    def close(self):
+        close = getattr(self._plan, "close", None)
+        if close is not None:
+            close()
 
 
 class _DefaultSession:

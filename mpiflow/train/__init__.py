@@ -1,7 +1,10 @@
-"""``mf.train``: the TF1 training API (optimizers, global step; cluster and sessions later)."""
+"""``mf.train``: the TF1 training API: cluster, server, device setter, optimizers, global step."""
 
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
+from mpiflow.train.cluster_spec import ClusterSpec
+from mpiflow.train.device_setter import (
+    GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter)
 from mpiflow.train.global_step import (
     create_global_step, get_global_step, get_or_create_global_step, global_step)
 from mpiflow.train.gradient_descent import GradientDescentOptimizer
@@ -9,9 +12,12 @@ from mpiflow.train.learning_rate_decay import exponential_decay, piecewise_const
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
+from mpiflow.train.server import Server
 
 __all__ = [
     "AdagradOptimizer", "AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
     "Optimizer", "RMSPropOptimizer", "create_global_step", "exponential_decay",
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
+    "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
+    "ClusterSpec", "Server",
 ]

@@ -77,3 +77,12 @@ def test_malformed_graph_def_is_rejected():
                                        "attr": {"value": bad_tensor,
                                                 "dtype": {"dtype": "float32"}},
                                        "output": [{"dtype": "float32", "shape": [4]}]}]})
+
+
+def test_scalar_constants_keep_their_shape_through_a_round_trip():
+    mf.constant(3.0, name="scalar")
+    gd = msgpack.unpackb(msgpack.packb(mf.get_default_graph().as_graph_def()), raw=False)
+    g2 = mf.Graph()
+    with g2.as_default():
+        c, = mf.import_graph_def(gd, return_elements=["scalar:0"], name="")
+        assert c.op.get_attr("value").shape == ()

@@ -1,0 +1,316 @@
+"""Cluster layout of an MPI job: hosts, nodes, local ranks, and which ranks become ps.
+
+Owns ``Layout`` (where every rank of a communicator runs) and the role policies that turn a
+layout into ps/worker tasks. The role logic is pure (``roles_for`` over a list of host
+names) so it is tested without MPI; only ``Layout.from_comm`` talks to MPI, with
+buffer-based collectives (no pickle). Imports mpi4py, numpy and mpiflow.errors/config only;
+it knows nothing of graphs or of ``ClusterSpec``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
+
+import numpy as np
+
+from mpiflow import config as config_lib
+from mpiflow import errors
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+
+class Role(NamedTuple):
+    """The task one rank runs: its job name and task index."""
+
+    job: str
+    task_index: int
+
+
+def node_indices(nodes: Sequence[Hashable]) -> list[int]:
+    """Return the node index of every rank; nodes are numbered by their first rank.
+
+    Args:
+        nodes: one node key per rank (a host name, or anything hashable that tells the
+            nodes apart).
+    """
+    first_seen: dict[Hashable, int] = {}
+    return [first_seen.setdefault(key, len(first_seen)) for key in nodes]
+
+
+def local_ranks(nodes: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """Return ``(local_rank, local_size)`` lists: each rank's place among its node's ranks."""
+    counts: dict[Hashable, int] = {}
+    ranks = []
+    for key in nodes:
+        ranks.append(counts.get(key, 0))
+        counts[key] = ranks[-1] + 1
+    return ranks, [counts[key] for key in nodes]
+
+
+def _block_ps(nodes: list[int], num_ps: int) -> list[int]:
+    return list(range(num_ps))
+
+
+def _spread_ps(nodes: list[int], num_ps: int) -> list[int]:
+    # Round r takes the r-th lowest rank of every node (nodes in order) that has one, so ps
+    # land on as many nodes as possible before any node gets a second.
+    members: dict[int, list[int]] = {}
+    for rank, node in enumerate(nodes):
+        members.setdefault(node, []).append(rank)
+    order = []
+    for depth in range(max(len(m) for m in members.values())):
+        order.extend(m[depth] for m in members.values() if depth < len(m))
+    return order[:num_ps]
+
+
+# policy name -> function(node index per rank, num_ps) -> ps ranks in ps task order
+POLICIES: dict[str, Callable[[list[int], int], list[int]]] = {
+    "block": _block_ps,
+    "spread": _spread_ps,
+}
+
+
+def describe_layout(nodes: Sequence[Hashable], limit: int = 4) -> str:
+    """Return e.g. ``"4 ranks on 2 nodes (a: ranks 0,2; b: ranks 1,3)"`` for messages."""
+    members: dict[Hashable, list[int]] = {}
+    for rank, key in enumerate(nodes):
+        members.setdefault(key, []).append(rank)
+    parts = [f"{key}: ranks {_ranges(ranks)}" for key, ranks in list(members.items())[:limit]]
+    if len(members) > limit:
+        parts.append(f"{len(members) - limit} more nodes")
+    return f"{_count(len(nodes), 'rank')} on {_count(len(members), 'node')} ({'; '.join(parts)})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _ranges(ranks: list[int]) -> str:
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def default_num_ps(size: int) -> int:
+    """Return the number of ps used when neither the caller nor MPIFLOW_PS says.
+
+    One ps when the job has 2 or more ranks (the smallest ps/worker cluster), else none, so
+    a single-rank job is one worker that trains alone.
+    """
+    return 1 if size >= 2 else 0
+
+
+def roles_for(hosts: Sequence[Hashable], num_ps: int, policy: str = "block") -> list[Role]:
+    """Return the ``Role`` of every rank of a job whose ranks run on ``hosts``.
+
+    Args:
+        hosts: one entry per rank, equal for ranks that share a node.
+        num_ps: how many ranks become ps tasks; the rest are workers.
+        policy: ``"block"``: ranks 0..num_ps-1 are ps; ``"spread"``: the lowest rank of
+            every node (nodes in order), then the second-lowest of every node, and so on.
+            Either way workers are the remaining ranks in rank order, and ps task i is the
+            i-th rank the policy picked.
+
+    Raises:
+        InvalidArgumentError: unknown policy, ``num_ps < 0``, or no rank left for a worker;
+            the message names the layout.
+    """
+    size = len(hosts)
+    if policy not in POLICIES:
+        raise errors.op_error(
+            errors.InvalidArgumentError,
+            f"Unknown ps policy {policy!r} for {describe_layout(hosts)}",
+            expected="one of " + ", ".join(repr(p) for p in POLICIES), got=repr(policy))
+    if isinstance(num_ps, bool) or not isinstance(num_ps, (int, np.integer)) or num_ps < 0:
+        raise errors.op_error(
+            errors.InvalidArgumentError,
+            f"Bad number of ps for {describe_layout(hosts)}",
+            expected=f"an int in [0, {size})", got=repr(num_ps))
+    if num_ps >= size:
+        raise errors.op_error(
+            errors.InvalidArgumentError,
+            f"Cannot assign roles, no worker left: {size} ranks, {num_ps} ps "
+            f"(policy {policy!r}, {describe_layout(hosts)})",
+            expected=f"fewer ps than ranks (at most {size - 1})", got=f"{num_ps} ps")
+    ps_ranks = POLICIES[policy](node_indices(hosts), int(num_ps))
+    roles: list[Role | None] = [None] * size
+    for task, rank in enumerate(ps_ranks):
+        roles[rank] = Role("ps", task)
+    workers = [rank for rank in range(size) if roles[rank] is None]
+    for task, rank in enumerate(workers):
+        roles[rank] = Role("worker", task)
+    return roles
+
+
+class Layout:
+    """Where every rank of a communicator runs: host, node index, local rank.
+
+    Pure data, so tests build one from a host list; ``Layout.from_comm`` gathers it from
+    an MPI communicator.
+
+    Attributes:
+        rank, size: this rank and the number of ranks.
+        hosts: the host name of every rank.
+        nodes: the node index of every rank (nodes numbered by their first rank).
+        num_nodes: how many nodes the ranks span.
+        local_ranks, local_sizes: every rank's index among the ranks of its node, and the
+            number of ranks on its node.
+        host, node, local_rank, local_size: the same for this rank.
+    """
+
+    def __init__(self, hosts: Sequence[str], rank: int = 0,
+                 node_keys: Sequence[Hashable] | None = None):
+        """Build the layout of ranks running on ``hosts``, seen from ``rank``.
+
+        Args:
+            hosts: the host name of every rank.
+            rank: the rank this layout belongs to.
+            node_keys: one key per rank that tells nodes apart (default: the host names).
+        """
+        self.hosts = tuple(hosts)
+        self.size = len(self.hosts)
+        if not 0 <= rank < self.size:
+            raise errors.op_error(errors.InvalidArgumentError, "Bad rank for a layout",
+                                  expected=f"a rank in [0, {self.size})", got=rank)
+        self.rank = rank
+        self._node_keys = tuple(self.hosts if node_keys is None else node_keys)
+        self.nodes = tuple(node_indices(self._node_keys))
+        self.num_nodes = max(self.nodes) + 1
+        ranks, sizes = local_ranks(self._node_keys)
+        self.local_ranks, self.local_sizes = tuple(ranks), tuple(sizes)
+
+    host = property(lambda self: self.hosts[self.rank])
+    node = property(lambda self: self.nodes[self.rank])
+    local_rank = property(lambda self: self.local_ranks[self.rank])
+    local_size = property(lambda self: self.local_sizes[self.rank])
+
+    @classmethod
+    def from_comm(cls, comm: MPI.Intracomm, host: str | None = None,
+                  config: config_lib.Config | None = None) -> Layout:
+        """Gather the layout of ``comm``; collective: every rank of ``comm`` must call it.
+
+        Two ranks share a node when they share a host name *and* a shared-memory domain
+        (``Split_type(COMM_TYPE_SHARED)``): the domain tells apart machines that report the
+        same name (containers), the name tells apart hosts simulated on one machine.
+
+        Args:
+            comm: the communicator (e.g. a ``Dup`` of ``COMM_WORLD``, made by the caller).
+            host: this rank's host name (default ``MPI.Get_processor_name()``); tests pass
+                one to simulate several hosts.
+            config: where MPIFLOW_TIMEOUT and MPIFLOW_POLL_MAX_SLEEP_US come from.
+
+        Raises:
+            DeadlineExceededError: some rank of ``comm`` did not join within MPIFLOW_TIMEOUT.
+        """
+        # Imported here: importing mpi4py.MPI initialises MPI, which the pure role logic
+        # and the rest of mpiflow's import must not do.
+        from mpi4py import MPI
+
+        config = config or config_lib.default()
+        rank, size = comm.Get_rank(), comm.Get_size()
+        name = (MPI.Get_processor_name() if host is None else host).encode("utf-8")
+        waiter = _Waiter(config, f"rank {rank} of {size}")
+
+        # The width of the host-name records: the longest name of any rank. This first
+        # collective is also where a rank that never calls from_comm is noticed.
+        width = np.array([len(name)], dtype=np.int64)
+        waiter.wait(comm.Iallreduce(MPI.IN_PLACE, width, op=MPI.MAX),
+                    "agreeing on the host name width (Iallreduce)")
+
+        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        node_group, group = node_comm.Get_group(), comm.Get_group()
+        try:
+            leader = node_group.Translate_ranks([0], group)[0]
+        finally:
+            node_group.Free()
+            group.Free()
+            node_comm.Free()
+
+        record = np.zeros(int(width[0]), dtype=np.uint8)
+        record[:len(name)] = np.frombuffer(name, dtype=np.uint8)
+        names = np.empty((size, int(width[0])), dtype=np.uint8)
+        leaders = np.empty(size, dtype=np.int64)
+        waiter.wait(comm.Iallgather(record, names), "gathering host names (Iallgather)")
+        waiter.wait(comm.Iallgather(np.array([leader], dtype=np.int64), leaders),
+                    "gathering shared-memory domains (Iallgather)")
+
+        hosts = [bytes(row).rstrip(b"\0").decode("utf-8") for row in names]
+        return cls(hosts, rank, node_keys=list(zip(hosts, leaders.tolist())))
+
+    def assign_roles(self, num_ps: int | None = None, policy: str | None = None,
+                     config: config_lib.Config | None = None) -> list[Role]:
+        """Return the ``Role`` of every rank (see ``roles_for``).
+
+        Args:
+            num_ps: number of ps; None takes MPIFLOW_PS, and when that is unset
+                ``default_num_ps(size)`` (1 ps for 2 or more ranks, else 0).
+            policy: ``"block"`` or ``"spread"``; None takes MPIFLOW_PS_POLICY.
+            config: where those variables are read (default: the process environment).
+        """
+        config = config or config_lib.default()
+        from_env = []
+        if num_ps is None:
+            num_ps = config.get("MPIFLOW_PS")
+            if num_ps is None:
+                num_ps = default_num_ps(self.size)
+            else:
+                from_env.append(f"MPIFLOW_PS={num_ps}")
+        if policy is None:
+            policy = config.get("MPIFLOW_PS_POLICY")
+            if config.is_set("MPIFLOW_PS_POLICY"):
+                from_env.append(f"MPIFLOW_PS_POLICY={policy}")
+        try:
+            return roles_for(self._labels(), num_ps, policy)
+        except errors.InvalidArgumentError as exc:
+            if not from_env:
+                raise
+            # Say where the numbers came from: a stale variable in a batch script is a
+            # common cause, and the call site does not show it.
+            raise errors.InvalidArgumentError(
+                f"{exc.message} (from the environment: {', '.join(from_env)})") from None
+
+    def describe(self) -> str:
+        """Return e.g. ``"4 ranks on 2 nodes (a: ranks 0,2; b: ranks 1,3)"``."""
+        return describe_layout(self._labels())
+
+    def _labels(self) -> list[str]:
+        # One printable name per node: its host, made unique where hosts repeat a name.
+        first = {}
+        for rank, key in enumerate(self._node_keys):
+            first.setdefault(key, rank)
+        names = {}
+        for key, rank in first.items():
+            host = self.hosts[rank]
+            names[key] = host if host not in names.values() else f"{host}@rank{rank}"
+        return [names[key] for key in self._node_keys]
+
+    def __repr__(self) -> str:
+        return f"Layout(rank={self.rank}, {self.describe()})"
+
+
+class _Waiter:
+    """Complete MPI requests by polling with a bounded back-off, up to MPIFLOW_TIMEOUT."""
+
+    def __init__(self, config: config_lib.Config, who: str):
+        self.timeout = config.get("MPIFLOW_TIMEOUT")
+        self.max_sleep = config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
+        self.who = who
+
+    def wait(self, request, what: str) -> None:
+        start = time.monotonic()
+        sleep = 1e-6
+        while not request.Test():
+            waited = time.monotonic() - start
+            if waited > self.timeout:
+                raise errors.DeadlineExceededError(
+                    f"Cluster layout: {self.who} waited {waited:.1f} s {what}: expected every "
+                    f"rank of the communicator to build the layout (ClusterSpec.from_mpi / "
+                    f"Layout.from_comm) within MPIFLOW_TIMEOUT={self.timeout:g} s")
+            time.sleep(sleep)
+            sleep = min(2 * sleep, self.max_sleep)

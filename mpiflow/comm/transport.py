@@ -1,0 +1,185 @@
+"""Framed messages over MPI point-to-point: a msgpack header, then raw array buffers.
+
+Every message is a small header (a msgpack dict, never pickle) on ``HEADER_TAG``, followed
+by the payload buffers it announces on ``PAYLOAD_TAG``. The receiver probes for a header
+from any source, then takes that many payloads from the same source; MPI keeps messages
+of one (source, tag) in order, so concurrent senders cannot interleave. Arrays are sent
+from and received into their own memory (buffer-based uppercase calls): no copy on either
+side. Sends are non-blocking; a buffer that must not change while in flight can be
+guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer runs.
+
+Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), so an
+idle rank leaves its core to the ranks beside it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import errors
+
+HEADER_TAG = 7101
+PAYLOAD_TAG = 7102
+_BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
+
+
+class Backoff:
+    """Polling rhythm: spin ``spins`` times, then sleep from ``first_s`` doubling to ``max_s``."""
+
+    def __init__(self, spins=100, first_s=20e-6, max_s=1e-3):
+        self.spins = spins
+        self.first_s = first_s
+        self.max_s = max_s
+        self._count = 0
+        self._sleep = first_s
+
+    def reset(self):
+        self._count = 0
+        self._sleep = self.first_s
+
+    def wait(self):
+        self._count += 1
+        if self._count <= self.spins:
+            return
+        time.sleep(self._sleep)
+        self._sleep = min(self._sleep * 2, self.max_s)
+
+
+def _contiguous(value):
+    array = np.asarray(value)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+class Message:
+    """A received message: who sent it, its header dict and its arrays."""
+
+    __slots__ = ("source", "header", "arrays")
+
+    def __init__(self, source, header, arrays):
+        self.source = source
+        self.header = header
+        self.arrays = arrays
+
+    def __repr__(self):
+        return f"Message(from={self.source}, header={self.header})"
+
+
+class Transport:
+    """Header-plus-buffers messaging on one communicator (use a Dup of the world)."""
+
+    def __init__(self, comm, backoff: Backoff | None = None):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.backoff = backoff or Backoff()
+        self._pending = []           # [(requests, keepalive objects)]
+        self._guarded = {}           # name -> [requests]
+        self._status = MPI.Status()
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, dest: int, header: dict, arrays=(), guard: str | None = None) -> None:
+        """Send ``header`` and ``arrays`` to ``dest`` without waiting for delivery.
+
+        The arrays must not change until the send completes: pass ``guard`` (a name) for
+        arrays that a later writer may change, and call ``wait_guard(name)`` before it does.
+        """
+        arrays = [_contiguous(a) for a in arrays]
+        if arrays:
+            header = dict(header)
+            header[_BUFFERS_KEY] = [[a.dtype.str, list(a.shape)] for a in arrays]
+        packed = msgpack.packb(header, use_bin_type=True)
+        requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
+        for a in arrays:
+            requests.append(self.comm.Isend([a, MPI.BYTE], dest, PAYLOAD_TAG))
+        self._pending.append((requests, (packed, arrays)))
+        if guard is not None and arrays:
+            self._guarded.setdefault(guard, []).extend(requests[1:])
+        if len(self._pending) > 64:
+            self.complete_sends()
+
+    def complete_sends(self) -> None:
+        """Drop the sends that have completed (cheap test, never blocks)."""
+        still = []
+        for requests, keep in self._pending:
+            if not MPI.Request.Testall(requests):
+                still.append((requests, keep))
+        self._pending = still
+        if self._guarded:
+            for name in list(self._guarded):
+                reqs = [r for r in self._guarded[name] if r != MPI.REQUEST_NULL]
+                if not reqs or MPI.Request.Testall(reqs):
+                    del self._guarded[name]
+                else:
+                    self._guarded[name] = reqs
+
+    def wait_guard(self, name: str) -> None:
+        """Finish every in-flight send of arrays guarded by ``name``."""
+        reqs = self._guarded.pop(name, None)
+        if reqs:
+            self._wait(reqs, f"sends of '{name}'")
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Finish every pending send (before the process leaves MPI)."""
+        for requests, _ in self._pending:
+            self._wait(requests, "pending sends", timeout)
+        self._pending = []
+        self._guarded.clear()
+
+    def _wait(self, requests, what, timeout=None):
+        start = time.monotonic()
+        self.backoff.reset()
+        while not MPI.Request.Testall(requests):
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise errors.DeadlineExceededError(
+                    f"Rank {self.rank}: {what} did not complete within {timeout:.0f} s")
+            self.backoff.wait()
+
+    # -- receiving ---------------------------------------------------------------------------
+    def poll(self) -> Message | None:
+        """Return the next message if one has arrived, else None (never blocks long)."""
+        status = self._status
+        if not self.comm.Iprobe(MPI.ANY_SOURCE, HEADER_TAG, status):
+            return None
+        source = status.Get_source()
+        raw = bytearray(status.Get_count(MPI.BYTE))
+        self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
+        try:
+            header = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise errors.DataLossError(
+                f"Rank {self.rank}: undecodable message header from rank {source}: "
+                f"{exc}") from None
+        if not isinstance(header, dict):
+            raise errors.DataLossError(
+                f"Rank {self.rank}: message header from rank {source} is not a map")
+        arrays = []
+        for spec in header.pop(_BUFFERS_KEY, ()):
+            try:
+                array = np.empty(tuple(spec[1]), dtype=np.dtype(spec[0]))
+            except (TypeError, ValueError, IndexError):
+                raise errors.DataLossError(
+                    f"Rank {self.rank}: bad buffer spec {spec!r} from rank {source}") from None
+            if array.dtype.hasobject:
+                raise errors.DataLossError(
+                    f"Rank {self.rank}: object buffers are refused (from rank {source})")
+            self.comm.Recv([array, MPI.BYTE], source, PAYLOAD_TAG)
+            arrays.append(array)
+        return Message(source, header, arrays)
+
+    def wait_message(self, timeout: float | None = None) -> Message | None:
+        """Block (with back-off) until a message arrives or ``timeout`` seconds pass."""
+        start = time.monotonic()
+        self.backoff.reset()
+        while True:
+            message = self.poll()
+            if message is not None:
+                return message
+            if timeout is not None and time.monotonic() - start >= timeout:
+                return None
+            if self._pending:
+                self.complete_sends()
+            self.backoff.wait()

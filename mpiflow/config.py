@@ -1,0 +1,184 @@
+"""Every environment knob of mpiflow, declared once, read through one accessor.
+
+Owns the option table (name, type, default, doc) and ``Config``, the object that reads it
+from an environment. ``config.get("MPIFLOW_TIMEOUT")`` reads the process environment; tests
+build their own ``Config(env={...})`` (or ``config.default().replace(...)``) and hand it to
+the code they test instead of switching module-global state. Imports nothing of mpiflow but
+``errors``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import ChainMap
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from mpiflow import errors
+
+
+@dataclass(frozen=True)
+class Option:
+    """One knob: its variable name, type, default (already parsed) and documentation."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def expected(self) -> str:
+        """Return the description of a valid value, used in error messages."""
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        text = {"int": "an int", "float": "a float", "str": "a string"}[self.type]
+        if self.minimum is not None:
+            text += f" >= {self.minimum:g}"
+        return text
+
+    def parse(self, raw: str) -> Any:
+        """Return ``raw`` (the variable's text) converted to this option's type.
+
+        Raises:
+            InvalidArgumentError: naming the variable, the expected type and the bad text.
+        """
+        text = raw.strip()
+        if self.choices:
+            # Choices are matched case-insensitively and kept in their declared spelling.
+            value = next((c for c in self.choices if c.lower() == text.lower()), None)
+        else:
+            try:
+                value = _PARSERS[self.type](text)
+            except ValueError:
+                value = None
+        if value is None or value != value or (  # value != value: NaN
+                self.minimum is not None and value < self.minimum):
+            raise errors.op_error(
+                errors.InvalidArgumentError, f"Bad value for environment variable {self.name}",
+                expected=f"{self.expected()} ({self.doc})", got=repr(raw))
+        return value
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+
+OPTIONS: dict[str, Option] = {}
+
+
+def _declare(*options: Option) -> None:
+    for option in options:
+        if option.name in OPTIONS:
+            raise errors.AlreadyExistsError(f"Option {option.name} is declared twice")
+        if option.type not in _PARSERS:
+            raise errors.InvalidArgumentError(
+                f"Option {option.name} has type {option.type!r}, expected one of "
+                f"{sorted(_PARSERS)}")
+        OPTIONS[option.name] = option
+
+
+_declare(
+    Option("MPIFLOW_PS", "int", None, minimum=0,
+           doc="number of ps tasks ClusterSpec.from_mpi makes when its ps argument is None; "
+               "unset: 1 ps when the job has 2 or more ranks, else 0"),
+    Option("MPIFLOW_PS_POLICY", "str", "block", choices=("block", "spread"),
+           doc="which ranks become ps: 'block' = ranks 0..N-1; 'spread' = one per node "
+               "first (lowest rank of each node), then the next rank of each node"),
+    Option("MPIFLOW_TIMEOUT", "float", 300.0, minimum=0,
+           doc="seconds any wait (receive, collective, layout gather) may take before it "
+               "raises DeadlineExceededError"),
+    Option("MPIFLOW_LOG_LEVEL", "str", "INFO",
+           choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+           doc="level of mpiflow's logger"),
+    Option("MPIFLOW_POLL_MAX_SLEEP_US", "int", 1000, minimum=0,
+           doc="cap, in microseconds, of the sleep a waiting rank backs off to between polls"),
+)
+
+
+def option(name: str) -> Option:
+    """Return the declaration of ``name``.
+
+    Raises:
+        InvalidArgumentError: ``name`` is not declared; the message lists the known names.
+    """
+    try:
+        return OPTIONS[name]
+    except KeyError:
+        raise errors.op_error(errors.InvalidArgumentError, f"Unknown mpiflow option {name!r}",
+                              expected="one of " + ", ".join(sorted(OPTIONS)),
+                              got=repr(name)) from None
+
+
+class Config:
+    """The values of every option, read from an environment mapping.
+
+    Args:
+        env: the variables to read; None reads ``os.environ`` live at each ``get``, so a
+            changed environment is seen without a reload. An empty string counts as unset.
+    """
+
+    def __init__(self, env: Mapping[str, str | None] | None = None):
+        self._env = os.environ if env is None else env
+
+    def get(self, name: str) -> Any:
+        """Return the value of option ``name``: its variable parsed, or its default.
+
+        Raises:
+            InvalidArgumentError: ``name`` is unknown, or its variable is malformed.
+        """
+        decl = option(name)
+        raw = self._env.get(name)
+        if raw is None or raw.strip() == "":
+            return decl.default
+        return decl.parse(raw)
+
+    def is_set(self, name: str) -> bool:
+        """Return whether option ``name`` comes from the environment (not its default)."""
+        option(name)
+        raw = self._env.get(name)
+        return raw is not None and raw.strip() != ""
+
+    def replace(self, **values: Any) -> Config:
+        """Return a new Config with ``values`` over this one; None unsets a variable.
+
+        Values are given as they would be written in the environment or as Python values
+        (``replace(MPIFLOW_PS=2)``); they are checked when read, as the environment is.
+        """
+        for name in values:
+            option(name)
+        layer = {k: None if v is None else str(v) for k, v in values.items()}
+        return Config(ChainMap(layer, self._env))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return ``{name: value}`` for every declared option."""
+        return {name: self.get(name) for name in sorted(OPTIONS)}
+
+    def unknown_variables(self) -> list[str]:
+        """Return the ``MPIFLOW_*`` variables in the environment that no option declares.
+
+        A typo (``MPIFLOW_TIMEOUTS=10``) is otherwise silently ignored.
+        """
+        return sorted(k for k in self._env if k.startswith("MPIFLOW_") and k not in OPTIONS)
+
+    def __repr__(self) -> str:
+        source = "os.environ" if self._env is os.environ else "env"
+        return f"Config({source})"
+
+
+_DEFAULT = Config()
+
+
+def default() -> Config:
+    """Return the Config that reads the process environment."""
+    return _DEFAULT
+
+
+def get(name: str) -> Any:
+    """Return the value of option ``name`` from the process environment."""
+    return _DEFAULT.get(name)
+
+
+def describe() -> str:
+    """Return one line per option: name, type, default and documentation."""
+    return "\n".join(
+        f"{o.name} ({o.expected()}, default {o.default!r}): {o.doc}"
+        for o in sorted(OPTIONS.values(), key=lambda o: o.name))

@@ -1,0 +1,107 @@
+"""A Session's plan over the cluster: place, partition, register remote pieces, run steps.
+
+One ``DistributedPlan`` per (fetches, feeds) signature, like the local ``Plan``: the
+remote pieces are registered once and then run by handle each step, so no graph travels
+per step. The client's own piece runs here, inside the same step as the remote ones.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework.graph import Graph
+from mpiflow.framework.graph_def import import_graph_def
+from mpiflow.ops.registry import registered_op_types
+from mpiflow.runtime.executor import Plan, schedule
+from mpiflow.runtime.partition import partition
+from mpiflow.runtime.placement import Placer, print_placement
+
+
+class ClusterContext:
+    """What a distributed session needs to know: the cluster, its own task, the service.
+
+    ``cluster`` provides ``jobs``, ``num_tasks(job)``, ``as_dict()`` and
+    ``rank_of(job, task)`` (``mf.train.ClusterSpec`` does).
+    """
+
+    def __init__(self, service, cluster, job: str, task: int):
+        self.service = service
+        self.cluster = cluster
+        self.job = job
+        self.task = task
+
+    def rank_of(self, task) -> int:
+        return self.cluster.rank_of(task[0], task[1])
+
+
+class DistributedPlan:
+    """Fetches and feeds of one signature, split over the cluster and registered."""
+
+    def __init__(self, graph, fetch_tensors, target_ops, feed_tensors, ctx: ClusterContext,
+                 placer: Placer):
+        self.fetch_tensors = list(fetch_tensors)
+        self.feed_tensors = list(feed_tensors)
+        self._service = ctx.service
+        fed = set(self.feed_tensors)
+        order = schedule(graph, self.fetch_tensors, target_ops, fed)
+        client = (ctx.job, ctx.task)
+        ranks = {}
+
+        def rank_of(task):
+            if task not in ranks:
+                ranks[task] = ctx.rank_of(task)
+                if task != client and ranks[task] == ctx.service.rank:
+                    raise errors.PlacementError(
+                        f"Task /job:{task[0]}/task:{task[1]} maps to this process (rank "
+                        f"{ranks[task]}), which already runs /job:{client[0]}/task:"
+                        f"{client[1]}: one MPI rank serves one task")
+            return ranks[task]
+
+        parts = partition(order, placer.task_of, self.feed_tensors, self.fetch_tensors,
+                          client, rank_of)
+        local_graph = Graph()
+        import_graph_def({"node": parts.nodes.pop(client)}, name="", graph=local_graph,
+                         known_op_types=set(registered_op_types()))
+        self._local = Plan.from_order(
+            local_graph, local_graph.get_operations(),
+            [local_graph.get_tensor_by_name(n) for n in parts.fetch_names],
+            [local_graph.get_tensor_by_name(n) for n in parts.feed_names], ctx.service.store)
+        self.handles = ctx.service.register(
+            {rank_of(task): nodes for task, nodes in parts.nodes.items()})
+
+    def run(self, feed_values):
+        return self._service.run_step(self._local, feed_values, self.handles)
+
+    def close(self):
+        self._service.unregister(self.handles)
+
+
+def make_placer(graph, ctx: ClusterContext, config) -> Placer:
+    return Placer(graph, ctx.cluster, ctx.job, ctx.task,
+                  allow_soft_placement=config.allow_soft_placement,
+                  log=print_placement if config.log_device_placement else None)
+
+
+# -- targets: Session(target) finds the cluster of a Server created in this process --------
+
+_TARGETS = {}
+
+
+def register_target(target: str, ctx: ClusterContext) -> None:
+    _TARGETS[target] = ctx
+
+
+def resolve_target(target: str):
+    """Return the ClusterContext for ``target`` ('' -> None: an in-process session).
+
+    A TF1 script may pass a gRPC-style target of its own server; with exactly one server
+    in this process, any non-empty target means that server.
+    """
+    if not target:
+        return None
+    if target in _TARGETS:
+        return _TARGETS[target]
+    if len(_TARGETS) == 1:
+        return next(iter(_TARGETS.values()))
+    known = sorted(_TARGETS) or ["none: create mf.train.Server(cluster) first"]
+    raise errors.InvalidArgumentError(
+        f"Session target {target!r} is not a server of this process (servers here: {known})")

@@ -1,0 +1,376 @@
+"""RankService: this process's engine for serving partitions and driving its own steps.
+
+Every rank has one. It owns the transport, the variable store of this task, the
+partitions other ranks registered here, and the steps in flight. A step is a generator
+(``Plan.run_steps``) that runs kernels until a Recv needs a tensor that has not come yet;
+the service parks it and resumes it when the tensor arrives, so one ps interleaves the
+steps of every worker without threads. A client waiting for its own step keeps serving
+all other requests meanwhile, which is what makes in-graph replication and ps ranks
+that are also workers work with the same loop.
+
+Requests and replies are msgpack headers (``k`` names the kind; see ``_HANDLERS``);
+tensors travel as raw buffers after a ``t`` header keyed by (client, step, edge).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import traceback
+
+from mpiflow import config, errors
+from mpiflow.comm.rendezvous import MISSING, Rendezvous
+from mpiflow.comm.transport import Backoff, Transport
+from mpiflow.framework.graph import Graph
+from mpiflow.framework.graph_def import import_graph_def
+from mpiflow.ops.registry import registered_op_types
+from mpiflow.runtime.executor import Plan
+from mpiflow.runtime.resources import ResourceStore
+
+ACTIVE, JOINING, GONE = "active", "joining", "gone"
+
+
+class StepIO:
+    """What a running partition uses to send tensors of one step."""
+
+    __slots__ = ("service", "client", "step")
+
+    def __init__(self, service, client, step):
+        self.service = service
+        self.client = client
+        self.step = step
+
+    def send(self, edge, peer, value, guard=None):
+        self.service.transport.send(peer, {"k": "t", "c": self.client, "s": self.step,
+                                           "e": edge}, [value], guard=guard)
+
+
+class _Step:
+    """One partition's run for one step, and what to do when it ends."""
+
+    __slots__ = ("client", "step", "handle", "gen", "waiting", "on_done", "on_error")
+
+    def __init__(self, client, step, handle, gen, on_done, on_error):
+        self.client = client
+        self.step = step
+        self.handle = handle
+        self.gen = gen
+        self.waiting = None
+        self.on_done = on_done
+        self.on_error = on_error
+
+
+class _ClientStep:
+    """A step this process started: its local result and the remote partitions not done."""
+
+    def __init__(self, remote_ranks):
+        self.remote_pending = set(remote_ranks)
+        self.result = MISSING
+        self.error = None
+        self.local = None
+
+    def finished(self) -> bool:
+        return self.error is not None or (self.result is not MISSING and
+                                          not self.remote_pending)
+
+
+class RankService:
+    """The per-process server loop and client driver (one per MPI process)."""
+
+    def __init__(self, comm, role_names=None, timeout=None, max_sleep_s=None):
+        max_sleep = max_sleep_s if max_sleep_s is not None else \
+            config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
+        self.transport = Transport(comm, Backoff(max_s=max_sleep))
+        self.rank = self.transport.rank
+        self.size = self.transport.size
+        self.host = socket.gethostname()
+        self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
+        self.role_names = dict(role_names or {})
+        self.store = ResourceStore()
+        self.store.write_barrier = self.transport.wait_guard
+        self.rendezvous = Rendezvous()
+        self._partitions = {}
+        self._remote_steps = {}
+        self._client_steps = {}
+        self._aborted = set()
+        self._replies = {}
+        self._peers = {r: ACTIVE for r in range(self.size) if r != self.rank}
+        self._next_step = 0
+        self._next_handle = 0
+        self._closed = False
+
+    # -- naming --------------------------------------------------------------------------
+    def describe(self, rank: int) -> str:
+        role = self.role_names.get(rank)
+        return f"rank {rank} ({role})" if role else f"rank {rank}"
+
+    # -- client side: registration, steps, close -----------------------------------------------
+    def register(self, partitions: dict) -> dict:
+        """Register ``{rank: node list}`` on those ranks; return ``{rank: handle}``."""
+        handles = {}
+        for rank, nodes in partitions.items():
+            self._check_peer(rank, "register a partition on")
+            handle = self._next_handle
+            self._next_handle += 1
+            handles[rank] = handle
+            self.transport.send(rank, {"k": "reg", "c": self.rank, "h": handle, "n": nodes})
+        keys = [("reg", rank, handles[rank]) for rank in handles]
+        self._wait_until(lambda: all(k in self._replies for k in keys),
+                         lambda: "registration of a partition on " + ", ".join(
+                             self.describe(k[1]) for k in keys if k not in self._replies))
+        failures = [self._replies.pop(k) for k in keys if self._replies[k] is not None]
+        for k in keys:
+            self._replies.pop(k, None)
+        if failures:
+            self.unregister(handles)
+            raise failures[0]
+        return handles
+
+    def unregister(self, handles: dict) -> None:
+        """Tell each rank to drop the partition registered under its handle."""
+        for rank, handle in handles.items():
+            if self._peers.get(rank) != GONE:
+                self.transport.send(rank, {"k": "close", "c": self.rank, "h": handle})
+
+    def run_step(self, local_plan, feed_values, handles: dict):
+        """Run one step: the remote partitions in ``handles`` and ``local_plan`` here."""
+        step = self._next_step
+        self._next_step += 1
+        client_step = _ClientStep(handles)
+        self._client_steps[step] = client_step
+        for rank, handle in handles.items():
+            self._check_peer(rank, "run a step on")
+            self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step})
+
+        def done(result):
+            client_step.result = result
+
+        def failed(exc):
+            client_step.error = exc
+
+        local = _Step(self.rank, step, None,
+                      local_plan.run_steps(feed_values, StepIO(self, self.rank, step)),
+                      done, failed)
+        client_step.local = local
+        try:
+            self._advance(local)
+            self._wait_until(client_step.finished,
+                             lambda: self._describe_wait(step, client_step))
+        except BaseException as exc:
+            client_step.error = client_step.error or exc
+        finally:
+            del self._client_steps[step]
+        if client_step.error is not None:
+            self._abort(step, handles, local)
+            raise client_step.error
+        return client_step.result
+
+    def _describe_wait(self, step, client_step):
+        parts = []
+        waiting = client_step.local.waiting if client_step.local else None
+        if client_step.result is MISSING and waiting is not None:
+            parts.append(f"tensor '{waiting[0]}' from {self.describe(waiting[1])}")
+        if client_step.remote_pending:
+            parts.append("the partitions on " + ", ".join(
+                self.describe(r) for r in sorted(client_step.remote_pending)))
+        return f"step {step}: " + " and ".join(parts or ["nothing"])
+
+    def _abort(self, step, handles, local):
+        local.gen.close()
+        for rank in handles:
+            if self._peers.get(rank) != GONE:
+                self.transport.send(rank, {"k": "abort", "c": self.rank, "s": step})
+        self._forget_step(self.rank, step)
+
+    def _forget_step(self, client, step):
+        self._aborted.add((client, step))
+        self.rendezvous.drop(lambda key: key[0] == client and key[1] == step)
+
+    # -- serving -------------------------------------------------------------------------------
+    def join(self) -> None:
+        """Serve until every other rank has left or is serving too, then return."""
+        for rank, state in self._peers.items():
+            if state != GONE:
+                self.transport.send(rank, {"k": "join"})
+        self._wait_until(lambda: all(s != ACTIVE for s in self._peers.values()), None)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Tell every rank this one is leaving and finish its sends (at process exit)."""
+        if self._closed:
+            return
+        self._closed = True
+        for rank, state in self._peers.items():
+            if state != GONE:
+                self.transport.send(rank, {"k": "bye"})
+        try:
+            self.transport.flush(timeout)
+        except errors.DeadlineExceededError:
+            pass
+
+    def _wait_until(self, predicate, describe) -> None:
+        """Dispatch messages until ``predicate()``; with ``describe``, give up after the
+        timeout with an error saying what was waited for."""
+        deadline = None if describe is None else time.monotonic() + self.timeout
+        while not predicate():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise errors.DeadlineExceededError(
+                    f"Rank {self.rank} waited {self.timeout:.0f} s (MPIFLOW_TIMEOUT) for "
+                    f"{describe()}")
+            message = self.transport.wait_message(remaining)
+            if message is not None:
+                self._dispatch(message)
+
+    def _dispatch(self, message) -> None:
+        kind = message.header.get("k")
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            raise errors.DataLossError(
+                f"Rank {self.rank} got a message of unknown kind {kind!r} from "
+                f"{self.describe(message.source)}: {sorted(message.header)}")
+        try:
+            handler(self, message.source, message.header, message.arrays)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise errors.DataLossError(
+                f"Rank {self.rank} got a malformed '{kind}' message from "
+                f"{self.describe(message.source)}: {type(exc).__name__}: {exc}") from exc
+
+    def _check_peer(self, rank, what):
+        if self._peers.get(rank) == GONE:
+            raise errors.UnavailableError(
+                f"Cannot {what} {self.describe(rank)}: it has left the job")
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _advance(self, st: _Step, value=None) -> None:
+        """Run ``st`` until it waits for a tensor that has not arrived, or ends."""
+        while True:
+            try:
+                wanted = st.gen.send(value)
+            except StopIteration as stop:
+                st.on_done(stop.value)
+                return
+            except Exception as exc:
+                st.on_error(exc)
+                return
+            value = self.rendezvous.take_or_wait((st.client, st.step, wanted[0]), st)
+            if value is MISSING:
+                st.waiting = wanted
+                return
+            st.waiting = None
+
+    def _on_tensor(self, source, h, arrays):
+        client, step = h["c"], h["s"]
+        if (client, step) in self._aborted:
+            return
+        waiter = self.rendezvous.put((client, step, h["e"]), arrays[0])
+        if waiter is not None:
+            waiter.waiting = None
+            self._advance(waiter, arrays[0])
+
+    def _on_register(self, source, h, arrays):
+        client, handle = h["c"], h["h"]
+        try:
+            graph = Graph()
+            import_graph_def({"node": h["n"]}, name="", graph=graph,
+                             known_op_types=set(registered_op_types()))
+            plan = Plan.from_order(graph, graph.get_operations(), [], [], self.store)
+        except Exception as exc:
+            self._send_error(client, None, handle, exc)
+            return
+        self._partitions[(client, handle)] = plan
+        self.transport.send(client, {"k": "reg_ok", "h": handle})
+
+    def _on_register_ok(self, source, h, arrays):
+        self._replies[("reg", source, h["h"])] = None
+
+    def _on_run(self, source, h, arrays):
+        client, handle, step = h["c"], h["h"], h["s"]
+        plan = self._partitions.get((client, handle))
+        if plan is None:
+            self._send_error(client, step, handle, errors.NotFoundError(
+                f"No partition registered under handle {handle} for {self.describe(client)}"))
+            return
+        key = (client, step)
+
+        def done(result):
+            self._remote_steps.pop(key, None)
+            self.transport.send(client, {"k": "done", "s": step})
+
+        def failed(exc):
+            self._remote_steps.pop(key, None)
+            self._forget_step(client, step)
+            self._send_error(client, step, handle, exc)
+
+        st = _Step(client, step, handle, plan.run_steps((), StepIO(self, client, step)),
+                   done, failed)
+        self._remote_steps[key] = st
+        self._advance(st)
+
+    def _on_done(self, source, h, arrays):
+        client_step = self._client_steps.get(h["s"])
+        if client_step is not None:
+            client_step.remote_pending.discard(source)
+
+    def _on_error(self, source, h, arrays):
+        exc = _rebuild_error(h)
+        if h.get("s") is None:
+            self._replies[("reg", source, h["h"])] = exc
+            return
+        client_step = self._client_steps.get(h["s"])
+        if client_step is not None and client_step.error is None:
+            client_step.error = exc
+
+    def _on_abort(self, source, h, arrays):
+        key = (h["c"], h["s"])
+        st = self._remote_steps.pop(key, None)
+        if st is not None:
+            st.gen.close()
+        self._forget_step(*key)
+
+    def _on_close(self, source, h, arrays):
+        self._partitions.pop((h["c"], h["h"]), None)
+
+    def _on_join(self, source, h, arrays):
+        self._peers[source] = JOINING
+
+    def _on_bye(self, source, h, arrays):
+        self._peers[source] = GONE
+        for key in [k for k in self._partitions if k[0] == source]:
+            del self._partitions[key]
+        for key in [k for k in self._remote_steps if k[0] == source]:
+            self._remote_steps.pop(key).gen.close()
+            self._forget_step(*key)
+
+    def _send_error(self, client, step, handle, exc):
+        op = getattr(exc, "op", None)
+        self.transport.send(client, {
+            "k": "err", "s": step, "h": handle, "cls": type(exc).__name__,
+            "msg": getattr(exc, "message", None) or str(exc),
+            "op": getattr(op, "name", None), "rank": self.rank,
+            "who": self.describe(self.rank), "host": self.host,
+            "tb": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))})
+
+
+def _rebuild_error(h):
+    """Turn an ``err`` message into the same mpiflow error class, naming the remote rank."""
+    cls = getattr(errors, str(h.get("cls")), None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.OpError)):
+        cls = errors.UnknownError
+    exc = cls(f"{h['msg']} [raised on {h['who']}, host {h['host']}]")
+    exc.__cause__ = errors.RemoteError(h["msg"], rank=h["rank"], role=h["who"],
+                                       host=h["host"], remote_traceback=h["tb"])
+    return exc
+
+
+_HANDLERS = {
+    "t": RankService._on_tensor,
+    "reg": RankService._on_register,
+    "reg_ok": RankService._on_register_ok,
+    "run": RankService._on_run,
+    "done": RankService._on_done,
+    "err": RankService._on_error,
+    "abort": RankService._on_abort,
+    "close": RankService._on_close,
+    "join": RankService._on_join,
+    "bye": RankService._on_bye,
+}

@@ -1,0 +1,117 @@
+"""Server: this rank's place in the cluster (job, task) and its serving loop.
+
+``Server(cluster)`` works out the job and task of this MPI rank from the cluster; its
+``target`` opens a distributed ``Session``; ``join()`` serves the partitions other
+ranks send here and returns once every rank that is not serving has left, so a ps task
+exits by itself when training ends. All Servers of one process share one engine (the
+rank service) on a private duplicate of ``MPI.COMM_WORLD``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import socket
+
+from mpiflow import errors
+from mpiflow.runtime.distributed import ClusterContext, register_target
+from mpiflow.train.cluster_spec import ClusterSpec
+
+_SERVICE = []
+
+
+def _service():
+    """Return this process's rank service, starting it (and MPI) on first use."""
+    if not _SERVICE:
+        from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
+
+        from mpiflow.runtime.server import RankService
+        service = RankService(MPI.COMM_WORLD.Dup())
+        atexit.register(service.shutdown)
+        _SERVICE.append(service)
+    return _SERVICE[0]
+
+
+class Server:
+    """A TF1 ``tf.train.Server`` for the MPI rank this process is.
+
+    Args:
+        server_or_cluster_def: a ClusterSpec (or a dict for one).
+        job_name, task_index: optional; when given they must match this rank's task.
+        config: an ``mf.ConfigProto`` used as the default for sessions on ``target``.
+    """
+
+    def __init__(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None,
+                 config=None, start=True):
+        cluster = server_or_cluster_def if isinstance(server_or_cluster_def, ClusterSpec) \
+            else ClusterSpec(server_or_cluster_def)
+        service = _service()
+        rank = service.rank
+        if cluster.num_ranks != service.size:
+            raise errors.InvalidArgumentError(
+                f"Rank {rank}: the cluster has {cluster.num_ranks} tasks but the MPI job has "
+                f"{service.size} ranks; one rank runs each task: {cluster.as_dict()}")
+        job, task = cluster.task_of_rank(rank)
+        if job_name is not None and (job_name, task_index) != (job, task):
+            raise errors.InvalidArgumentError(
+                f"Rank {rank} runs /job:{job}/task:{task} in the launch layout, but the "
+                f"script asked for job_name={job_name!r}, task_index={task_index!r}: "
+                f"{cluster.as_dict()}")
+        service.role_names.update(
+            {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
+        self._setup(service, cluster, job, task, config)
+
+    def _setup(self, service, cluster, job, task, config):
+        self._cluster = cluster
+        self._job = job
+        self._task = task
+        self._config = config
+        self._service = service
+        self._target = f"mpi://{socket.gethostname()}/{service.rank}"
+        register_target(self._target, ClusterContext(service, cluster, job, task))
+
+    @classmethod
+    def create_local_server(cls, config=None, start=True) -> "Server":
+        """Return a one-task server (job 'localhost') serving only this process."""
+        server = cls.__new__(cls)
+        service = _service()
+        cluster = ClusterSpec({"localhost": [f"mpi://{socket.gethostname()}/{service.rank}"]})
+        server._setup(service, cluster, "localhost", 0, config)
+        return server
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    @property
+    def job_name(self) -> str:
+        return self._job
+
+    @property
+    def task_index(self) -> int:
+        return self._task
+
+    @property
+    def is_chief(self) -> bool:
+        """True for task 0 of 'chief' (or of 'worker' when the cluster has no chief)."""
+        chief_job = "chief" if "chief" in self._cluster.jobs else "worker"
+        if chief_job not in self._cluster.jobs:
+            chief_job = self._job
+        return self._job == chief_job and self._task == 0
+
+    @property
+    def cluster_spec(self) -> ClusterSpec:
+        return self._cluster
+
+    @property
+    def rank(self) -> int:
+        return self._service.rank
+
+    def start(self) -> None:
+        """Servers serve from construction on; kept for TensorFlow compatibility."""
+
+    def join(self) -> None:
+        """Serve requests until every rank that is not serving has left the job."""
+        self._service.join()
+
+    def __repr__(self):
+        return f"<mf.train.Server /job:{self._job}/task:{self._task} rank {self.rank}>"
