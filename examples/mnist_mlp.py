@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 from tqdm import tqdm
 
 import mpiflow as mf
-from mpiflow.data import batches, load_digits, load_mnist
+from mlp_model import build_mlp, load_data, loss_and_accuracy
+from mpiflow.data import batches
 
 OPTIMIZERS = {
     "sgd": lambda lr: mf.train.GradientDescentOptimizer(lr),
@@ -30,20 +30,7 @@ def build_model(n_features, n_classes, hidden, optimizer, lr):
     """Build the MLP graph; return its placeholders and the ops the loop runs."""
     x = mf.placeholder(mf.float32, [None, n_features], name="x")
     y = mf.placeholder(mf.int64, [None], name="y")
-    h = x
-    for i, width in enumerate(hidden):
-        with mf.variable_scope(f"hidden{i}"):
-            w = mf.get_variable("w", [h.shape[1], width])
-            b = mf.get_variable("b", [width], initializer=mf.zeros_initializer())
-            h = mf.nn.relu(mf.matmul(h, w) + b)
-    with mf.variable_scope("logits"):
-        w = mf.get_variable("w", [h.shape[1], n_classes])
-        b = mf.get_variable("b", [n_classes], initializer=mf.zeros_initializer())
-        logits = mf.matmul(h, w) + b
-    loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
-                                                                         logits=logits))
-    correct = mf.equal(mf.argmax(logits, axis=1), y)
-    accuracy = mf.reduce_mean(mf.cast(correct, mf.float32))
+    loss, accuracy = loss_and_accuracy(build_mlp(x, n_classes, hidden), y)
     global_step = mf.train.get_or_create_global_step()
     train_op = OPTIMIZERS[optimizer](lr).minimize(loss, global_step=global_step)
     return x, y, loss, accuracy, train_op, global_step
@@ -60,12 +47,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    if args.data_dir:
-        x_train, y_train, x_test, y_test = load_mnist(args.data_dir)
-        source = f"MNIST from {args.data_dir}"
-    else:
-        x_train, y_train, x_test, y_test = load_digits(seed=args.seed)
-        source = "scikit-learn digits (8x8)"
+    x_train, y_train, x_test, y_test, source = load_data(args.data_dir, args.seed)
     n_classes = int(max(y_train.max(), y_test.max())) + 1
     print(f"data: {source}: {len(x_train)} train, {len(x_test)} test, "
           f"{x_train.shape[1]} features, {n_classes} classes")

@@ -38,9 +38,9 @@ from mpiflow.ops.math_ops import (
     pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
 from mpiflow.ops.math_ops import range_ as range
-from mpiflow.ops.partitioned_variables import (
-    PartitionedVariable, create_partitioned_variables, fixed_size_partitioner,
-    min_max_variable_partitioner, variable_axis_size_partitioner)
+from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables
+from mpiflow.ops.partitioners import (
+    fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner)
 from mpiflow.ops.random_ops import (
     fill, ones, random_normal, random_uniform, set_random_seed, truncated_normal, zeros)
 from mpiflow.ops.reduction_ops import (

@@ -278,17 +278,21 @@ class Graph:
             return op
 
     def _apply_device_stack(self, op, explicit):
-        device = ""
-        for entry in self._device_stack + ([explicit] if explicit else []):
+        """Apply device scopes innermost first, as TensorFlow does: a string fills only the
+        fields still unset, a function sees the device so far and returns the new one, and
+        a ``device(None)`` scope stops the outer scopes from applying."""
+        op._device = ""
+        entries = self._device_stack + ([explicit] if explicit else [])
+        for entry in reversed(entries):
             if entry is None:
-                device = ""
-            elif isinstance(entry, (str, _device_spec.DeviceSpec)):
-                device = _device_spec.merge_device(device, _device_spec.canonical(entry))
+                break
+            if isinstance(entry, (str, _device_spec.DeviceSpec)):
+                op._device = _device_spec.merge_device(_device_spec.canonical(entry),
+                                                       op._device)
             else:
-                op._device = device
                 result = entry(op)
-                device = _device_spec.canonical(result) if result else ""
-        return device
+                op._device = _device_spec.canonical(result) if result else ""
+        return op._device
 
     def _check_not_finalized(self):
         if self._finalized:

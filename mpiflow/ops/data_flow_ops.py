@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mpiflow import errors
+from mpiflow.framework.graph import Tensor
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import array_ops, math_ops
@@ -160,7 +161,7 @@ def dynamic_partition(data, partitions, num_partitions: int, name=None) -> list:
                     {"num_partitions": int(num_partitions)}, name=name).outputs
 
 
-def dynamic_stitch(indices, data, name=None):
+def dynamic_stitch(indices, data, name=None) -> Tensor:
     """Interleave ``data`` tensors into one: ``merged[indices[m][i]] = data[m][i]``."""
     indices = [convert_to_tensor(i) for i in indices]
     data = [convert_to_tensor(d) for d in data]

@@ -6,19 +6,19 @@ as ordinary Variables, so a device function (``replica_device_setter``) spreads 
 the ps tasks. Rows are split as TensorFlow splits them: the first ``dim % n`` parts get one
 extra row. Each part carries a ``SaveSliceInfo`` (where it sits in the full variable) and
 its initializer gets a ``PartitionInfo``, so e.g. a constant of the full value initialises
-each part with its slice. The getter registers itself in ``variable_scope`` at import.
+each part with its slice. The getter registers itself in ``variable_scope`` at import;
+the partitioners themselves live in ``partitioners.py``.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 
 import numpy as np
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
-from mpiflow.framework.graph import Tensor, get_default_graph
+from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import array_ops, control_ops, indexing_ops, init_ops, variable_scope
 from mpiflow.ops.constant_ops import constant, convert_to_tensor, is_tensor_like
@@ -172,8 +172,8 @@ class PartitionedVariable:
         axis = self._partition_axes()[0]
         sizes = [v._save_slice_info.var_shape[axis] for v in self._variable_list]
         pieces = indexing_ops.split(value, sizes, axis=axis) if len(sizes) > 1 else [value]
-        return [v.assign(p, use_locking=use_locking) for v, p in zip(self._variable_list,
-                                                                        pieces)]
+        return [v.assign(piece, use_locking=use_locking)
+                for v, piece in zip(self._variable_list, pieces)]
 
     def __repr__(self):
         return (f"<mf.PartitionedVariable '{self._name}' shape={self._shape} "
@@ -192,91 +192,6 @@ for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
             "__neg__", "__abs__", "__getitem__"):
     setattr(PartitionedVariable, _op, _delegate(_op))
 PartitionedVariable.__array_priority__ = 100
-
-
-# -- partitioners ------------------------------------------------------------------------
-
-def _axis_of(shape: TensorShape, axis: int, who: str) -> int:
-    if shape.ndims is None or not -shape.ndims <= axis < shape.ndims:
-        raise errors.InvalidArgumentError(
-            f"{who}: cannot partition a variable of shape {shape} along axis {axis}: it has "
-            f"no such axis")
-    return axis % shape.ndims
-
-
-def _element_size(dtype, bytes_per_string_element) -> int:
-    if getattr(dtype, "name", None) == "string":
-        return bytes_per_string_element
-    return dtypes.as_dtype(dtype).size
-
-
-def _check_count(value, what, who):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise errors.InvalidArgumentError(f"{who}: {what} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def fixed_size_partitioner(num_shards: int, axis: int = 0):
-    """Return a partitioner cutting ``axis`` into ``num_shards`` parts (at most one row
-    each: a dimension of 3 gives 3 parts)."""
-    num_shards = _check_count(num_shards, "num_shards", "fixed_size_partitioner")
-
-    def _partitioner(shape, dtype=None, **unused):
-        shape = TensorShape(shape)
-        a = _axis_of(shape, axis, "fixed_size_partitioner")
-        partitions = [1] * shape.ndims
-        partitions[a] = min(num_shards, shape[a])
-        return partitions
-    return _partitioner
-
-
-def min_max_variable_partitioner(max_partitions: int = 1, axis: int = 0,
-                                 min_slice_size: int = 256 << 10,
-                                 bytes_per_string_element: int = 16):
-    """Return a partitioner giving each part at least ``min_slice_size`` bytes, with at
-    most ``max_partitions`` parts (and no more than the axis has rows)."""
-    who = "min_max_variable_partitioner"
-    max_partitions = _check_count(max_partitions, "max_partitions", who)
-    min_slice_size = _check_count(min_slice_size, "min_slice_size", who)
-
-    def _partitioner(shape, dtype=dtypes.float32, **unused):
-        shape = TensorShape(shape)
-        a = _axis_of(shape, axis, who)
-        total_bytes = shape.num_elements() * _element_size(dtype, bytes_per_string_element)
-        partitions = [1] * shape.ndims
-        partitions[a] = max(1, min(shape[a], max_partitions,
-                                   int(math.ceil(total_bytes / min_slice_size))))
-        return partitions
-    return _partitioner
-
-
-def variable_axis_size_partitioner(max_shard_bytes: int, axis: int = 0,
-                                   bytes_per_string_element: int = 16, max_shards=None):
-    """Return a partitioner keeping each part under ``max_shard_bytes`` by cutting ``axis``
-    (one row per part at most; ``max_shards`` caps the count and wins)."""
-    who = "variable_axis_size_partitioner"
-    max_shard_bytes = _check_count(max_shard_bytes, "max_shard_bytes", who)
-    bytes_per_string_element = _check_count(bytes_per_string_element,
-                                            "bytes_per_string_element", who)
-    if max_shards is not None:
-        max_shards = _check_count(max_shards, "max_shards", who)
-
-    def _partitioner(shape, dtype=dtypes.float32, **unused):
-        shape = TensorShape(shape)
-        a = _axis_of(shape, axis, who)
-        if not shape.is_fully_defined():
-            raise errors.InvalidArgumentError(f"{who}: shape {shape} is not fully defined")
-        partitions = [1] * shape.ndims
-        if shape[a] == 0:
-            return partitions
-        bytes_per_slice = shape.num_elements() / shape[a] * _element_size(
-            dtype, bytes_per_string_element)
-        slices_per_shard = max(1, math.floor(max_shard_bytes / bytes_per_slice)) \
-            if bytes_per_slice else shape[a]
-        shards = int(math.ceil(shape[a] / slices_per_shard))
-        partitions[a] = min(max_shards, shards) if max_shards else shards
-        return partitions
-    return _partitioner
 
 
 # -- the getter --------------------------------------------------------------------------
@@ -398,11 +313,10 @@ def _get_partitioned_variable(store, name, *, shape, dtype, initializer, regular
     for i, (offset, var_shape) in enumerate(_iter_slices(full_shape, num_slices, slice_dim)):
         info = PartitionInfo(full_shape, offset)
         init = _part_initializer(initializer, info, var_shape, dtype)
-        with get_default_graph().name_scope(None):
-            var = store._single(f"{name}/part_{i}", shape=var_shape, dtype=dtype,
-                                initializer=init, regularizer=regularizer,
-                                trainable=trainable, collections=collections,
-                                validate_shape=validate_shape, reuse=reuse)
+        var = store._single(f"{name}/part_{i}", shape=var_shape, dtype=dtype,
+                            initializer=init, regularizer=regularizer, trainable=trainable,
+                            collections=collections, validate_shape=validate_shape,
+                            reuse=reuse)
         var._set_save_slice_info(SaveSliceInfo(name, full_shape, offset, var_shape))
         parts.append(var)
     result = PartitionedVariable(name, shape, dtype, parts, partitions)
@@ -452,7 +366,8 @@ variable_scope._PARTITIONED_GETTER[:] = [_get_partitioned_variable]
 
 
 def create_partitioned_variables(shape, slicing, initializer, dtype=dtypes.float32,
-                                 trainable=True, collections=None, name=None, reuse=None):
+                                 trainable: bool = True, collections=None, name=None,
+                                 reuse=None) -> list:
     """Create the parts of a variable of ``shape`` cut as ``slicing`` says; return them.
 
     Deprecated in TensorFlow in favour of ``get_variable(..., partitioner=...)``; kept for

@@ -161,8 +161,8 @@ class GatherFirstOp(OpDef):
         return x[0]
 
 
-def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,
-                     max_norm=None):
+def embedding_lookup(params, ids, partition_strategy: str = "mod", name=None,
+                     validate_indices=True, max_norm=None) -> Tensor:
     """Return rows ``ids`` of an embedding table, which may be sharded (TF1 semantics).
 
     Args:
@@ -197,24 +197,33 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     graph = get_default_graph()
     with graph.name_scope(name or "embedding_lookup") as scope:
         ids = convert_to_tensor(ids, name="ids")
-        if len(params) == 1:
-            with graph.colocate_with(params[0]):
-                result = gather(params[0], ids, name=scope)
+        # A Variable's value is its "read", colocated with it: colocating with that
+        # places ops next to the variable.
+        tables = [convert_to_tensor(p, name="params") for p in params]
+        if len(tables) == 1:
+            with graph.colocate_with(tables[0]):
+                result = gather(tables[0], ids, name=scope)
             # The result itself is not tied to the table's device.
             return control_ops.identity(result)
-        tables = [convert_to_tensor(p) for p in params]
-        return _sharded_lookup(graph, params, tables, ids, partition_strategy, scope)
+        return _sharded_lookup(graph, tables, ids, partition_strategy, scope)
 
 
-def _sharded_lookup(graph, params, tables, ids, strategy, scope):
+def _sharded_lookup(graph, tables, ids, strategy, scope):
     n = len(tables)
+    element = tables[0].shape[1:]
+    for t in tables[1:]:
+        if not element.is_compatible_with(t.shape[1:]):
+            raise errors.InvalidArgumentError(
+                f"embedding_lookup '{scope[:-1]}': every shard must have the same row shape, "
+                f"got {', '.join(str(x.shape) for x in tables)}")
+        element = element.merge_with(t.shape[1:])
     flat_ids = array_ops.reshape(ids, [-1])
     positions = math_ops.range_(array_ops.size(flat_ids))
     if strategy == "mod":
         shard = math_ops.floormod(flat_ids, n)
         rows = math_ops.floordiv(flat_ids, n)
     else:
-        vocab = _vocab_size(graph, params, tables, flat_ids.dtype, scope)
+        vocab = _vocab_size(graph, tables, flat_ids.dtype, scope)
         per_shard = vocab // n
         extras = vocab % n
         # The first ``extras`` shards hold per_shard + 1 ids, the others per_shard.
@@ -227,23 +236,16 @@ def _sharded_lookup(graph, params, tables, ids, strategy, scope):
     shard_rows = data_flow_ops.dynamic_partition(rows, shard, n)
     shard_positions = data_flow_ops.dynamic_partition(positions, shard, n)
     gathered = []
-    for p in range(n):
-        with graph.colocate_with(params[p]):
-            gathered.append(gather(tables[p], shard_rows[p]))
+    for table, table_rows in zip(tables, shard_rows):
+        with graph.colocate_with(table):
+            gathered.append(gather(table, table_rows))
     merged = data_flow_ops.dynamic_stitch(shard_positions, gathered, name=scope)
-    element = tables[0].shape[1:]
-    for t in tables[1:]:
-        if not element.is_compatible_with(t.shape[1:]):
-            raise errors.InvalidArgumentError(
-                f"embedding_lookup: every shard must have the same row shape, got "
-                f"{[str(x.shape) for x in tables]}")
-        element = element.merge_with(t.shape[1:])
     if ids.shape.is_fully_defined() and element.is_fully_defined():
         return array_ops.reshape(merged, ids.shape.as_list() + element.as_list())
     if element.is_fully_defined():
         element_dims = constant(np.asarray(element.as_list(), dtype=np.int32))
     else:
-        with graph.colocate_with(params[0]):
+        with graph.colocate_with(tables[0]):
             element_dims = indexing_ops.slice(math_ops.shape(tables[0]), [1], [-1])
     out = array_ops.reshape(merged, array_ops.concat([math_ops.shape(ids), element_dims], 0))
     if ids.shape.ndims is not None and element.ndims is not None:
@@ -251,7 +253,7 @@ def _sharded_lookup(graph, params, tables, ids, strategy, scope):
     return out
 
 
-def _vocab_size(graph, params, tables, dtype, scope):
+def _vocab_size(graph, tables, dtype, scope):
     """Return the total row count of the shards: a Python int when known statically."""
     dims = [t.shape[0] if t.shape.ndims else None for t in tables]
     if all(d is not None for d in dims):
@@ -262,11 +264,11 @@ def _vocab_size(graph, params, tables, dtype, scope):
                 f"one row per shard, got {vocab} rows over {len(tables)} shards")
         return vocab
     counts = []
-    for p, (t, d) in enumerate(zip(tables, dims)):
+    for t, d in zip(tables, dims):
         if d is not None:
             counts.append(constant(d, dtype=dtype))
         else:
-            with graph.colocate_with(params[p]):
+            with graph.colocate_with(t):
                 counts.append(math_ops.cast(
                     apply_op("GatherFirst", [math_ops.shape(t)]).outputs[0], dtype))
     return math_ops.add_n(counts)

@@ -93,6 +93,8 @@ class Plan:
             if op.type == "VariableV2" and op not in run_var_ops:
                 continue
             op_def = get_op_def(op.type)
+            if op.outputs and not op_def.stateful and all(t in fed for t in op.outputs):
+                continue        # fed in full (a placeholder): nothing to compute
             ins = []
             for i, t in enumerate(op.inputs):
                 if i in op_def.ref_inputs:

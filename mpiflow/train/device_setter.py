@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class GreedyLoadBalancingStrategy:
     The result depends on the order in which ps ops are created, as in TensorFlow.
     """
 
-    def __init__(self, num_tasks: int, load_fn):
+    def __init__(self, num_tasks: int, load_fn: Callable):
         self._num_tasks = _positive_int(num_tasks, "GreedyLoadBalancingStrategy num_tasks")
         if not callable(load_fn):
             raise errors.InvalidArgumentError(
@@ -125,8 +125,10 @@ class _ReplicaDeviceChooser:
         return int(task)
 
 
-def replica_device_setter(ps_tasks=0, ps_device="/job:ps", worker_device="/job:worker",
-                          merge_devices=True, cluster=None, ps_ops=None, ps_strategy=None):
+def replica_device_setter(ps_tasks: int = 0, ps_device: str | None = "/job:ps",
+                          worker_device: str | None = "/job:worker", merge_devices: bool = True,
+                          cluster=None, ps_ops=None,
+                          ps_strategy: Callable | None = None) -> Callable | None:
     """Return a device function placing variables on ps tasks and other ops on a worker.
 
     Use it as ``with mf.device(mf.train.replica_device_setter(cluster=cluster)):``.

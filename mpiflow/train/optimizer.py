@@ -273,6 +273,14 @@ def _create_slot(var, initial_value, op_name):
         raise errors.InvalidArgumentError(
             f"Slot '{slot.name}' has shape {slot.shape}, expected the shape of '{var.name}' "
             f"{var.shape}")
+    info = getattr(var, "_save_slice_info", None)
+    if info is not None:
+        # The slot of a part is the same part of the full slot ("emb/Momentum"), so a
+        # checkpoint reassembles slots as it does their variables (TensorFlow's rule).
+        n = slot.shape.ndims
+        slot._set_save_slice_info(Variable.SaveSliceInfo(
+            f"{info.full_name}/{op_name}", info.full_shape[:n], info.var_offset[:n],
+            info.var_shape[:n]))
     return slot
 
 

@@ -1,6 +1,7 @@
 """The main example trains to the accuracy the README promises."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_mlp.py"
 
 
 def _load_example():
+    if str(EXAMPLE.parent) not in sys.path:   # the example imports its sibling mlp_model
+        sys.path.insert(0, str(EXAMPLE.parent))
     spec = importlib.util.spec_from_file_location("mnist_mlp_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -45,6 +45,20 @@ def test_device_strings_merge_inner_over_outer():
     assert c.device == ""
 
 
+def test_device_scopes_apply_innermost_first_like_tensorflow():
+    def to_ps(op):
+        return "/job:ps/task:3" if op.type == "VariableV2" else op.device
+
+    with mf.device(to_ps):
+        with mf.device("/job:foo"):
+            v = mf.Variable(1.0, name="v_foo")
+    with mf.device("/job:ps/task:2"):
+        with mf.device(lambda op: "/job:ps/task:0"):
+            c = mf.constant(1.0)
+    assert v.device == "/job:ps/task:3"     # the outer function saw /job:foo, chose ps
+    assert c.device == "/job:ps/task:0"
+
+
 def test_device_function_sees_the_op_and_its_device_so_far():
     seen = []
 
@@ -58,7 +72,7 @@ def test_device_function_sees_the_op_and_its_device_so_far():
             y = v * 2.0
     assert v.device == "/job:ps/task:0"
     assert y.device == "/job:worker/task:0"
-    assert ("VariableV2", "/job:worker/task:0") in seen
+    assert ("VariableV2", "") in seen      # inner scopes apply first, as in TensorFlow
 
 
 def test_bad_device_string_is_an_error_naming_it():

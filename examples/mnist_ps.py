@@ -1,0 +1,86 @@
+"""Between-graph replication: train the MLP with parameter servers, asynchronously.
+
+    mpiexec -n 3 python examples/mnist_ps.py            # 1 ps + 2 workers
+    mpiexec -n 4 python examples/mnist_ps.py --ps 2     # 2 ps + 2 workers
+
+Roles come from the launch: the first ``--ps`` ranks serve the variables, the others are
+workers, each training on its own shard of the data. The chief (worker 0) initialises
+the variables; the other workers wait for them. Every rank exits 0 at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import mpiflow as mf
+from mlp_model import build_mlp, load_data, loss_and_accuracy
+from mpiflow.data import batches, shard
+
+
+def wait_until_initialized(sess, variables, timeout=120.0):
+    """Block until the chief has initialised ``variables`` on the ps."""
+    ready = mf.stack([mf.is_variable_initialized(v) for v in variables])
+    deadline = time.monotonic() + timeout
+    while not sess.run(ready).all():
+        if time.monotonic() > deadline:
+            raise mf.errors.DeadlineExceededError(
+                f"variables not initialised by the chief within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ps", type=int, default=None, help="ps tasks (default 1)")
+    parser.add_argument("--policy", choices=["block", "spread"], default=None)
+    parser.add_argument("--data-dir", help="MNIST IDX files or mnist.npz (default: digits)")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=0.002)
+    parser.add_argument("--hidden", type=int, nargs="*", default=[128])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    cluster = mf.train.ClusterSpec.from_mpi(ps=args.ps, policy=args.policy)
+    server = mf.train.Server(cluster)
+    if server.job_name == "ps":
+        server.join()
+        return None
+
+    task = server.task_index
+    num_workers = cluster.num_tasks("worker")
+    x_train, y_train, x_test, y_test, source = load_data(args.data_dir, args.seed)
+    x_train, y_train = shard((x_train, y_train), num_workers, task)
+    n_classes = int(y_test.max()) + 1
+
+    mf.set_random_seed(args.seed)
+    with mf.device(mf.train.replica_device_setter(
+            cluster=cluster, worker_device=f"/job:worker/task:{task}")):
+        x = mf.placeholder(mf.float32, [None, x_train.shape[1]], name="x")
+        y = mf.placeholder(mf.int64, [None], name="y")
+        loss, accuracy = loss_and_accuracy(build_mlp(x, n_classes, args.hidden), y)
+        global_step = mf.train.get_or_create_global_step()
+        train_op = mf.train.AdamOptimizer(args.learning_rate).minimize(
+            loss, global_step=global_step)
+        init = mf.global_variables_initializer()
+
+    if server.is_chief:
+        print(f"data: {source}; {num_workers} workers, {cluster.num_tasks('ps')} ps; "
+              f"variables on {sorted({v.device for v in mf.global_variables()})}", flush=True)
+    with mf.Session(server.target) as sess:
+        if server.is_chief:
+            sess.run(init)
+        else:
+            wait_until_initialized(sess, mf.global_variables())
+        for epoch in range(args.epochs):
+            for xb, yb in batches(x_train, y_train, args.batch_size,
+                                  seed=args.seed * 1000 + epoch * num_workers + task):
+                sess.run(train_op, {x: xb, y: yb})
+        test_accuracy, steps = sess.run([accuracy, global_step], {x: x_test, y: y_test})
+    print(f"worker {task}: global step {steps}, test accuracy {test_accuracy:.4f}",
+          flush=True)
+    return float(test_accuracy)
+
+
+if __name__ == "__main__":
+    main()
