@@ -28,31 +28,39 @@ MiB = 1 << 20
 
 
 def raw_bandwidth(comm, nbytes, repeats):
-    """Per-worker MiB/s of ps->worker then worker->ps transfers of ``nbytes`` with mpi4py."""
+    """Per-worker MiB/s of the same exchanges done with raw mpi4py: a pull is a small
+    request answered by ``nbytes`` from the ps, a push ``nbytes`` answered by a small ack."""
     rank, size = comm.Get_rank(), comm.Get_size()
+    PULL, PUSH, DATA, ACK = 11, 12, 13, 14
     buf = np.ones(nbytes // 4, np.float32)
+    token = np.zeros(1, np.int64)
     comm.Barrier()
-    pull = push = 0.0
+    if rank == 0:
+        status = MPI.Status()
+        for _ in range(2 * repeats * (size - 1)):
+            comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            src, tag = status.Get_source(), status.Get_tag()
+            if tag == PULL:
+                comm.Recv([token, MPI.BYTE], src, PULL)
+                comm.Send([buf, MPI.BYTE], src, DATA)
+            else:
+                comm.Recv([np.empty_like(buf), MPI.BYTE], src, PUSH)
+                comm.Send([token, MPI.BYTE], src, ACK)
+        comm.Barrier()
+        return 0.0, 0.0
+    out = np.empty_like(buf)
+    start = time.perf_counter()
     for _ in range(repeats):
-        if rank == 0:
-            t = time.perf_counter()
-            reqs = [comm.Isend([buf, MPI.BYTE], w, 1) for w in range(1, size)]
-            MPI.Request.Waitall(reqs)
-            comm.Barrier()
-            reqs = [comm.Irecv([np.empty_like(buf), MPI.BYTE], w, 2) for w in range(1, size)]
-            MPI.Request.Waitall(reqs)
-            comm.Barrier()
-        else:
-            out = np.empty_like(buf)
-            t = time.perf_counter()
-            comm.Recv([out, MPI.BYTE], 0, 1)
-            pull += time.perf_counter() - t
-            comm.Barrier()
-            t = time.perf_counter()
-            comm.Send([buf, MPI.BYTE], 0, 2)
-            comm.Barrier()
-            push += time.perf_counter() - t
-    return nbytes / MiB * repeats / max(pull, 1e-9), nbytes / MiB * repeats / max(push, 1e-9)
+        comm.Send([token, MPI.BYTE], 0, PULL)
+        comm.Recv([out, MPI.BYTE], 0, DATA)
+    pull = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(repeats):
+        comm.Send([buf, MPI.BYTE], 0, PUSH)
+        comm.Recv([token, MPI.BYTE], 0, ACK)
+    push = time.perf_counter() - start
+    comm.Barrier()
+    return nbytes / MiB * repeats / pull, nbytes / MiB * repeats / push
 
 
 def build_transfer_graph(cluster, task, sizes):
@@ -62,7 +70,9 @@ def build_transfer_graph(cluster, task, sizes):
         with g.as_default(), mf.device(mf.train.replica_device_setter(
                 cluster=cluster, worker_device=f"/job:worker/task:{task}")):
             part = nbytes // 4 // 4
-            variables = [mf.Variable(mf.zeros([part]), name=f"v{i}") for i in range(4)]
+            # Names differ per size: variables of one ps outlive a graph, by name.
+            variables = [mf.Variable(mf.zeros([part]), name=f"v{nbytes // MiB}mib_{i}")
+                         for i in range(4)]
             grads = [mf.placeholder(mf.float32, [part], name=f"g{i}") for i in range(4)]
             opt = mf.train.GradientDescentOptimizer(1e-6)
             push = opt.apply_gradients(list(zip(grads, variables)))

@@ -89,7 +89,7 @@ _declare(
     Option("MPIFLOW_LOG_LEVEL", "str", "INFO",
            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
            doc="level of mpiflow's logger"),
-    Option("MPIFLOW_POLL_MAX_SLEEP_US", "int", 1000, minimum=0,
+    Option("MPIFLOW_POLL_MAX_SLEEP_US", "int", 200, minimum=0,
            doc="cap, in microseconds, of the sleep a waiting rank backs off to between polls"),
 )
 

@@ -27,7 +27,7 @@ from mpiflow.ops.registry import registered_op_types
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.resources import ResourceStore
 
-ACTIVE, JOINING, GONE = "active", "joining", "gone"
+ACTIVE, GONE = "active", "gone"
 
 
 class StepIO:
@@ -95,6 +95,10 @@ class RankService:
         self._aborted = set()
         self._replies = {}
         self._peers = {r: ACTIVE for r in range(self.size) if r != self.rank}
+        # join() calls made by each peer so far: the n-th join of a rank returns once every
+        # other rank has left or made its n-th join too (so joins can be used repeatedly).
+        self._joins = 0
+        self._peer_joins = {r: 0 for r in self._peers}
         self._next_step = 0
         self._next_handle = 0
         self._closed = False
@@ -188,11 +192,13 @@ class RankService:
 
     # -- serving -------------------------------------------------------------------------------
     def join(self) -> None:
-        """Serve until every other rank has left or is serving too, then return."""
+        """Serve until every other rank has left or joined as often, then return."""
+        self._joins += 1
         for rank, state in self._peers.items():
             if state != GONE:
-                self.transport.send(rank, {"k": "join"})
-        self._wait_until(lambda: all(s != ACTIVE for s in self._peers.values()), None)
+                self.transport.send(rank, {"k": "join", "n": self._joins})
+        self._wait_until(lambda: all(self._peers[r] == GONE or n >= self._joins
+                                     for r, n in self._peer_joins.items()), None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Tell every rank this one is leaving and finish its sends (at process exit)."""
@@ -331,7 +337,7 @@ class RankService:
         self._partitions.pop((h["c"], h["h"]), None)
 
     def _on_join(self, source, h, arrays):
-        self._peers[source] = JOINING
+        self._peer_joins[source] = max(self._peer_joins[source], int(h["n"]))
 
     def _on_bye(self, source, h, arrays):
         self._peers[source] = GONE

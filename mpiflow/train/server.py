@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import atexit
 import socket
+import sys
+import traceback
 
 from mpiflow import errors
 from mpiflow.runtime.distributed import ClusterContext, register_target
@@ -27,8 +29,29 @@ def _service():
         from mpiflow.runtime.server import RankService
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(service.shutdown)
+        _install_abort_hook(service, MPI.COMM_WORLD)
         _SERVICE.append(service)
     return _SERVICE[0]
+
+
+def _install_abort_hook(service, world):
+    """Make an uncaught exception end the whole MPI job at once, printed with its rank.
+
+    Without it the failed rank waits in MPI_Finalize and its peers wait for it until the
+    scheduler's time limit; with it the job ends in seconds with a non-zero exit code.
+    """
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, KeyboardInterrupt):
+            previous(exc_type, exc, tb)
+        prefix = f"[{service.describe(service.rank)} on {service.host}] "
+        text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
+        sys.stderr.flush()
+        world.Abort(1)
+
+    sys.excepthook = hook
 
 
 class Server:
