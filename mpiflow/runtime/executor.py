@@ -328,14 +328,18 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
 
 
 def _variable_aliased(tensor):
-    """Name of the variable whose buffer ``tensor`` may be (through views), else None."""
+    """Name of the variable whose buffer ``tensor`` may be (a read, a view of one, or the
+    output of an in-place write), else None."""
     while True:
         if tensor.op.type == "VariableV2":
             return tensor.op.name
         op_def = get_op_def(tensor.op.type)
-        if not (op_def.aliases_input and tensor.op.inputs):
+        if op_def.ref_inputs and op_def.aliases_state:
+            tensor = tensor.op.inputs[op_def.ref_inputs[0]]
+        elif op_def.aliases_input and tensor.op.inputs:
+            tensor = tensor.op.inputs[0]
+        else:
             return None
-        tensor = tensor.op.inputs[0]
 
 
 def _aliases_persistent_memory(tensor, fed):

@@ -1,0 +1,79 @@
+"""Training through the ps runtime equals training in one process, on the same seed.
+
+Every worker builds the same model twice: once under replica_device_setter for the
+cluster (the first layer's weights partitioned over the ps tasks) and once for a local
+Session; one worker's steps are deterministic, so both must agree to float tolerance.
+Usage: mpiexec -n K python ps_parity.py OPTIMIZER STEPS
+"""
+
+import sys
+
+import numpy as np
+
+import mpiflow as mf
+
+OPTIMIZERS = {"sgd": lambda: mf.train.GradientDescentOptimizer(0.1),
+              "adam": lambda: mf.train.AdamOptimizer(0.01),
+              "momentum": lambda: mf.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True)}
+
+
+def build(optimizer_name, num_ps):
+    mf.set_random_seed(7)
+    x = mf.placeholder(mf.float32, [None, 6], name="x")
+    y = mf.placeholder(mf.int64, [None], name="y")
+    partitioner = mf.fixed_size_partitioner(max(num_ps, 1))
+    with mf.variable_scope("layer1", partitioner=partitioner):
+        w1 = mf.get_variable("w", [6, 8])
+    b1 = mf.get_variable("b1", [8], initializer=mf.constant_initializer(0.1))
+    w2 = mf.get_variable("w2", [8, 3])
+    h = mf.nn.relu(mf.matmul(x, w1) + b1)
+    loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=mf.matmul(h, w2)))
+    step = mf.train.get_or_create_global_step()
+    train = OPTIMIZERS[optimizer_name]().minimize(loss, global_step=step)
+    return x, y, loss, train, [mf.convert_to_tensor(w1), b1, w2], step
+
+
+def train(sess, x, y, loss, train_op, steps):
+    rng = np.random.default_rng(3)
+    losses = []
+    for _ in range(steps):
+        xb = rng.standard_normal((16, 6)).astype(np.float32)
+        yb = rng.integers(0, 3, 16)
+        losses.append(sess.run([loss, train_op], {x: xb, y: yb})[0])
+    return losses
+
+
+def main(optimizer_name, steps):
+    cluster = mf.train.ClusterSpec.from_mpi()
+    server = mf.train.Server(cluster)
+    if server.job_name == "ps":
+        server.join()
+        return
+    num_ps = cluster.num_tasks("ps")
+    dist = mf.Graph()
+    with dist.as_default(), mf.device(mf.train.replica_device_setter(cluster=cluster)):
+        x, y, loss, train_op, params, step = build(optimizer_name, num_ps)
+        init = mf.global_variables_initializer()
+        devices = sorted({v.device for v in mf.global_variables()})
+    with dist.as_default(), mf.Session(server.target) as sess:
+        sess.run(init)
+        dist_losses = train(sess, x, y, loss, train_op, steps)
+        dist_params, dist_step = sess.run([params, step])
+    local = mf.Graph()
+    with local.as_default():
+        x, y, loss, train_op, params, step = build(optimizer_name, num_ps)
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            local_losses = train(sess, x, y, loss, train_op, steps)
+            local_params, local_step = sess.run([params, step])
+    np.testing.assert_allclose(dist_losses, local_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(dist_params, local_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert dist_step == local_step == steps, (dist_step, local_step)
+    print(f"OK parity {optimizer_name}: {steps} steps, variables on {devices}, "
+          f"final loss {dist_losses[-1]:.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

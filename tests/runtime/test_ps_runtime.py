@@ -1,0 +1,63 @@
+"""The parameter-server runtime under mpiexec: parity with one process, exactly-once
+updates from many workers, the examples' accuracy, and clear errors."""
+
+from pathlib import Path
+
+import pytest
+
+PROGS = Path(__file__).parent / "progs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "momentum"])
+def test_training_on_two_ps_matches_one_process(run_mpi, optimizer):
+    out = run_mpi(3, PROGS / "ps_parity.py", optimizer, 6, timeout=120,
+                  env={"MPIFLOW_PS": "2"}).stdout
+    assert f"OK parity {optimizer}: 6 steps" in out
+    assert "/job:ps/task:0" in out and "/job:ps/task:1" in out
+
+
+def test_ps_applies_every_update_of_three_workers_exactly_once(run_mpi):
+    out = run_mpi(4, PROGS / "ps_counting.py", 200, timeout=120).stdout
+    lines = [line for line in out.splitlines() if line.startswith("OK worker")]
+    assert len(lines) == 3, out
+    assert all("registrations=1" in line for line in lines), out
+    assert any("interleaved=True" in line for line in lines), out
+
+
+@pytest.mark.parametrize("ranks,args", [(3, []), (4, ["--ps", "2"])])
+def test_mnist_ps_example_trains_to_95_percent(run_mpi, ranks, args):
+    out = run_mpi(ranks, EXAMPLES / "mnist_ps.py", "--epochs", 20, *args, timeout=240).stdout
+    accuracies = [float(line.rsplit(" ", 1)[1]) for line in out.splitlines()
+                  if "test accuracy" in line]
+    assert len(accuracies) == 2, out
+    assert min(accuracies) >= 0.95, out
+
+
+def test_in_graph_example_trains_to_95_percent(run_mpi):
+    out = run_mpi(3, EXAMPLES / "in_graph.py", "--epochs", 20, timeout=240).stdout
+    line = next(line for line in out.splitlines() if "test accuracy" in line)
+    assert float(line.rsplit(" ", 1)[1]) >= 0.95, out
+    assert "'/job:worker/task:0', '/job:worker/task:1'" in out
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("job_not_in_cluster", r"PlacementError: Cannot place op 'stray/.*' .*job "
+                           r"'parameter_server' is not in the cluster \{'ps'"),
+    ("task_out_of_range", r"PlacementError: .*/job:ps/task:3 but job 'ps' has 1 task"),
+    ("remote_kernel_error", r"InvalidArgumentError: Index out of range in op 'lookup_on_ps' "
+                            r"\(GatherV2\).*got 9 \[raised on rank 0 \(ps:0\)"),
+])
+def test_distributed_errors_name_the_op_and_the_layout(run_mpi, case, expected):
+    import re
+    out = run_mpi(2, PROGS / "ps_errors.py", case, timeout=60).stdout
+    assert re.search(expected, out), out
+
+
+def test_log_device_placement_shows_cluster_devices(run_mpi):
+    proc = run_mpi(2, PROGS / "ps_errors.py", "log_device_placement", timeout=60)
+    assert "NO ERROR" in proc.stdout
+    assert "placed/read: (Identity): /job:ps/replica:0/task:0/device:CPU:0" in proc.stderr
+    assert "doubled: (Mul): /job:worker/replica:0/task:0/device:CPU:0" in proc.stderr
