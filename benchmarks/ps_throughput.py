@@ -25,6 +25,7 @@ from mpi4py import MPI
 import mpiflow as mf
 
 MiB = 1 << 20
+WARMUP_S = 4.0
 
 
 def raw_bandwidth(comm, nbytes, repeats):
@@ -37,7 +38,7 @@ def raw_bandwidth(comm, nbytes, repeats):
     comm.Barrier()
     if rank == 0:
         status = MPI.Status()
-        for _ in range(2 * repeats * (size - 1)):
+        for _ in range(4 * repeats * (size - 1)):
             comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
             src, tag = status.Get_source(), status.Get_tag()
             if tag == PULL:
@@ -49,6 +50,11 @@ def raw_bandwidth(comm, nbytes, repeats):
         comm.Barrier()
         return 0.0, 0.0
     out = np.empty_like(buf)
+    for _ in range(repeats):                 # warm-up, as for mpiflow
+        comm.Send([token, MPI.BYTE], 0, PULL)
+        comm.Recv([out, MPI.BYTE], 0, DATA)
+        comm.Send([buf, MPI.BYTE], 0, PUSH)
+        comm.Recv([token, MPI.BYTE], 0, ACK)
     start = time.perf_counter()
     for _ in range(repeats):
         comm.Send([token, MPI.BYTE], 0, PULL)
@@ -92,7 +98,12 @@ def mpiflow_bandwidth(server, graph_parts, nbytes, repeats, is_chief):
         pull_fn = sess.make_callable(variables)
         push_fn = sess.make_callable(push, grads)
         gvals = [np.ones(v.shape.as_list(), np.float32) for v in variables]
-        pull_fn(), push_fn(*gvals)                   # registration and first touch
+        # Registration, then warm-up: on a VM the first touch of fresh memory (the ps's
+        # buffers, the received arrays) is much slower than steady state; both sides of
+        # the comparison are measured warm.
+        warm_until = time.perf_counter() + WARMUP_S
+        while time.perf_counter() < warm_until:
+            pull_fn(), push_fn(*gvals)
         t = time.perf_counter()
         for _ in range(repeats):
             pull_fn()

@@ -7,9 +7,12 @@ is imported and asking for a GPU array module is an error that says why.
 
 from __future__ import annotations
 
+import ctypes
+import os
+
 import numpy
 
-from mpiflow import errors
+from mpiflow import config, errors
 
 _cupy = None
 _cupy_error = None
@@ -58,3 +61,56 @@ def to_host(array):
 
 def is_device_array(array) -> bool:
     return _cupy is not None and isinstance(array, _cupy.ndarray)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_host_memory_kept = []
+
+
+def keep_host_memory() -> bool:
+    """Ask glibc to keep freed large host buffers for reuse (once per process).
+
+    numpy allocates every large array with malloc, which maps fresh pages for each and
+    unmaps them when freed, so a training step that allocates the same activations,
+    gradients and received tensors every time pays the page faults again every step
+    (very costly on virtual machines). Raising the mmap and trim thresholds makes freed
+    blocks stay in the heap, the way a framework's caching allocator would. Off with
+    MPIFLOW_HOST_MEMORY_CACHE=0; a no-op where the C library is not glibc.
+    """
+    if _host_memory_kept:
+        return _host_memory_kept[0]
+    done = False
+    if config.get("MPIFLOW_HOST_MEMORY_CACHE"):
+        try:
+            libc = ctypes.CDLL(None)
+            mallopt = libc.mallopt
+        except (OSError, AttributeError):
+            mallopt = None
+        if mallopt is not None:
+            done = bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and \
+                bool(mallopt(_M_TRIM_THRESHOLD, 1 << 31))
+    _host_memory_kept.append(done)
+    return done
+
+
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                     "BLIS_NUM_THREADS")
+_thread_limits = []
+
+
+def share_cpu_cores(ranks_on_node: int) -> int:
+    """Limit this rank's BLAS threads to its share of the node's cores; return the limit.
+
+    Several ranks on one node each running BLAS with one thread per core oversubscribe
+    the node many times over, and a step gets several times slower. The share is
+    MPIFLOW_CPU_THREADS when set, else cores // ranks on the node; nothing is changed
+    when the user already chose with OMP_NUM_THREADS or a BLAS variable (0 is returned).
+    """
+    threads = config.get("MPIFLOW_CPU_THREADS")
+    if not threads:
+        if any(os.environ.get(v) for v in _THREAD_VARIABLES):
+            return 0
+        threads = max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415  (only when ranks start)
+    _thread_limits[:] = [threadpool_limits(limits=threads, user_api="blas")]
+    return threads

@@ -32,7 +32,8 @@ class Option:
         """Return the description of a valid value, used in error messages."""
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        text = {"int": "an int", "float": "a float", "str": "a string"}[self.type]
+        text = {"int": "an int", "float": "a float", "str": "a string",
+                "bool": "1/0, true/false, yes/no or on/off"}[self.type]
         if self.minimum is not None:
             text += f" >= {self.minimum:g}"
         return text
@@ -60,7 +61,17 @@ class Option:
         return value
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str,
+                                              "bool": _parse_bool}
 
 OPTIONS: dict[str, Option] = {}
 
@@ -91,6 +102,16 @@ _declare(
            doc="level of mpiflow's logger"),
     Option("MPIFLOW_POLL_MAX_SLEEP_US", "int", 200, minimum=0,
            doc="cap, in microseconds, of the sleep a waiting rank backs off to between polls"),
+    Option("MPIFLOW_POLL_SPIN_US", "int", None, minimum=0,
+           doc="microseconds a waiting rank keeps polling (yielding the CPU) before it "
+               "starts to sleep; default 2000 where the node has a core per rank, else 50"),
+    Option("MPIFLOW_CPU_THREADS", "int", 0, minimum=0,
+           doc="threads each rank's numpy (BLAS) kernels may use; 0 = the node's cores "
+               "divided by the ranks on the node, unless OMP_NUM_THREADS or a BLAS "
+               "variable is set"),
+    Option("MPIFLOW_HOST_MEMORY_CACHE", "bool", True,
+           doc="keep freed large host buffers in the process (glibc mallopt) instead of "
+               "returning them to the OS, so each step does not pay page faults anew"),
 )
 
 

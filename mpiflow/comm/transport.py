@@ -15,6 +15,7 @@ idle rank leaves its core to the ranks beside it.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import msgpack
@@ -50,18 +51,48 @@ class Backoff:
         self._start = None
         self._sleep = self.first_s
 
-    def wait(self, busy: bool = False):
-        """Pause once; ``busy`` (sends in flight that need MPI progress) only yields."""
+    def wait(self):
+        """Pause once."""
         now = time.perf_counter()
         if self._start is None:
             self._start = now
         waited = now - self._start
-        if busy or waited < self.spin_s:
+        if waited < self.spin_s:
             os.sched_yield()
             return
         time.sleep(self._sleep)
         cap = self.max_s if waited < self.idle_s else 10 * self.max_s
         self._sleep = min(self._sleep * 2, cap)
+
+
+class BufferPool:
+    """Receive buffers reused once nobody holds them any more (warm memory, no page faults).
+
+    A received array is handed to the graph and maybe to the user; the pool keeps a
+    reference and gives the array out again only when its reference count shows that the
+    pool's own reference is the last one, so nothing still in use is ever overwritten.
+    """
+
+    def __init__(self, max_per_key=4, min_bytes=1 << 16):
+        self.max_per_key = max_per_key
+        self.min_bytes = min_bytes
+        self._free = {}
+
+    def empty(self, shape, dtype):
+        """Return an array of ``shape`` and ``dtype`` that nobody else references."""
+        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        if nbytes < self.min_bytes:
+            return np.empty(shape, dtype)
+        key = (shape, dtype.str)
+        held = self._free.setdefault(key, [])
+        for array in held:
+            # One reference in the list, one as getrefcount's argument, one in ``array``.
+            if sys.getrefcount(array) <= 3:
+                return array
+        array = np.empty(shape, dtype)
+        if len(held) < self.max_per_key:
+            held.append(array)
+        return array
 
 
 def _contiguous(value):
@@ -94,6 +125,7 @@ class Transport:
         self._pending = []           # [(requests, keepalive objects)]
         self._guarded = {}           # name -> [requests]
         self._status = MPI.Status()
+        self._pool = BufferPool()
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, dest: int, header: dict, arrays=(), guard: str | None = None) -> None:
@@ -174,7 +206,7 @@ class Transport:
         arrays = []
         for spec in header.pop(_BUFFERS_KEY, ()):
             try:
-                array = np.empty(tuple(spec[1]), dtype=np.dtype(spec[0]))
+                array = self._pool.empty(tuple(spec[1]), np.dtype(spec[0]))
             except (TypeError, ValueError, IndexError):
                 raise errors.DataLossError(
                     f"Rank {self.rank}: bad buffer spec {spec!r} from rank {source}") from None
@@ -195,6 +227,9 @@ class Transport:
                 return message
             if timeout is not None and time.monotonic() - start >= timeout:
                 return None
+            # Sends in flight need no help here: the receiver copies the data (MPI's
+            # single-copy path) and completion is noticed on any later poll, so a rank
+            # with sends pending waits like an idle one instead of spinning.
             if self._pending:
                 self.complete_sends()
-            self.backoff.wait(busy=bool(self._pending))
+            self.backoff.wait()

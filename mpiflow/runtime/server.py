@@ -14,11 +14,13 @@ tensors travel as raw buffers after a ``t`` header keyed by (client, step, edge)
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import traceback
 
-from mpiflow import config, errors
+from mpiflow import backend, config, errors
+from mpiflow.comm.cluster import ranks_on_node
 from mpiflow.comm.rendezvous import MISSING, Rendezvous
 from mpiflow.comm.transport import Backoff, Transport
 from mpiflow.framework.graph import Graph
@@ -80,7 +82,14 @@ class RankService:
     def __init__(self, comm, role_names=None, timeout=None, max_sleep_s=None):
         max_sleep = max_sleep_s if max_sleep_s is not None else \
             config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
-        self.transport = Transport(comm, Backoff(max_s=max_sleep))
+        ranks_here = ranks_on_node(comm)
+        self.cpu_threads = backend.share_cpu_cores(ranks_here)
+        spin_us = config.get("MPIFLOW_POLL_SPIN_US")
+        if spin_us is None:
+            # With a core per rank, polling a little longer costs nobody anything and keeps
+            # replies at microseconds; on a crowded node it would take a core from a peer.
+            spin_us = 2000 if ranks_here <= (os.cpu_count() or 1) else 50
+        self.transport = Transport(comm, Backoff(spin_s=spin_us * 1e-6, max_s=max_sleep))
         self.rank = self.transport.rank
         self.size = self.transport.size
         self.host = socket.gethostname()

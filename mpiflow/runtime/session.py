@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import backend, errors
 from mpiflow.framework import graph as graph_module
 from mpiflow.framework.graph import Operation, Tensor, get_default_graph
 from mpiflow.runtime.distributed import DistributedPlan, make_placer, resolve_target
@@ -121,6 +121,7 @@ class BaseSession:
         if config is not None and not isinstance(config, ConfigProto):
             raise errors.InvalidArgumentError(
                 f"config must be an mf.ConfigProto, got {type(config).__name__}")
+        backend.keep_host_memory()
         self._graph = graph if graph is not None else get_default_graph()
         self._target = target
         self._config = config or ConfigProto()

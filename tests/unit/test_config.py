@@ -132,3 +132,15 @@ def test_describe_lists_every_option_with_its_default():
 
 def test_policy_choices_match_the_registered_role_policies():
     assert set(config.option("MPIFLOW_PS_POLICY").choices) == set(cluster.POLICIES)
+
+
+@pytest.mark.parametrize("raw,value", [("1", True), ("on", True), ("No", False), ("0", False)])
+def test_boolean_options_accept_the_usual_spellings(raw, value):
+    assert config.Config(env={"MPIFLOW_HOST_MEMORY_CACHE": raw}).get(
+        "MPIFLOW_HOST_MEMORY_CACHE") is value
+
+
+def test_boolean_option_rejects_other_text_naming_the_variable():
+    with pytest.raises(InvalidArgumentError, match="MPIFLOW_HOST_MEMORY_CACHE.*maybe"):
+        config.Config(env={"MPIFLOW_HOST_MEMORY_CACHE": "maybe"}).get(
+            "MPIFLOW_HOST_MEMORY_CACHE")
