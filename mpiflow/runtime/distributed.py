@@ -78,7 +78,8 @@ class DistributedPlan:
 def make_placer(graph, ctx: ClusterContext, config) -> Placer:
     return Placer(graph, ctx.cluster, ctx.job, ctx.task,
                   allow_soft_placement=config.allow_soft_placement,
-                  log=print_placement if config.log_device_placement else None)
+                  log=print_placement if config.log_device_placement else None,
+                  who=ctx.service.describe(ctx.service.rank))
 
 
 # -- targets: Session(target) finds the cluster of a Server created in this process --------

@@ -19,7 +19,8 @@ class Placer:
     """Computes and caches full devices for the ops of one graph in one cluster."""
 
     def __init__(self, graph, cluster, job: str, task: int, allow_soft_placement=False,
-                 log=None):
+                 log=None, who: str = ""):
+        self._who = who or f"/job:{job}/task:{task}"
         self._graph = graph
         self._cluster = cluster
         self._job = job
@@ -76,13 +77,15 @@ class Placer:
         job = spec.job or self._job
         if job not in self._cluster.jobs:
             raise errors.PlacementError(
-                f"Cannot place op '{op.name}' ({op.type}): it asks for {op.device!r} but job "
-                f"'{job}' is not in the cluster {self._cluster.as_dict()}", op)
+                f"Cannot place op '{op.name}' ({op.type}) of the session on {self._who}: it "
+                f"asks for {op.device!r} but job '{job}' is not in the cluster "
+                f"{self._cluster.as_dict()}", op)
         task = spec.task if spec.task is not None else (self._task if job == self._job else 0)
         if not 0 <= task < self._cluster.num_tasks(job):
             raise errors.PlacementError(
-                f"Cannot place op '{op.name}' ({op.type}): it asks for /job:{job}/task:{task} "
-                f"but job '{job}' has {self._cluster.num_tasks(job)} task(s) in the cluster "
+                f"Cannot place op '{op.name}' ({op.type}) of the session on {self._who}: it "
+                f"asks for /job:{job}/task:{task} but job '{job}' has "
+                f"{self._cluster.num_tasks(job)} task(s) in the cluster "
                 f"{self._cluster.as_dict()}", op)
         index = spec.device_index or 0
         if spec.device_type == "GPU":

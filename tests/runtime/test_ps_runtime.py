@@ -46,9 +46,11 @@ def test_in_graph_example_trains_to_95_percent(run_mpi):
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("job_not_in_cluster", r"PlacementError: Cannot place op 'stray/.*' .*job "
-                           r"'parameter_server' is not in the cluster \{'ps'"),
-    ("task_out_of_range", r"PlacementError: .*/job:ps/task:3 but job 'ps' has 1 task"),
+    ("job_not_in_cluster", r"PlacementError: Cannot place op 'stray/.*' .*on rank 1 "
+                           r"\(worker:0\).*job 'parameter_server' is not in the cluster "
+                           r"\{'ps'"),
+    ("task_out_of_range", r"PlacementError: .*on rank 1 \(worker:0\).*/job:ps/task:3 but "
+                          r"job 'ps' has 1 task"),
     ("remote_kernel_error", r"InvalidArgumentError: Index out of range in op 'lookup_on_ps' "
                             r"\(GatherV2\).*got 9 \[raised on rank 0 \(ps:0\)"),
 ])
@@ -62,3 +64,8 @@ def test_log_device_placement_shows_cluster_devices(run_mpi):
     assert "NO ERROR" in proc.stdout
     assert "placed/read: (Identity): /job:ps/replica:0/task:0/device:CPU:0" in proc.stderr
     assert "doubled: (Mul): /job:worker/replica:0/task:0/device:CPU:0" in proc.stderr
+
+
+def test_local_server_runs_a_one_rank_session(run_mpi):
+    out = run_mpi(1, PROGS / "local_server.py", timeout=60).stdout
+    assert "OK local server: 42.0 on /job:localhost/task:0" in out
