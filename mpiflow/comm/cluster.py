@@ -9,13 +9,13 @@ it knows nothing of graphs or of ``ClusterSpec``.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
 import numpy as np
 
 from mpiflow import config as config_lib
 from mpiflow import errors
+from mpiflow.comm.backoff import Backoff, poll_until
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -310,18 +310,14 @@ class _Waiter:
 
     def __init__(self, config: config_lib.Config, who: str):
         self.timeout = config.get("MPIFLOW_TIMEOUT")
-        self.max_sleep = config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
+        self.backoff = Backoff(spin_s=0.0, first_s=1e-6,
+                               max_s=config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6)
         self.who = who
 
     def wait(self, request, what: str) -> None:
-        start = time.monotonic()
-        sleep = 1e-6
-        while not request.Test():
-            waited = time.monotonic() - start
-            if waited > self.timeout:
-                raise errors.DeadlineExceededError(
-                    f"Cluster layout: {self.who} waited {waited:.1f} s {what}: expected every "
-                    f"rank of the communicator to build the layout (ClusterSpec.from_mpi / "
-                    f"Layout.from_comm) within MPIFLOW_TIMEOUT={self.timeout:g} s")
-            time.sleep(sleep)
-            sleep = min(2 * sleep, self.max_sleep)
+        def expired(waited):
+            return errors.DeadlineExceededError(
+                f"Cluster layout: {self.who} waited {waited:.1f} s {what}: expected every "
+                f"rank of the communicator to build the layout (ClusterSpec.from_mpi / "
+                f"Layout.from_comm) within MPIFLOW_TIMEOUT={self.timeout:g} s")
+        poll_until(request.Test, self.timeout, expired, self.backoff)

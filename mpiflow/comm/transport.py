@@ -14,7 +14,6 @@ idle rank leaves its core to the ranks beside it.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -23,46 +22,11 @@ import numpy as np
 from mpi4py import MPI
 
 from mpiflow import errors
+from mpiflow.comm.backoff import Backoff, poll_until
 
 HEADER_TAG = 7101
 PAYLOAD_TAG = 7102
 _BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
-
-
-class Backoff:
-    """Polling rhythm of a waiting rank: yield the CPU for ``spin_s``, then sleep from
-    ``first_s`` doubling to ``max_s``; after ``idle_s`` without a message, to 10 x ``max_s``.
-
-    Replies usually come within microseconds while traffic is steady, and yielding keeps
-    that latency without holding a core another rank on it could use; a rank that waits
-    longer backs off to sleeps, and one that has been idle for a while (a ps between
-    bursts) wakes rarely enough to cost about 1% of a core.
-    """
-
-    def __init__(self, spin_s=500e-6, first_s=20e-6, max_s=200e-6, idle_s=0.05):
-        self.spin_s = spin_s
-        self.first_s = first_s
-        self.max_s = max_s
-        self.idle_s = idle_s
-        self._start = None
-        self._sleep = first_s
-
-    def reset(self):
-        self._start = None
-        self._sleep = self.first_s
-
-    def wait(self):
-        """Pause once."""
-        now = time.perf_counter()
-        if self._start is None:
-            self._start = now
-        waited = now - self._start
-        if waited < self.spin_s:
-            os.sched_yield()
-            return
-        time.sleep(self._sleep)
-        cap = self.max_s if waited < self.idle_s else 10 * self.max_s
-        self._sleep = min(self._sleep * 2, cap)
 
 
 class BufferPool:
@@ -177,13 +141,10 @@ class Transport:
         self._guarded.clear()
 
     def _wait(self, requests, what, timeout=None):
-        start = time.monotonic()
-        self.backoff.reset()
-        while not MPI.Request.Testall(requests):
-            if timeout is not None and time.monotonic() - start > timeout:
-                raise errors.DeadlineExceededError(
-                    f"Rank {self.rank}: {what} did not complete within {timeout:.0f} s")
-            self.backoff.wait()
+        def expired(waited):
+            return errors.DeadlineExceededError(
+                f"Rank {self.rank}: {what} did not complete within {waited:.0f} s")
+        poll_until(lambda: MPI.Request.Testall(requests), timeout, expired, self.backoff)
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> Message | None:

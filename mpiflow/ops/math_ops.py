@@ -485,7 +485,7 @@ class MatMulOp(OpDef):
         k2, n = (c[-1], c[-2]) if tb else (c[-2], c[-1])
         if k1 is not None and k2 is not None and k1 != k2:
             raise b.error(
-                "Dimensions must be equal", expected=f"inner dimensions to match",
+                "Dimensions must be equal", expected="inner dimensions to match",
                 got=f"{a} @ {c} (transpose_a={ta}, transpose_b={tb}): {k1} vs {k2}")
         batch = broadcast_shapes(b, a[:-2], c[:-2])
         return [(dt, TensorShape(batch.as_list() + [m, n]))]
