@@ -112,6 +112,9 @@ class Transport:
         if len(self._pending) > 64:
             self.complete_sends()
 
+    def has_pending_sends(self) -> bool:
+        return bool(self._pending)
+
     def complete_sends(self) -> None:
         """Drop the sends that have completed (cheap test, never blocks)."""
         still = []

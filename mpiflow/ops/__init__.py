@@ -2,5 +2,6 @@
 
 from mpiflow.ops import (  # noqa: F401  (imported for their registrations)
     activation_ops, array_ops, comm_ops, constant_ops, control_ops, conv_ops, data_flow_ops,
-    indexing_ops, init_ops, math_ops, nn_ops, partitioned_variables, pooling_ops, random_ops,
-    reduction_ops, sparse_ops, state_ops, training_ops, variable_scope, variables)
+    indexing_ops, init_ops, io_ops, math_ops, nn_ops, partitioned_variables, pooling_ops,
+    random_ops, reduction_ops, sparse_ops, state_ops, sync_ops, training_ops, variable_scope,
+    variables)

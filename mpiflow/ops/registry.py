@@ -47,6 +47,7 @@ class OpDef:
     aliases_state = False
     tuple_outputs = False
     transfer = None          # "send" / "recv" for the cross-rank ops the executor runs
+    async_kernel = False     # forward may return Wait(key) to be run again after key fires
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):
@@ -63,6 +64,22 @@ class OpDef:
     @property
     def differentiable(self) -> bool:
         return self.gradient is not None
+
+
+class Wait:
+    """What an async kernel returns when it cannot finish yet: the event to wait for.
+
+    The executor parks the step until something signals ``key`` (the kernel context's
+    ``state.notify(key)``), then runs the kernel again with the same inputs.
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __repr__(self):
+        return f"Wait({self.key!r})"
 
 
 class BuildContext:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import heapq
+import time
 
 import numpy as np
 
-from mpiflow import backend, errors
+from mpiflow import backend, config, errors
 from mpiflow.framework.traversal import reachable
-from mpiflow.ops.registry import get_op_def
+from mpiflow.ops.registry import Wait, get_op_def
 
 # Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
 # out-of-range indices) become InvalidArgumentError naming the op.
@@ -36,7 +37,9 @@ class KernelContext:
 
 
 # Step kinds of a compiled plan.
-_SINGLE, _MULTI, _NO_OUTPUT, _SEND, _RECV = range(5)
+_SINGLE, _MULTI, _NO_OUTPUT, _SEND, _RECV, _ASYNC = range(6)
+
+
 
 
 class Plan:
@@ -66,6 +69,7 @@ class Plan:
 
     def _setup(self, graph, order, fetch_tensors, feed_tensors, state, xp_for):
         self.graph = graph
+        self._state = state
         self.fetch_tensors = list(fetch_tensors)
         self.feed_tensors = list(feed_tensors)
         fed = set(self.feed_tensors)
@@ -113,7 +117,8 @@ class Plan:
             else:
                 ctx = KernelContext(op, xp_for(op.device), state)
                 op_def.prepare(ctx)
-                kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
+                kind = _ASYNC if op_def.async_kernel else (
+                    _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT))
                 steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs, kind))
             self.ops.append(op)
             for t in op.outputs:
@@ -130,42 +135,80 @@ class Plan:
                                   set(range(n_tensors, n_tensors + len(refs))))
 
     def run(self, feed_values):
-        """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``)."""
+        """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``).
+
+        An async kernel that must wait (a sync-replicas accumulator, say) blocks this
+        thread until another thread's step signals it through the plan's state, for at
+        most MPIFLOW_TIMEOUT seconds.
+        """
         steps = self.run_steps(feed_values, None)
+        state = self._state
+        deadline = timeout = None
         try:
-            edge = next(steps)
+            while True:
+                wanted = steps.send(None)
+                if deadline is None:
+                    timeout = config.get("MPIFLOW_TIMEOUT")
+                    deadline = time.monotonic() + timeout
+                if wanted[0] != "event" or state is None:
+                    raise errors.InternalError(
+                        f"A local plan waited for {wanted!r}, which nothing here can provide")
+                if time.monotonic() > deadline:
+                    raise errors.DeadlineExceededError(
+                        f"Waited {timeout:.0f} s (MPIFLOW_TIMEOUT) for {wanted[1]!r}: nothing "
+                        "in this process signalled it (a sync-replicas step needs its "
+                        "chief's sync loop running)")
+                state.wait_event(wanted[1], 0.05)
+                if state.cancel_reason is not None:
+                    raise errors.CancelledError(state.cancel_reason)
         except StopIteration as done:
             return done.value
-        steps.close()
-        raise errors.InternalError(f"A local plan waited for edge {edge!r}: it has transfers")
+        finally:
+            steps.close()
 
     def run_steps(self, feed_values, io):
-        """Generator running the schedule; yields ``(edge, peer)`` where a Recv waits.
+        """Generator running the schedule; yields ``("recv", edge, peer, guard)`` where a
+        Recv waits and ``("event", key)`` where an async kernel waits.
 
-        The driver resumes it with ``send(value)`` once the tensor has arrived; Send steps
-        call ``io.send(edge, peer, value)``. Returns the fetched values.
+        The driver resumes it with ``send(value)`` (the received tensor, or None after an
+        event); Send steps call ``io.send(edge, peer, value, guard)``. Returns the
+        fetched values. The driver may resume it from another thread, so numpy's error
+        state (quiet, as kernels want it) is set per stretch between waits.
         """
         vals = self._template.copy()
         for slot, value in zip(self.feed_slots, feed_values):
             vals[slot] = value
         index = 0
+        quiet = _QuietNumpy()
+        quiet.enter()
         try:
-            with np.errstate(all="ignore"):
-                for index, (fn, ins, out, kind, frees) in enumerate(self._steps):
-                    if kind == _SINGLE:
-                        vals[out] = fn(*[vals[i] for i in ins])
-                    elif kind == _MULTI:
-                        for s, v in zip(out, fn(*[vals[i] for i in ins])):
-                            vals[s] = v
-                    elif kind == _NO_OUTPUT:
-                        fn(*[vals[i] for i in ins])
-                    elif kind == _SEND:
-                        io.send(fn[0], fn[1], vals[ins[0]], fn[2])
-                    else:
-                        vals[out] = yield fn
-                    if frees:
-                        for s in frees:
-                            vals[s] = None
+            for index, (fn, ins, out, kind, frees) in enumerate(self._steps):
+                if kind == _SINGLE:
+                    vals[out] = fn(*[vals[i] for i in ins])
+                elif kind == _MULTI:
+                    for s, v in zip(out, fn(*[vals[i] for i in ins])):
+                        vals[s] = v
+                elif kind == _NO_OUTPUT:
+                    fn(*[vals[i] for i in ins])
+                elif kind == _SEND:
+                    io.send(fn[0], fn[1], vals[ins[0]], fn[2])
+                elif kind == _RECV:
+                    quiet.exit()
+                    vals[out] = yield ("recv",) + fn
+                    quiet.enter()
+                else:
+                    args = [vals[i] for i in ins]
+                    result = fn(*args)
+                    while type(result) is Wait:
+                        quiet.exit()
+                        yield ("event", result.key)
+                        quiet.enter()
+                        result = fn(*args)
+                    if out is not None:
+                        vals[out] = result
+                if frees:
+                    for s in frees:
+                        vals[s] = None
         except errors.OpError:
             raise
         except MemoryError as exc:
@@ -179,7 +222,28 @@ class Plan:
         except Exception as exc:
             raise errors.op_error(errors.InternalError,
                                   f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
+        finally:
+            quiet.exit()
         return [_fetch_value(vals[s]) for s in self.fetch_slots]
+
+
+class _QuietNumpy:
+    """numpy's floating-point warnings off while kernels run (they report through
+    results, e.g. CheckNumerics), entered and left around each stretch of a step."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self):
+        self._state = None
+
+    def enter(self):
+        self._state = np.errstate(all="ignore")
+        self._state.__enter__()
+
+    def exit(self):
+        if self._state is not None:
+            self._state.__exit__(None, None, None)
+            self._state = None
 
 
 def _copy(value):

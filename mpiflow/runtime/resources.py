@@ -99,6 +99,14 @@ class ResourceStore:
         # Called with a variable's name before any in-place write to it; the runtime sets
         # it to finish sends still reading that buffer (zero-copy pulls).
         self.write_barrier = None
+        # Shared resources other than variables (accumulators, token counters), by name.
+        self.resources = {}
+        # Where signals from async kernels go: the rank service's event table when one
+        # serves this store, else a condition other threads of this process wait on.
+        self.notify_hook = None
+        self._events = threading.Condition(self.lock)
+        self._signals = {}
+        self.cancel_reason = None
 
     def ref(self, op) -> StateRef:
         return StateRef(self, op)
@@ -112,6 +120,39 @@ class ResourceStore:
             self._rngs[op.name] = gen
         return gen
 
+    def resource(self, name: str, factory):
+        """Return the shared resource ``name``, creating it with ``factory()`` first."""
+        found = self.resources.get(name)
+        if found is None:
+            found = self.resources[name] = factory()
+        return found
+
+    def notify(self, key) -> None:
+        """Signal ``key``: steps whose async kernel waits on it run that kernel again."""
+        if self.notify_hook is not None:
+            self.notify_hook(key)
+            return
+        with self._events:
+            self._signals[key] = self._signals.get(key, 0) + 1
+            self._events.notify_all()
+
+    def wait_event(self, key, timeout: float) -> None:
+        """Block this thread until ``key`` is signalled or ``timeout`` seconds pass.
+
+        Callers re-check their condition after each return (a signal may come between
+        their check and this wait), so a short timeout is the usual way to call it.
+        """
+        with self._events:
+            seen = self._signals.get(key, 0)
+            self._events.wait_for(lambda: self._signals.get(key, 0) != seen, timeout)
+
+    def cancel_waits(self, reason: str) -> None:
+        """Make every in-process wait of this store end with CancelledError."""
+        with self._events:
+            self.cancel_reason = reason
+            self._events.notify_all()
+
     def clear(self) -> None:
         self.buffers.clear()
         self._rngs.clear()
+        self.resources.clear()

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import traceback
 
 from mpiflow import backend, config, errors
+from mpiflow.comm.backoff import Backoff
 from mpiflow.comm.cluster import ranks_on_node
 from mpiflow.comm.rendezvous import MISSING, Rendezvous
-from mpiflow.comm.transport import Backoff, Transport
+from mpiflow.comm.transport import Transport
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
 from mpiflow.ops.registry import registered_op_types
@@ -70,6 +72,7 @@ class _ClientStep:
         self.result = MISSING
         self.error = None
         self.local = None
+        self.thread = None
 
     def finished(self) -> bool:
         return self.error is not None or (self.result is not MISSING and
@@ -97,6 +100,9 @@ class RankService:
         self.role_names = dict(role_names or {})
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
+        self.store.notify_hook = self._on_event
+        self._event_waiters = {}
+        self._fired = []
         self.rendezvous = Rendezvous()
         self._partitions = {}
         self._remote_steps = {}
@@ -111,6 +117,12 @@ class RankService:
         self._next_step = 0
         self._next_handle = 0
         self._closed = False
+        self._spin_s = spin_us * 1e-6
+        self._max_sleep_s = max_sleep
+        # Sessions may run steps from several threads (a sync-replicas chief runs its sync
+        # loop beside training): every MPI call and every change of this state happens
+        # under this lock, and a waiting thread releases it between polls.
+        self._lock = threading.RLock()
 
     # -- naming --------------------------------------------------------------------------
     def describe(self, rank: int) -> str:
@@ -120,6 +132,22 @@ class RankService:
     # -- client side: registration, steps, close -----------------------------------------------
     def register(self, partitions: dict) -> dict:
         """Register ``{rank: node list}`` on those ranks; return ``{rank: handle}``."""
+        with self._lock:
+            handles = self._send_registrations(partitions)
+        keys = [("reg", rank, handles[rank]) for rank in handles]
+        self._wait_until(lambda: all(k in self._replies for k in keys),
+                         lambda: "registration of a partition on " + ", ".join(
+                             self.describe(k[1]) for k in keys if k not in self._replies))
+        with self._lock:
+            failures = [self._replies.pop(k) for k in keys if self._replies[k] is not None]
+            for k in keys:
+                self._replies.pop(k, None)
+            if failures:
+                self.unregister(handles)
+                raise failures[0]
+        return handles
+
+    def _send_registrations(self, partitions):
         handles = {}
         for rank, nodes in partitions.items():
             self._check_peer(rank, "register a partition on")
@@ -127,33 +155,18 @@ class RankService:
             self._next_handle += 1
             handles[rank] = handle
             self.transport.send(rank, {"k": "reg", "c": self.rank, "h": handle, "n": nodes})
-        keys = [("reg", rank, handles[rank]) for rank in handles]
-        self._wait_until(lambda: all(k in self._replies for k in keys),
-                         lambda: "registration of a partition on " + ", ".join(
-                             self.describe(k[1]) for k in keys if k not in self._replies))
-        failures = [self._replies.pop(k) for k in keys if self._replies[k] is not None]
-        for k in keys:
-            self._replies.pop(k, None)
-        if failures:
-            self.unregister(handles)
-            raise failures[0]
         return handles
 
     def unregister(self, handles: dict) -> None:
         """Tell each rank to drop the partition registered under its handle."""
-        for rank, handle in handles.items():
-            if self._peers.get(rank) != GONE:
-                self.transport.send(rank, {"k": "close", "c": self.rank, "h": handle})
+        with self._lock:
+            for rank, handle in handles.items():
+                if self._peers.get(rank) != GONE:
+                    self.transport.send(rank, {"k": "close", "c": self.rank, "h": handle})
 
     def run_step(self, local_plan, feed_values, handles: dict):
         """Run one step: the remote partitions in ``handles`` and ``local_plan`` here."""
-        step = self._next_step
-        self._next_step += 1
         client_step = _ClientStep(handles)
-        self._client_steps[step] = client_step
-        for rank, handle in handles.items():
-            self._check_peer(rank, "run a step on")
-            self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step})
 
         def done(result):
             client_step.result = result
@@ -161,28 +174,46 @@ class RankService:
         def failed(exc):
             client_step.error = exc
 
-        local = _Step(self.rank, step, None,
-                      local_plan.run_steps(feed_values, StepIO(self, self.rank, step)),
-                      done, failed)
-        client_step.local = local
+        with self._lock:
+            step = self._next_step
+            self._next_step += 1
+            self._client_steps[step] = client_step
+            client_step.thread = threading.get_ident()
+            for rank, handle in handles.items():
+                self._check_peer(rank, "run a step on")
+                self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step})
+            local = _Step(self.rank, step, None,
+                          local_plan.run_steps(feed_values, StepIO(self, self.rank, step)),
+                          done, failed)
+            client_step.local = local
         try:
-            self._advance(local)
+            with self._lock:
+                self._advance(local)
+                self._drain_events()
             self._wait_until(client_step.finished,
                              lambda: self._describe_wait(step, client_step))
         except BaseException as exc:
             client_step.error = client_step.error or exc
-        finally:
+        with self._lock:
             del self._client_steps[step]
-        if client_step.error is not None:
-            self._abort(step, handles, local)
-            raise client_step.error
+            if client_step.error is not None:
+                self._abort(step, handles, local)
+                raise client_step.error
         return client_step.result
+
+    def cancel_steps_of_thread(self, thread_ident: int, reason: str) -> None:
+        """Make the steps another thread is waiting for end with CancelledError."""
+        with self._lock:
+            for client_step in self._client_steps.values():
+                if client_step.thread == thread_ident and client_step.error is None:
+                    client_step.error = errors.CancelledError(reason)
 
     def _describe_wait(self, step, client_step):
         parts = []
         waiting = client_step.local.waiting if client_step.local else None
         if client_step.result is MISSING and waiting is not None:
-            parts.append(f"tensor '{waiting[0]}' from {self.describe(waiting[1])}")
+            parts.append(f"event {waiting[1]!r}" if waiting[0] == "event" else
+                         f"tensor '{waiting[0]}' from {self.describe(waiting[1])}")
         if client_step.remote_pending:
             parts.append("the partitions on " + ", ".join(
                 self.describe(r) for r in sorted(client_step.remote_pending)))
@@ -202,39 +233,52 @@ class RankService:
     # -- serving -------------------------------------------------------------------------------
     def join(self) -> None:
         """Serve until every other rank has left or joined as often, then return."""
-        self._joins += 1
-        for rank, state in self._peers.items():
-            if state != GONE:
-                self.transport.send(rank, {"k": "join", "n": self._joins})
+        with self._lock:
+            self._joins += 1
+            for rank, state in self._peers.items():
+                if state != GONE:
+                    self.transport.send(rank, {"k": "join", "n": self._joins})
         self._wait_until(lambda: all(self._peers[r] == GONE or n >= self._joins
                                      for r, n in self._peer_joins.items()), None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Tell every rank this one is leaving and finish its sends (at process exit)."""
-        if self._closed:
-            return
-        self._closed = True
-        for rank, state in self._peers.items():
-            if state != GONE:
-                self.transport.send(rank, {"k": "bye"})
-        try:
-            self.transport.flush(timeout)
-        except errors.DeadlineExceededError:
-            pass
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for rank, state in self._peers.items():
+                if state != GONE:
+                    self.transport.send(rank, {"k": "bye"})
+            try:
+                self.transport.flush(timeout)
+            except errors.DeadlineExceededError:
+                pass
 
     def _wait_until(self, predicate, describe) -> None:
         """Dispatch messages until ``predicate()``; with ``describe``, give up after the
-        timeout with an error saying what was waited for."""
+        timeout with an error saying what was waited for. Safe from several threads:
+        whichever thread polls dispatches, and each checks its own predicate."""
         deadline = None if describe is None else time.monotonic() + self.timeout
-        while not predicate():
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+        backoff = Backoff(spin_s=self._spin_s, max_s=self._max_sleep_s)
+        transport = self.transport
+        while True:
+            with self._lock:
+                if predicate():
+                    return
+                message = transport.poll()
+                if message is not None:
+                    self._dispatch(message)
+                    self._drain_events()
+                    backoff.reset()
+                    continue
+                if transport.has_pending_sends():
+                    transport.complete_sends()
+            if deadline is not None and time.monotonic() >= deadline:
                 raise errors.DeadlineExceededError(
                     f"Rank {self.rank} waited {self.timeout:.0f} s (MPIFLOW_TIMEOUT) for "
                     f"{describe()}")
-            message = self.transport.wait_message(remaining)
-            if message is not None:
-                self._dispatch(message)
+            backoff.wait()
 
     def _dispatch(self, message) -> None:
         kind = message.header.get("k")
@@ -257,7 +301,7 @@ class RankService:
 
     # -- steps ---------------------------------------------------------------------------------
     def _advance(self, st: _Step, value=None) -> None:
-        """Run ``st`` until it waits for a tensor that has not arrived, or ends."""
+        """Run ``st`` until it waits for a tensor or an event, or ends."""
         while True:
             try:
                 wanted = st.gen.send(value)
@@ -267,11 +311,29 @@ class RankService:
             except Exception as exc:
                 st.on_error(exc)
                 return
-            value = self.rendezvous.take_or_wait((st.client, st.step, wanted[0]), st)
-            if value is MISSING:
+            if wanted[0] == "event":
                 st.waiting = wanted
+                self._event_waiters.setdefault(wanted[1], []).append(st)
+                return
+            value = self.rendezvous.take_or_wait((st.client, st.step, wanted[1]), st)
+            if value is MISSING:
+                st.waiting = wanted[1:]
                 return
             st.waiting = None
+
+    def _on_event(self, key) -> None:
+        """Note that ``key`` was signalled; parked steps resume once the current kernel
+        and step are done (never inside the kernel that signalled)."""
+        self._fired.append(key)
+
+    def _drain_events(self) -> None:
+        """Resume every step parked on a signalled event (its kernel runs again)."""
+        while self._fired:
+            key = self._fired.pop(0)
+            for st in self._event_waiters.pop(key, ()):
+                if (st.client, st.step) not in self._aborted:
+                    st.waiting = None
+                    self._advance(st)
 
     def _on_tensor(self, source, h, arrays):
         client, step = h["c"], h["s"]

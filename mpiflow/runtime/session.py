@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import threading
 
 import numpy as np
 
@@ -130,6 +131,7 @@ class BaseSession:
             make_placer(self._graph, self._cluster, self._config)
         self._store = ResourceStore()
         self._plans = {}
+        self._plans_lock = threading.Lock()
         self._closed = False
         self._default_ctx = []
 
@@ -176,18 +178,31 @@ class BaseSession:
         key = (tuple(elements), tuple(feed_tensors))
         plan = self._plans.get(key)
         if plan is None:
-            fetch_tensors = [e for e in elements if isinstance(e, Tensor)]
-            targets = [e for e in elements if isinstance(e, Operation)]
-            if self._cluster is not None:
-                plan = DistributedPlan(self._graph, fetch_tensors, targets, feed_tensors,
-                                       self._cluster, self._placer)
-            else:
-                log = self._log_placement if self._config.log_device_placement else None
-                plan = Plan(self._graph, fetch_tensors, targets, feed_tensors, self._store,
-                            log_placement=log)
-            plan = _ElementPlan(plan, elements)
-            self._plans[key] = plan
+            with self._plans_lock:
+                plan = self._plans.get(key) or self._new_plan(key, elements, feed_tensors)
         return plan
+
+    def _new_plan(self, key, elements, feed_tensors):
+        fetch_tensors = [e for e in elements if isinstance(e, Tensor)]
+        targets = [e for e in elements if isinstance(e, Operation)]
+        if self._cluster is not None:
+            plan = DistributedPlan(self._graph, fetch_tensors, targets, feed_tensors,
+                                   self._cluster, self._placer)
+        else:
+            log = self._log_placement if self._config.log_device_placement else None
+            plan = Plan(self._graph, fetch_tensors, targets, feed_tensors, self._store,
+                        log_placement=log)
+        plan = _ElementPlan(plan, elements)
+        self._plans[key] = plan
+        return plan
+
+    def _cancel_other_thread(self, thread_ident: int, reason: str) -> None:
+        """End with CancelledError the step another thread runs on this session (a sync
+        loop stopping at shutdown); in-process steps end at their next wait."""
+        if self._cluster is not None:
+            self._cluster.service.cancel_steps_of_thread(thread_ident, reason)
+        else:
+            self._store.cancel_waits(reason)
 
     def _log_placement(self, op):
         print(f"{op.name}: ({op.type}): {op.device or '/device:CPU:0'}", file=sys.stderr)

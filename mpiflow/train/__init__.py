@@ -2,6 +2,10 @@
 
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
+from mpiflow.train.checkpoint_management import (
+    CheckpointState, checkpoint_exists, get_checkpoint_mtimes, get_checkpoint_state,
+    latest_checkpoint, list_variables, load_variable, remove_checkpoint,
+    update_checkpoint_state)
 from mpiflow.train.cluster_spec import ClusterSpec
 from mpiflow.train.device_setter import (
     GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter)
@@ -12,12 +16,19 @@ from mpiflow.train.learning_rate_decay import exponential_decay, piecewise_const
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
+from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
+from mpiflow.train.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
     "AdagradOptimizer", "AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
     "Optimizer", "RMSPropOptimizer", "create_global_step", "exponential_decay",
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
-    "ClusterSpec", "Server",
+    "ClusterSpec", "Server", "SyncReplicasOptimizer",
+]
+__all__ += [
+    "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",
+    "get_checkpoint_state", "latest_checkpoint", "list_variables", "load_variable",
+    "remove_checkpoint", "update_checkpoint_state",
 ]

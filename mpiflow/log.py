@@ -1,0 +1,45 @@
+"""mpiflow's loggers: children of the "mpiflow" logger, at MPIFLOW_LOG_LEVEL, tagged by rank.
+
+Until the application configures logging itself (the root logger has a handler, e.g. after
+``logging.basicConfig``), records at MPIFLOW_LOG_LEVEL and above go to stderr prefixed with
+the MPI rank, as TensorFlow prints its INFO lines; afterwards they reach only the
+application's handlers, so each record is printed once. Imports nothing of mpiflow but
+``config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from mpiflow import config
+
+_ROOT_NAME = "mpiflow"
+# Launchers' rank variables (MPICH/Hydra, Open MPI, PMIx, Slurm), read without starting MPI.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+class _FallbackHandler(logging.StreamHandler):
+    """Print to stderr only while the application has installed no handler of its own."""
+
+    def emit(self, record):
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+def _rank_prefix() -> str:
+    rank = next((os.environ[v] for v in _RANK_VARIABLES if os.environ.get(v)), None)
+    return f"[rank {rank}] " if rank is not None else ""
+
+
+def get_logger(name: str) -> logging.Logger:
+    """Return the logger ``name`` (under "mpiflow"), setting up the "mpiflow" logger once."""
+    root = logging.getLogger(_ROOT_NAME)
+    if not any(isinstance(h, _FallbackHandler) for h in root.handlers):
+        handler = _FallbackHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(
+            _rank_prefix() + "%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(config.get("MPIFLOW_LOG_LEVEL"))
+    return logging.getLogger(name)

@@ -1,0 +1,186 @@
+"""Ops behind SyncReplicasOptimizer: gradient accumulators and step tokens, on the ps.
+
+An accumulator sums the gradients of one variable for the current global step, drops
+the ones computed at an older step (stale, e.g. from a backup worker), and hands out
+their average once enough have arrived; the token counter releases every worker waiting
+for the next step at once. Both live in the ps's resource store and their waiting ops
+are async kernels: a step that must wait is parked, never blocking the ps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.ops.registry import REQUIRED, OpDef, Wait, register_op, require_dtype
+
+
+class GradientAccumulator:
+    """Sum and count of one variable's gradients for step ``step`` (dense or sparse)."""
+
+    def __init__(self, dtype, shape):
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        self.step = 0
+        self.count = 0
+        self.total = None
+        self.rows = []          # sparse: [(indices, values)]
+
+    def accepts(self, local_step) -> bool:
+        return int(local_step) >= self.step
+
+    def add_dense(self, grad):
+        if self.total is None:
+            self.total = np.array(grad, dtype=self.dtype, copy=True)
+        else:
+            self.total += grad
+        self.count += 1
+
+    def add_sparse(self, indices, values):
+        self.rows.append((np.asarray(indices).reshape(-1), np.asarray(values)))
+        self.count += 1
+
+    def take(self, num_required, new_step):
+        """Return the average if ``num_required`` gradients are in, else None."""
+        if self.count < max(int(num_required), 1):
+            return None
+        count = self.count
+        if self.rows:
+            indices = np.concatenate([i for i, _ in self.rows])
+            values = np.concatenate([v for _, v in self.rows]) / np.asarray(count, self.dtype)
+            result = (indices.astype(np.int64), values.astype(self.dtype, copy=False))
+        else:
+            result = (self.total / np.asarray(count, self.dtype)).astype(self.dtype,
+                                                                         copy=False)
+        self.total, self.rows, self.count = None, [], 0
+        self.step = int(new_step)
+        return result
+
+
+class StepTokens:
+    """The newest global step the chief has released (-1: none yet)."""
+
+    def __init__(self):
+        self.step = -1
+
+
+class _AccumulatorOp(OpDef):
+    stateful = True
+    gradient = None
+
+    def prepare(self, ctx):
+        name = ctx.attrs["shared_name"]
+        dtype, shape = ctx.attrs["dtype"].np_dtype, ctx.attrs["shape"].as_list()
+        ctx.acc = ctx.state.resource(f"accumulator:{name}",
+                                     lambda: GradientAccumulator(dtype, shape))
+        ctx.event = ("accumulator", name)
+
+
+_ACC_ATTRS = {"shared_name": REQUIRED, "dtype": REQUIRED, "shape": REQUIRED}
+
+
+def _check_step(b, i=0):
+    require_dtype(b, i, (dtypes.int64, dtypes.int32), "step")
+
+
+@register_op("AccumulatorApplyGradient", attrs=dict(_ACC_ATTRS))
+class AccumulatorApplyGradientOp(_AccumulatorOp):
+    def infer(self, b):
+        _check_step(b)
+        if b.dtype(1) is not b.attrs["dtype"] or \
+                not b.shape(1).is_compatible_with(b.attrs["shape"]):
+            raise b.error("Gradient does not match the accumulator",
+                          expected=f"{b.attrs['dtype'].name} {b.attrs['shape']}",
+                          got=f"{b.dtype(1).name} {b.shape(1)}")
+        return []
+
+    def forward(self, xp, ctx, local_step, grad):
+        if grad.shape != ctx.acc.shape:
+            raise errors.op_error(errors.InvalidArgumentError, "Gradient shape mismatch",
+                                  ctx.op, expected=list(ctx.acc.shape), got=list(grad.shape))
+        if ctx.acc.accepts(local_step):
+            ctx.acc.add_dense(grad)
+            ctx.state.notify(ctx.event)
+
+
+@register_op("AccumulatorApplyIndexedSlices", attrs=dict(_ACC_ATTRS))
+class AccumulatorApplyIndexedSlicesOp(_AccumulatorOp):
+    def infer(self, b):
+        _check_step(b)
+        require_dtype(b, 1, (dtypes.int32, dtypes.int64), "indices")
+        return []
+
+    def forward(self, xp, ctx, local_step, indices, values):
+        if ctx.acc.accepts(local_step):
+            ctx.acc.add_sparse(indices, values)
+            ctx.state.notify(ctx.event)
+
+
+@register_op("AccumulatorTakeGradient", attrs=dict(_ACC_ATTRS))
+class AccumulatorTakeGradientOp(_AccumulatorOp):
+    async_kernel = True
+
+    def infer(self, b):
+        require_dtype(b, 0, (dtypes.int32, dtypes.int64), "num_required")
+        _check_step(b, 1)
+        return [(b.attrs["dtype"], b.attrs["shape"])]
+
+    def forward(self, xp, ctx, num_required, new_step):
+        average = ctx.acc.take(num_required, new_step)
+        return Wait(ctx.event) if average is None else average
+
+
+@register_op("AccumulatorTakeIndexedSlices", attrs=dict(_ACC_ATTRS))
+class AccumulatorTakeIndexedSlicesOp(_AccumulatorOp):
+    async_kernel = True
+    tuple_outputs = True
+
+    def infer(self, b):
+        require_dtype(b, 0, (dtypes.int32, dtypes.int64), "num_required")
+        _check_step(b, 1)
+        row = b.attrs["shape"].as_list()[1:]
+        return [(dtypes.int64, [None]), (b.attrs["dtype"], [None] + row)]
+
+    def forward(self, xp, ctx, num_required, new_step):
+        taken = ctx.acc.take(num_required, new_step)
+        return Wait(ctx.event) if taken is None else taken
+
+
+class _TokenOp(OpDef):
+    stateful = True
+    gradient = None
+
+    def prepare(self, ctx):
+        name = ctx.attrs["shared_name"]
+        ctx.tokens = ctx.state.resource(f"tokens:{name}", StepTokens)
+        ctx.event = ("tokens", name)
+
+
+@register_op("SyncTokenWait", attrs={"shared_name": REQUIRED})
+class SyncTokenWaitOp(_TokenOp):
+    """Return the released step once it is past the caller's ``local_step``."""
+
+    async_kernel = True
+
+    def infer(self, b):
+        _check_step(b)
+        return [(b.dtype(0), [])]
+
+    def forward(self, xp, ctx, local_step):
+        if ctx.tokens.step > int(local_step):
+            return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
+        return Wait(ctx.event)
+
+
+@register_op("SyncTokenRelease", attrs={"shared_name": REQUIRED})
+class SyncTokenReleaseOp(_TokenOp):
+    """Release every worker waiting for a step before ``step``."""
+
+    def infer(self, b):
+        _check_step(b)
+        return []
+
+    def forward(self, xp, ctx, step):
+        ctx.tokens.step = max(ctx.tokens.step, int(step))
+        ctx.state.notify(ctx.event)

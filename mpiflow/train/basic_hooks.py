@@ -1,0 +1,493 @@
+"""The standard SessionRunHooks, with TensorFlow's semantics (``basic_session_run_hooks``).
+
+Stop at a step, save checkpoints and summaries on a schedule, count steps per second, log
+tensors, stop on a NaN loss, show a progress bar. Schedules ("every N steps or every N
+seconds") share one ``SecondOrStepTimer``. Hooks that need the global step find it in the
+graph in ``begin`` and fetch it with the caller's step, so they cost one scalar fetch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from mpiflow import errors, summary
+from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.log import get_logger
+from mpiflow.train.global_step import get_global_step
+from mpiflow.train.session_manager import get_saver_or_default
+from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
+
+_LOG = get_logger(__name__)
+
+
+class NanLossDuringTrainingError(errors.MpiflowError, RuntimeError):
+    """The loss became NaN (raised by ``NanTensorHook``)."""
+
+    def __str__(self):
+        return super().__str__() or "NaN loss during training."
+
+
+def _positive(owner: str, name: str, value, integer: bool):
+    if value is None:
+        return None
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(
+        value, (int, float, np.integer, np.floating))
+    if not ok or isinstance(value, bool) or value <= 0:
+        kind = "a positive int" if integer else "a positive number"
+        raise errors.InvalidArgumentError(f"{owner}: {name} must be {kind}, got {value!r}")
+    return value
+
+
+def _timer(owner: str, secs_name: str, secs, steps_name: str, steps) -> "SecondOrStepTimer":
+    """Return the timer for ``owner``'s schedule, checking exactly one interval is given."""
+    if (secs is None) == (steps is None):
+        raise errors.InvalidArgumentError(
+            f"{owner}: exactly one of {secs_name} and {steps_name} must be given, got "
+            f"{secs_name}={secs!r} and {steps_name}={steps!r}")
+    return SecondOrStepTimer(every_secs=_positive(owner, secs_name, secs, False),
+                             every_steps=_positive(owner, steps_name, steps, True))
+
+
+def _require_global_step(owner: str):
+    step = get_global_step()
+    if step is None:
+        raise errors.FailedPreconditionError(
+            f"Global step should be created to use {owner}: call "
+            "mf.train.get_or_create_global_step() and pass it to minimize(global_step=...)")
+    return step
+
+
+class SecondOrStepTimer:
+    """Say when something is due: ``every_secs`` seconds or ``every_steps`` steps apart."""
+
+    def __init__(self, every_secs=None, every_steps=None):
+        if (every_secs is None) == (every_steps is None):
+            raise errors.InvalidArgumentError(
+                f"SecondOrStepTimer: exactly one of every_secs and every_steps must be given, "
+                f"got every_secs={every_secs!r} and every_steps={every_steps!r}")
+        self._every_secs = every_secs
+        self._every_steps = every_steps
+        self.reset()
+
+    def reset(self) -> None:
+        self._last_triggered_step = None
+        self._last_triggered_time = None
+
+    def should_trigger_for_step(self, step: int) -> bool:
+        """Return whether ``step`` is due: the first step is, the last one triggered isn't."""
+        if self._last_triggered_step is None:
+            return True
+        if self._last_triggered_step == step:
+            return False
+        if self._every_secs is not None:
+            return time.monotonic() >= self._last_triggered_time + self._every_secs
+        return step >= self._last_triggered_step + self._every_steps
+
+    def update_last_triggered_step(self, step: int):
+        """Mark ``step`` as triggered now; return (seconds, steps) since the last trigger.
+
+        Both are None at the first trigger.
+        """
+        now = time.monotonic()
+        elapsed = (None, None) if self._last_triggered_time is None else (
+            now - self._last_triggered_time, step - self._last_triggered_step)
+        self._last_triggered_time = now
+        self._last_triggered_step = step
+        return elapsed
+
+    def last_triggered_step(self):
+        return self._last_triggered_step
+
+
+class StopAtStepHook(SessionRunHook):
+    """Request a stop once the global step reaches ``last_step`` (or start + ``num_steps``)."""
+
+    def __init__(self, num_steps=None, last_step=None):
+        if (num_steps is None) == (last_step is None):
+            raise errors.InvalidArgumentError(
+                f"StopAtStepHook: exactly one of num_steps and last_step must be given, got "
+                f"num_steps={num_steps!r} and last_step={last_step!r}")
+        for name, value in (("num_steps", num_steps), ("last_step", last_step)):
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 0):
+                raise errors.InvalidArgumentError(
+                    f"StopAtStepHook: {name} must be an int >= 0, got {value!r}")
+        self._num_steps = num_steps
+        self._last_step = last_step
+
+    @property
+    def last_step(self):
+        return self._last_step
+
+    def begin(self):
+        self._global_step = _require_global_step("StopAtStepHook")
+
+    def after_create_session(self, session, coord):
+        if self._last_step is None:
+            self._last_step = int(session.run(self._global_step)) + self._num_steps
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        # The value read may precede this step's increment: confirm with a fresh read.
+        if int(run_values.results) + 1 >= self._last_step:
+            if int(run_context.session.run(self._global_step)) >= self._last_step:
+                run_context.request_stop()
+
+
+class CheckpointSaverListener:
+    """Called by ``CheckpointSaverHook`` around each save; ``after_save`` may stop training."""
+
+    def begin(self):
+        pass
+
+    def before_save(self, session, global_step_value):
+        pass
+
+    def after_save(self, session, global_step_value):
+        """Return True to request a stop."""
+
+    def end(self, session, global_step_value):
+        pass
+
+
+class CheckpointSaverHook(SessionRunHook):
+    """Save a checkpoint when the session starts, every ``save_secs`` or ``save_steps``, and
+    at the end, to ``checkpoint_dir/checkpoint_basename-<global step>``.
+
+    The saver is ``saver``, else the scaffold's, else the one in the SAVERS collection.
+    """
+
+    def __init__(self, checkpoint_dir, save_secs=None, save_steps=None, saver=None,
+                 checkpoint_basename="model.ckpt", scaffold=None, listeners=None):
+        if saver is not None and scaffold is not None:
+            raise errors.InvalidArgumentError(
+                "CheckpointSaverHook: give saver or scaffold, not both")
+        if not checkpoint_dir:
+            raise errors.InvalidArgumentError(
+                f"CheckpointSaverHook: checkpoint_dir must be a directory, got "
+                f"{checkpoint_dir!r}")
+        self._timer = _timer("CheckpointSaverHook", "save_secs", save_secs, "save_steps",
+                             save_steps)
+        self._checkpoint_dir = str(checkpoint_dir)
+        self._save_path = os.path.join(self._checkpoint_dir, checkpoint_basename)
+        self._saver = saver
+        self._scaffold = scaffold
+        self._listeners = list(listeners or [])
+
+    def begin(self):
+        os.makedirs(self._checkpoint_dir, exist_ok=True)
+        self._global_step = _require_global_step("CheckpointSaverHook")
+        # A new Saver adds ops, so it must exist before the graph is finalized.
+        if self._saver is None and not get_default_graph().finalized:
+            if self._scaffold is not None:
+                self._scaffold._ensure_saver()
+            else:
+                get_saver_or_default()
+        for listener in self._listeners:
+            listener.begin()
+
+    def after_create_session(self, session, coord):
+        step = int(session.run(self._global_step))
+        self._save(session, step)
+        self._timer.update_last_triggered_step(step)
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
+            step = int(run_context.session.run(self._global_step))
+            if self._timer.should_trigger_for_step(step):
+                self._timer.update_last_triggered_step(step)
+                if self._save(run_context.session, step):
+                    run_context.request_stop()
+
+    def end(self, session):
+        step = int(session.run(self._global_step))
+        if step != self._timer.last_triggered_step():
+            self._save(session, step)
+        for listener in self._listeners:
+            listener.end(session, step)
+
+    def _save(self, session, step) -> bool:
+        """Save at ``step``; return whether a listener asked to stop."""
+        _LOG.info("Saving checkpoints for %d into %s.", step, self._save_path)
+        for listener in self._listeners:
+            listener.before_save(session, step)
+        self._get_saver().save(session, self._save_path, global_step=step)
+        return any([bool(listener.after_save(session, step)) for listener in self._listeners])
+
+    def _get_saver(self):
+        if self._saver is not None:
+            return self._saver
+        if self._scaffold is not None and self._scaffold.saver is not None:
+            return self._scaffold.saver
+        savers = get_default_graph().get_collection(GraphKeys.SAVERS)
+        if len(savers) != 1:
+            raise errors.FailedPreconditionError(
+                f"CheckpointSaverHook found {len(savers)} savers in the SAVERS collection, "
+                "expected one: pass saver= or scaffold=")
+        return savers[0]
+
+
+class StepCounterHook(SessionRunHook):
+    """Log global steps per second and write them as the scalar "global_step/sec"."""
+
+    def __init__(self, every_n_steps=100, every_n_secs=None, output_dir=None,
+                 summary_writer=None):
+        self._timer = _timer("StepCounterHook", "every_n_secs", every_n_secs,
+                             "every_n_steps", every_n_steps)
+        self._output_dir = output_dir
+        self._summary_writer = summary_writer
+
+    def begin(self):
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
+        self._global_step = _require_global_step("StepCounterHook")
+        self._tag = self._global_step.op.name + "/sec"
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
+            step = int(run_context.session.run(self._global_step))
+            if self._timer.should_trigger_for_step(step):
+                elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(step)
+                if elapsed_secs:
+                    self._record(elapsed_steps / elapsed_secs, step)
+
+    def _record(self, steps_per_sec, step):
+        _LOG.info("%s: %g", self._tag, steps_per_sec)
+        if self._summary_writer is not None:
+            self._summary_writer.add_scalar(self._tag, steps_per_sec, step)
+
+    def end(self, session):
+        if self._summary_writer is not None:
+            self._summary_writer.flush()
+
+
+class LoggingTensorHook(SessionRunHook):
+    """Log the values of ``tensors`` every N runs or seconds, and/or at the end.
+
+    Args:
+        tensors: ``{tag: tensor or name}``, or a list of tensors or names (tagged by name).
+        every_n_iter, every_n_secs: the schedule (exactly one, unless only ``at_end``).
+        at_end: also log the values once when the session ends.
+        formatter: ``f({tag: value}) -> str``; default ``"tag = value, ..."``.
+    """
+
+    def __init__(self, tensors, every_n_iter=None, every_n_secs=None, at_end=False,
+                 formatter=None):
+        only_at_end = at_end and every_n_iter is None and every_n_secs is None
+        if not only_at_end and (every_n_iter is None) == (every_n_secs is None):
+            raise errors.InvalidArgumentError(
+                "LoggingTensorHook: give at_end=True and/or exactly one of every_n_iter and "
+                f"every_n_secs, got every_n_iter={every_n_iter!r}, "
+                f"every_n_secs={every_n_secs!r}, at_end={at_end!r}")
+        self._timer = None if only_at_end else _timer(
+            "LoggingTensorHook", "every_n_secs", every_n_secs, "every_n_iter", every_n_iter)
+        if isinstance(tensors, dict):
+            self._tensors = dict(tensors)
+        else:
+            self._tensors = {t if isinstance(t, str) else t.name: t for t in tensors}
+        if not self._tensors:
+            raise errors.InvalidArgumentError("LoggingTensorHook: no tensors to log")
+        self._at_end = at_end
+        self._formatter = formatter
+
+    def begin(self):
+        graph = get_default_graph()
+        self._current = {tag: graph.as_graph_element(t, allow_operation=False)
+                         for tag, t in self._tensors.items()}
+        self._iter_count = 0
+        if self._timer is not None:
+            self._timer.reset()
+
+    def before_run(self, run_context):
+        self._should_trigger = self._timer is not None and \
+            self._timer.should_trigger_for_step(self._iter_count)
+        return SessionRunArgs(self._current) if self._should_trigger else None
+
+    def after_run(self, run_context, run_values):
+        if self._should_trigger:
+            elapsed_secs, _ = self._timer.update_last_triggered_step(self._iter_count)
+            self._log(run_values.results, elapsed_secs)
+        self._iter_count += 1
+
+    def end(self, session):
+        if self._at_end:
+            self._log(session.run(self._current), None)
+
+    def _log(self, values, elapsed_secs):
+        if self._formatter is not None:
+            _LOG.info("%s", self._formatter(values))
+            return
+        with np.printoptions(suppress=True):
+            text = ", ".join(f"{tag} = {values[tag]}" for tag in self._current)
+        if elapsed_secs is not None:
+            text += f" ({elapsed_secs:.3f} sec)"
+        _LOG.info("%s", text)
+
+
+class NanTensorHook(SessionRunHook):
+    """Raise ``NanLossDuringTrainingError`` (or request a stop) when the loss is NaN."""
+
+    def __init__(self, loss_tensor, fail_on_nan_loss=True):
+        self._loss_tensor = loss_tensor
+        self._fail_on_nan_loss = fail_on_nan_loss
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._loss_tensor)
+
+    def after_run(self, run_context, run_values):
+        if np.isnan(run_values.results).any():
+            name = getattr(self._loss_tensor, "name", self._loss_tensor)
+            message = f"Model diverged with loss = NaN ('{name}')."
+            if self._fail_on_nan_loss:
+                _LOG.error(message)
+                raise NanLossDuringTrainingError(message)
+            _LOG.warning(message)
+            run_context.request_stop()
+
+
+class SummarySaverHook(SessionRunHook):
+    """Write the summaries every ``save_steps`` steps or ``save_secs`` seconds.
+
+    Args:
+        summary_op: a Summary (or list of them) from ``mf.summary``; or
+        scaffold: whose ``summary_op`` (by default ``mf.summary.merge_all()``) is used.
+        output_dir / summary_writer: where to write (a cached ``FileWriter`` for the dir).
+    """
+
+    def __init__(self, save_steps=None, save_secs=None, output_dir=None, summary_writer=None,
+                 scaffold=None, summary_op=None):
+        if (scaffold is None) == (summary_op is None):
+            raise errors.InvalidArgumentError(
+                "SummarySaverHook: exactly one of scaffold and summary_op must be given")
+        self._timer = _timer("SummarySaverHook", "save_secs", save_secs, "save_steps",
+                             save_steps)
+        self._summary_op = summary_op
+        self._scaffold = scaffold
+        self._output_dir = output_dir
+        self._summary_writer = summary_writer
+
+    def begin(self):
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
+        self._next_step = None
+        self._global_step = _require_global_step("SummarySaverHook")
+
+    def _summaries(self):
+        op = self._summary_op if self._summary_op is not None else self._scaffold.summary_op
+        if op is None:
+            return None
+        return list(op) if isinstance(op, list) else [op]
+
+    def before_run(self, run_context):
+        self._request_summary = self._next_step is None or \
+            self._timer.should_trigger_for_step(self._next_step)
+        requests = {"global_step": self._global_step}
+        if self._request_summary and self._summaries() is not None:
+            requests["summary"] = self._summaries()
+        return SessionRunArgs(requests)
+
+    def after_run(self, run_context, run_values):
+        if self._summary_writer is None:
+            return
+        results = run_values.results
+        step = int(results["global_step"]) + 1
+        if self._next_step is None or self._request_summary:
+            step = int(run_context.session.run(self._global_step))
+        if self._next_step is None:
+            # TensorBoard hides events of an earlier run past this step (a restart).
+            self._summary_writer.add_session_log("start", step)
+        if self._request_summary:
+            self._timer.update_last_triggered_step(step)
+            for value in results.get("summary", ()):
+                self._summary_writer.add_summary(value, step)
+        self._next_step = step + 1
+
+    def end(self, session=None):
+        if self._summary_writer is not None:
+            self._summary_writer.flush()
+
+
+class ProgressBarHook(SessionRunHook):
+    """Show a tqdm bar of the global step (towards ``last_step``) and, if given, the loss.
+
+    Give it to the chief only (``chief_only_hooks``), so one bar is drawn per job.
+    ``disable=None`` hides the bar when ``file`` (default stderr) is not a terminal.
+    """
+
+    def __init__(self, last_step=None, loss=None, file=None, disable=None, desc="train"):
+        self._last_step = last_step
+        self._loss = loss
+        self._file = file
+        self._disable = disable
+        self._desc = desc
+        self._bar = None
+
+    def begin(self):
+        self._global_step = _require_global_step("ProgressBarHook")
+        self._fetches = {"step": self._global_step}
+        if self._loss is not None:
+            self._fetches["loss"] = self._loss
+
+    def after_create_session(self, session, coord):
+        from tqdm.auto import tqdm
+        self._bar = tqdm(total=self._last_step, initial=int(session.run(self._global_step)),
+                         unit="step", desc=self._desc, file=self._file or sys.stderr,
+                         disable=self._disable, dynamic_ncols=True)
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context, run_values):
+        results = run_values.results
+        if "loss" in results:
+            self._bar.set_postfix(loss=f"{float(np.asarray(results['loss'])):.4g}",
+                                  refresh=False)
+        self._advance(int(results["step"]) + 1)
+
+    def _advance(self, step):
+        if step > self._bar.n:
+            self._bar.update(step - self._bar.n)
+
+    def end(self, session):
+        if self._bar is not None:
+            self._advance(int(session.run(self._global_step)))
+            self._bar.close()
+
+
+class FinalOpsHook(SessionRunHook):
+    """Run ``final_ops`` when the session ends; their values are in ``final_ops_values``."""
+
+    def __init__(self, final_ops, final_ops_feed_dict=None):
+        self._final_ops = final_ops
+        self._final_ops_feed_dict = final_ops_feed_dict
+        self._final_ops_values = None
+
+    @property
+    def final_ops_values(self):
+        return self._final_ops_values
+
+    def end(self, session):
+        if self._final_ops is not None:
+            self._final_ops_values = session.run(self._final_ops,
+                                                 feed_dict=self._final_ops_feed_dict)
+
+
+class FeedFnHook(SessionRunHook):
+    """Add ``feed_fn()``'s feeds to every run."""
+
+    def __init__(self, feed_fn):
+        self._feed_fn = feed_fn
+
+    def before_run(self, run_context):
+        return SessionRunArgs(fetches=None, feed_dict=self._feed_fn())

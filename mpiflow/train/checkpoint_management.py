@@ -1,0 +1,239 @@
+"""The checkpoint state file and checkpoint lookup: latest_checkpoint and friends (TF1).
+
+``{dir}/checkpoint`` is TensorFlow's text format::
+
+    model_checkpoint_path: "model.ckpt-20"
+    all_model_checkpoint_paths: "model.ckpt-10"
+    all_model_checkpoint_paths: "model.ckpt-20"
+
+mpiflow writes paths relative to the directory (so a checkpoint directory can be moved)
+and writes the file atomically; relative paths read back are joined to the directory, as
+TensorFlow does. A checkpoint "exists" when its index file does. Also here: reading
+saved tensors in this process without a graph (``list_variables``, ``load_variable``).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.ops import checkpoint_format as fmt
+
+_LOG = logging.getLogger(__name__)
+
+STATE_FILENAME = "checkpoint"
+_FIELDS = {"model_checkpoint_path": str, "all_model_checkpoint_paths": str,
+           "all_model_checkpoint_timestamps": float, "last_preserved_timestamp": float}
+_LINE = re.compile(r'^\s*(\w+)\s*:\s*(?:"((?:[^"\\]|\\.)*)"|([-+0-9.eE]+|inf|nan))\s*$')
+_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b'"': b'"', b"'": b"'", b"\\": b"\\"}
+
+
+class CheckpointState:
+    """What the state file says: the latest checkpoint and the ones still kept."""
+
+    def __init__(self, model_checkpoint_path: str = "", all_model_checkpoint_paths=(),
+                 all_model_checkpoint_timestamps=(), last_preserved_timestamp: float = 0.0):
+        self.model_checkpoint_path = model_checkpoint_path
+        self.all_model_checkpoint_paths = list(all_model_checkpoint_paths)
+        self.all_model_checkpoint_timestamps = list(all_model_checkpoint_timestamps)
+        self.last_preserved_timestamp = float(last_preserved_timestamp)
+
+    def __eq__(self, other):
+        return isinstance(other, CheckpointState) and vars(self) == vars(other)
+
+    def __repr__(self):
+        return (f"CheckpointState(model_checkpoint_path={self.model_checkpoint_path!r}, "
+                f"all_model_checkpoint_paths={self.all_model_checkpoint_paths!r})")
+
+
+def _state_path(checkpoint_dir: str, latest_filename) -> str:
+    return os.path.join(checkpoint_dir, latest_filename or STATE_FILENAME)
+
+
+def _quote(text: str) -> str:
+    body = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
+        .replace("\t", "\\t").replace("\r", "\\r")
+    return f'"{body}"'
+
+
+def _unquote(body: str) -> str:
+    """Undo protobuf text escapes; octal/hex escapes are bytes (non-ASCII UTF-8)."""
+    def replace(m):
+        code = m.group(1)
+        if code in _ESCAPES:
+            return _ESCAPES[code]
+        return bytes([int(code[1:], 16) if code[:1] == b"x" else int(code, 8) & 0xFF])
+    raw = re.sub(rb"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|[ntr\"'\\])", replace,
+                 body.encode("utf-8"))
+    return raw.decode("utf-8", errors="replace")
+
+
+def _parse_state(text: str, path: str) -> CheckpointState:
+    values = {k: [] for k in _FIELDS}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None or m.group(1) not in _FIELDS or \
+                (m.group(2) is None) != (_FIELDS[m.group(1)] is float):
+            raise errors.DataLossError(
+                f"Checkpoint state file '{path}' is malformed at line {number}: {line!r} "
+                f"(expected 'field: value' with field one of {sorted(_FIELDS)})")
+        field = m.group(1)
+        values[field].append(_unquote(m.group(2)) if m.group(2) is not None
+                             else float(m.group(3)))
+    for field in ("model_checkpoint_path", "last_preserved_timestamp"):
+        if len(values[field]) > 1:
+            raise errors.DataLossError(
+                f"Checkpoint state file '{path}' is malformed: '{field}' appears "
+                f"{len(values[field])} times")
+    if not values["model_checkpoint_path"]:
+        raise errors.DataLossError(
+            f"Checkpoint state file '{path}' is malformed: it has no model_checkpoint_path")
+    return CheckpointState(values["model_checkpoint_path"][0],
+                           values["all_model_checkpoint_paths"],
+                           values["all_model_checkpoint_timestamps"],
+                           (values["last_preserved_timestamp"] or [0.0])[0])
+
+
+def get_checkpoint_state(checkpoint_dir: str, latest_filename: str | None = None):
+    """Return the ``CheckpointState`` of ``checkpoint_dir``, or None if it has no state file.
+
+    Relative paths in the file are returned joined to ``checkpoint_dir``.
+
+    Raises:
+        DataLossError: the state file exists but is malformed (the message names it).
+    """
+    path = _state_path(checkpoint_dir, latest_filename)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise fmt.os_error(exc, f"Cannot read checkpoint state file '{path}'") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.DataLossError(
+            f"Checkpoint state file '{path}' is malformed: not UTF-8 text") from None
+    state = _parse_state(text, path)
+
+    def absolute(p):
+        return p if os.path.isabs(p) else os.path.join(checkpoint_dir, p)
+    state.model_checkpoint_path = absolute(state.model_checkpoint_path)
+    state.all_model_checkpoint_paths = [absolute(p) for p in state.all_model_checkpoint_paths]
+    return state
+
+
+def update_checkpoint_state(save_dir: str, model_checkpoint_path: str,
+                            all_model_checkpoint_paths=None, latest_filename=None,
+                            all_model_checkpoint_timestamps=None,
+                            last_preserved_timestamp=None) -> None:
+    """Write the state file of ``save_dir`` atomically (paths in it relative to it).
+
+    ``model_checkpoint_path`` is appended to ``all_model_checkpoint_paths`` when it is not
+    already its last entry, as TensorFlow does.
+    """
+    paths = list(all_model_checkpoint_paths or [])
+    if not paths or paths[-1] != model_checkpoint_path:
+        paths.append(model_checkpoint_path)
+    stamps = list(all_model_checkpoint_timestamps or [])
+    if stamps and len(stamps) != len(paths):
+        raise errors.InvalidArgumentError(
+            f"update_checkpoint_state: {len(stamps)} timestamps for {len(paths)} checkpoint "
+            "paths")
+    lines = [f"model_checkpoint_path: {_quote(_relative(model_checkpoint_path, save_dir))}"]
+    lines += [f"all_model_checkpoint_paths: {_quote(_relative(p, save_dir))}" for p in paths]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in stamps]
+    if last_preserved_timestamp is not None:
+        lines.append(f"last_preserved_timestamp: {float(last_preserved_timestamp)!r}")
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    fmt.atomic_write(_state_path(save_dir, latest_filename), lambda f: f.write(data))
+
+
+def _relative(path: str, save_dir: str) -> str:
+    """``path`` relative to ``save_dir`` when it lies directly in it, else unchanged."""
+    if os.path.abspath(os.path.dirname(path) or ".") == os.path.abspath(save_dir or "."):
+        return os.path.basename(path)
+    return path
+
+
+def checkpoint_exists(checkpoint_prefix: str) -> bool:
+    """Return True when a complete checkpoint (its index file) exists at the prefix."""
+    return os.path.isfile(fmt.index_path(os.fspath(checkpoint_prefix)))
+
+
+def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None):
+    """Return the prefix of the newest checkpoint in ``checkpoint_dir``, or None.
+
+    None when there is no state file or the checkpoint it names is gone.
+
+    Raises:
+        DataLossError: the state file is malformed.
+    """
+    state = get_checkpoint_state(checkpoint_dir, latest_filename)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    if checkpoint_exists(state.model_checkpoint_path):
+        return state.model_checkpoint_path
+    _LOG.warning("Checkpoint state in %s names %s, which does not exist", checkpoint_dir,
+                 state.model_checkpoint_path)
+    return None
+
+
+def get_checkpoint_mtimes(checkpoint_prefixes) -> list:
+    """Return the modification time of each existing checkpoint's index."""
+    return [os.path.getmtime(fmt.index_path(p)) for p in checkpoint_prefixes
+            if checkpoint_exists(p)]
+
+
+def remove_checkpoint(checkpoint_prefix: str) -> None:
+    """Delete a checkpoint's files: the index first, so it stops existing at once, then
+    its shards and any temporary files a killed save of it left."""
+    for path in [fmt.index_path(checkpoint_prefix)] + \
+            sorted(glob.glob(fmt.shard_glob(checkpoint_prefix))) + \
+            sorted(glob.glob(fmt.temp_glob(checkpoint_prefix))):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            _LOG.warning("Ignoring: failed to delete %s: %s", path, exc)
+
+
+def _resolve_prefix(ckpt_dir_or_file: str) -> str:
+    if os.path.isdir(ckpt_dir_or_file):
+        prefix = latest_checkpoint(ckpt_dir_or_file)
+        if prefix is None:
+            raise errors.NotFoundError(f"No checkpoint found in directory '{ckpt_dir_or_file}'")
+        return prefix
+    if not checkpoint_exists(ckpt_dir_or_file):
+        raise errors.NotFoundError(
+            f"'{ckpt_dir_or_file}' is not a checkpoint: no {fmt.index_path(ckpt_dir_or_file)}")
+    return ckpt_dir_or_file
+
+
+def list_variables(ckpt_dir_or_file: str) -> list:
+    """Return ``[(name, full shape)]`` of every tensor in a checkpoint, sorted by name."""
+    prefix = _resolve_prefix(ckpt_dir_or_file)
+    index = fmt.read_index(prefix)
+    out = []
+    for name, pieces in sorted(index["tensors"].items()):
+        first = pieces[0]
+        box = fmt.SliceSpec.of(first["slice"], first["shape"])
+        out.append((name, box.full_shape))
+    return out
+
+
+def load_variable(ckpt_dir_or_file: str, name: str) -> np.ndarray:
+    """Return the full value of tensor ``name`` of a checkpoint, assembled from its pieces."""
+    prefix = _resolve_prefix(ckpt_dir_or_file)
+    name = name[:-2] if name.endswith(":0") else name
+    pieces = fmt.find_pieces(fmt.read_index(prefix), prefix, name)
+    return fmt.read_slice(prefix, name, "", pieces[0]["dtype"], None)

@@ -1,0 +1,416 @@
+"""MonitoredTrainingSession: a session that initializes, restores, checkpoints and runs hooks.
+
+As in TensorFlow: hooks' ``begin``, then ``Scaffold.finalize`` (default init, ready and
+saver pieces; the graph is finalized), then the session (the chief restores the latest
+checkpoint or initializes; other workers wait until the chief has), then the hooks'
+``after_create_session``. Each ``run`` merges the hooks' fetches and feeds into one
+``Session.run``. ``close`` calls the hooks' ``end`` and closes the session; used as a
+context manager, an ``OutOfRangeError`` (end of input) ends training cleanly.
+
+Unlike TensorFlow's MonitoredSession, no session is re-created after an ``AbortedError``
+or ``UnavailableError``: in an MPI job a lost rank ends the job.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors, summary
+from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.ops.variables import (
+    global_variables, global_variables_initializer, local_variables_initializer)
+from mpiflow.train import basic_hooks
+from mpiflow.train.coordinator import Coordinator
+from mpiflow.train.session_manager import (
+    SessionManager, get_saver_or_default, report_uninitialized_variables)
+from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
+
+USE_DEFAULT = object()
+# TensorFlow's collection names for the pieces GraphKeys does not list.
+READY_FOR_LOCAL_INIT_OP = "ready_for_local_init_op"
+SUMMARY_OP = "summary_op"
+
+
+def _get_or_default(arg_name, collection_key, make):
+    graph = get_default_graph()
+    found = graph.get_collection(collection_key)
+    if len(found) > 1:
+        raise errors.InvalidArgumentError(
+            f"The collection '{collection_key}' holds {len(found)} items: pass the one to "
+            f"use as Scaffold({arg_name}=...)")
+    if found:
+        return found[0]
+    value = make()
+    if value is not None:
+        graph.add_to_collection(collection_key, value)
+    return value
+
+
+class Scaffold:
+    """The pieces a monitored session needs, taken from the graph or made by default.
+
+    Defaults (made by ``finalize``, or taken from their graph collection): ``init_op`` =
+    ``global_variables_initializer()``; ``ready_op`` = ``report_uninitialized_variables()``
+    (a bool mask, True = uninitialized); ``ready_for_local_init_op`` = the same for the
+    global variables; ``local_init_op`` = ``local_variables_initializer()``; ``summary_op``
+    = ``mf.summary.merge_all()``; ``saver`` = the one in the SAVERS collection (a session
+    that needs one and has none makes a sharded ``Saver`` before the graph is finalized).
+    """
+
+    def __init__(self, init_op=None, init_feed_dict=None, init_fn=None, ready_op=None,
+                 ready_for_local_init_op=None, local_init_op=None, summary_op=None,
+                 saver=None, copy_from_scaffold=None):
+        if copy_from_scaffold is not None:
+            if not isinstance(copy_from_scaffold, Scaffold):
+                raise errors.InvalidArgumentError(
+                    f"copy_from_scaffold must be a Scaffold, got "
+                    f"{type(copy_from_scaffold).__name__}")
+            base = copy_from_scaffold
+
+            def pick(value, name):
+                return value if value is not None else getattr(base, name)
+            init_op, init_feed_dict = pick(init_op, "init_op"), pick(init_feed_dict,
+                                                                     "init_feed_dict")
+            init_fn = pick(init_fn, "_user_init_fn")
+            ready_op = pick(ready_op, "ready_op")
+            ready_for_local_init_op = pick(ready_for_local_init_op, "ready_for_local_init_op")
+            local_init_op = pick(local_init_op, "local_init_op")
+            summary_op, saver = pick(summary_op, "summary_op"), pick(saver, "saver")
+        self._user_init_fn = init_fn
+        self._init_fn = (lambda sess: init_fn(self, sess)) if init_fn else None
+        self.init_op = init_op
+        self.init_feed_dict = init_feed_dict
+        self.ready_op = ready_op
+        self.ready_for_local_init_op = ready_for_local_init_op
+        self.local_init_op = local_init_op
+        self.summary_op = summary_op
+        self.saver = saver
+
+    @property
+    def init_fn(self):
+        return self._init_fn
+
+    def finalize(self) -> "Scaffold":
+        """Make the missing pieces, then finalize the default graph."""
+        graph = get_default_graph()
+        if graph.finalized:
+            return self
+        if self.init_op is None:
+            self.init_op = _get_or_default("init_op", GraphKeys.INIT_OP,
+                                           global_variables_initializer)
+        if self.ready_op is None:
+            self.ready_op = _get_or_default("ready_op", GraphKeys.READY_OP,
+                                            report_uninitialized_variables)
+        if self.ready_for_local_init_op is None:
+            self.ready_for_local_init_op = _get_or_default(
+                "ready_for_local_init_op", READY_FOR_LOCAL_INIT_OP,
+                lambda: report_uninitialized_variables(global_variables(),
+                                                       name="report_uninitialized_globals"))
+        if self.local_init_op is None:
+            self.local_init_op = _get_or_default("local_init_op", GraphKeys.LOCAL_INIT_OP,
+                                                 local_variables_initializer)
+        if self.summary_op is None:
+            self.summary_op = _get_or_default("summary_op", SUMMARY_OP, summary.merge_all)
+        if self.saver is None:
+            savers = graph.get_collection(GraphKeys.SAVERS)
+            self.saver = savers[0] if len(savers) == 1 else None
+        graph.finalize()
+        return self
+
+    def _ensure_saver(self) -> None:
+        """Give the scaffold a saver (a new default one if needed) before finalization."""
+        if self.saver is None and not get_default_graph().finalized:
+            self.saver = get_saver_or_default()
+
+
+class SessionCreator:
+    """A factory of sessions."""
+
+    def create_session(self):
+        raise NotImplementedError(f"create_session is not implemented for {self}")
+
+
+class ChiefSessionCreator(SessionCreator):
+    """Create the chief's session: restore the latest checkpoint, else initialize."""
+
+    def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
+                 checkpoint_filename_with_path=None):
+        self._scaffold = scaffold or Scaffold()
+        self._master = master
+        self._config = config
+        self._checkpoint_dir = checkpoint_dir
+        self._checkpoint_filename_with_path = checkpoint_filename_with_path
+
+    def create_session(self):
+        if self._checkpoint_dir or self._checkpoint_filename_with_path:
+            self._scaffold._ensure_saver()
+        s = self._scaffold.finalize()
+        manager = SessionManager(local_init_op=s.local_init_op, ready_op=s.ready_op,
+                                 ready_for_local_init_op=s.ready_for_local_init_op)
+        return manager.prepare_session(
+            self._master, init_op=s.init_op, saver=s.saver,
+            checkpoint_dir=self._checkpoint_dir,
+            checkpoint_filename_with_path=self._checkpoint_filename_with_path,
+            config=self._config, init_feed_dict=s.init_feed_dict, init_fn=s.init_fn)
+
+
+class WorkerSessionCreator(SessionCreator):
+    """Create a non-chief worker's session: wait until the chief has made the model ready.
+
+    Args:
+        max_wait_secs: how long to wait; default MPIFLOW_TIMEOUT (TensorFlow: 30 min).
+    """
+
+    def __init__(self, scaffold=None, master="", config=None, max_wait_secs=USE_DEFAULT):
+        self._scaffold = scaffold or Scaffold()
+        self._master = master
+        self._config = config
+        self._max_wait_secs = None if max_wait_secs is USE_DEFAULT else max_wait_secs
+
+    def create_session(self):
+        s = self._scaffold.finalize()
+        manager = SessionManager(local_init_op=s.local_init_op, ready_op=s.ready_op,
+                                 ready_for_local_init_op=s.ready_for_local_init_op)
+        return manager.wait_for_session(self._master, config=self._config,
+                                        max_wait_secs=self._max_wait_secs)
+
+
+class StepContext:
+    """What ``run_step_fn`` gives its function: the raw session and a hooked ``run``."""
+
+    def __init__(self, session, run_with_hooks_fn):
+        self._session = session
+        self._run_with_hooks_fn = run_with_hooks_fn
+
+    @property
+    def session(self):
+        return self._session
+
+    def run_with_hooks(self, *args, **kwargs):
+        """Same as ``MonitoredSession.run``."""
+        return self._run_with_hooks_fn(*args, **kwargs)
+
+    def request_stop(self):
+        """Stop the step function now; ``should_stop()`` returns True afterwards."""
+        raise StopIteration("step_fn has requested the iterations to stop.")
+
+
+class _MonitoredSession:
+    """A session wrapped with hooks, a coordinator and TensorFlow's lifecycle."""
+
+    def __init__(self, session_creator, hooks, stop_grace_period_secs=120):
+        self._graph = get_default_graph()
+        self._graph_was_finalized = self._graph.finalized
+        self._hooks = list(hooks or [])
+        self._stop_grace_period_secs = stop_grace_period_secs
+        self._stop_requested = False
+        self._sess = None
+        self._coord = Coordinator(clean_stop_exception_types=[])
+        try:
+            for hook in self._hooks:
+                hook.begin()
+            self._sess = (session_creator or ChiefSessionCreator()).create_session()
+            for hook in self._hooks:
+                hook.after_create_session(self._sess, self._coord)
+        except BaseException:
+            if self._sess is not None:
+                self._sess.close()
+            self._sess = None
+            self._restore_graph()
+            raise
+
+    @property
+    def graph(self):
+        return self._graph
+
+    def _tf_sess(self):
+        return self._sess
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Run ``fetches`` plus the hooks' requests in one step; return ``fetches``' values.
+
+        Raises:
+            FailedPreconditionError: the session is closed.
+            RuntimeError: a hook already requested a stop (check ``should_stop()``).
+        """
+        if self._sess is None:
+            raise errors.FailedPreconditionError("Attempted to use a closed MonitoredSession")
+        if self.should_stop():
+            raise RuntimeError("Run called even after should_stop requested.")
+        context = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
+        all_fetches = {"caller": fetches}
+        hook_feeds = {}
+        for hook in self._hooks:
+            request = hook.before_run(context)
+            if request is None:
+                continue
+            if request.fetches is not None:
+                all_fetches[hook] = request.fetches
+            if request.feed_dict:
+                _check_disjoint(hook_feeds, request.feed_dict, "two hooks")
+                hook_feeds.update(request.feed_dict)
+            if options is None and request.options is not None:
+                options = request.options
+        if hook_feeds and feed_dict:
+            _check_disjoint(feed_dict, hook_feeds, "a hook and the caller")
+        feeds = {**hook_feeds, **(feed_dict or {})}
+        outputs = self._sess.run(all_fetches, feed_dict=feeds or None, options=options,
+                                 run_metadata=run_metadata)
+        for hook in self._hooks:
+            hook.after_run(context, SessionRunValues(results=outputs.get(hook),
+                                                     options=options,
+                                                     run_metadata=run_metadata))
+        self._stop_requested = self._stop_requested or context.stop_requested
+        return outputs["caller"]
+
+    def run_step_fn(self, step_fn):
+        """Call ``step_fn(step_context)`` and return its value (None if it stopped).
+
+        ``step_context.run_with_hooks`` runs like ``run``; ``step_context.session`` is the
+        raw session; ``step_context.request_stop()`` ends the function and training.
+        """
+        try:
+            return step_fn(StepContext(self._sess, self.run))
+        except StopIteration:
+            self._stop_requested = True
+            return None
+
+    def should_stop(self) -> bool:
+        """Return True once a hook or the step function requested a stop, or after close.
+
+        Raises:
+            the exception a hook's thread stopped the coordinator with, if any.
+        """
+        if self._sess is None:
+            return True
+        self._coord.raise_requested_exception()
+        return self._stop_requested or self._coord.should_stop()
+
+    def close(self) -> None:
+        """Call the hooks' ``end``, stop the coordinator's threads, close the session.
+
+        Closing again does nothing.
+        """
+        self._close_internal(None)
+
+    def _close_internal(self, exception_type) -> None:
+        if self._sess is None:
+            return
+        try:
+            if exception_type is None:
+                for hook in self._hooks:
+                    hook.end(self._sess)
+        finally:
+            try:
+                self._coord.request_stop()
+                self._coord.join(stop_grace_period_secs=self._stop_grace_period_secs,
+                                 ignore_live_threads=True)
+            finally:
+                sess, self._sess = self._sess, None
+                sess.close()
+                self._restore_graph()
+
+    def _restore_graph(self):
+        if not self._graph_was_finalized:
+            self._graph._unsafe_unfinalize()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exception_type, exception_value, traceback):
+        if exception_type is not None and issubclass(
+                exception_type, (errors.OutOfRangeError, StopIteration)):
+            exception_type = None
+        self._close_internal(exception_type)
+        return exception_type is None
+
+
+def _check_disjoint(feeds, more, who):
+    common = set(feeds) & set(more)
+    if common:
+        names = sorted(getattr(k, "name", str(k)) for k in common)
+        raise errors.InvalidArgumentError(f"The same tensor is fed by {who}: {names}")
+
+
+class MonitoredSession(_MonitoredSession):
+    """``MonitoredSession(session_creator=None, hooks=None, stop_grace_period_secs=120)``.
+
+    ``session_creator`` defaults to a ``ChiefSessionCreator()``.
+    """
+
+    def __init__(self, session_creator=None, hooks=None, stop_grace_period_secs=120):
+        super().__init__(session_creator, hooks, stop_grace_period_secs)
+
+
+class SingularMonitoredSession(_MonitoredSession):
+    """A chief's MonitoredSession whose raw session is reachable with ``raw_session()``."""
+
+    def __init__(self, hooks=None, scaffold=None, master="", config=None, checkpoint_dir=None,
+                 stop_grace_period_secs=120, checkpoint_filename_with_path=None):
+        creator = ChiefSessionCreator(
+            scaffold=scaffold, master=master, config=config, checkpoint_dir=checkpoint_dir,
+            checkpoint_filename_with_path=checkpoint_filename_with_path)
+        super().__init__(creator, hooks, stop_grace_period_secs)
+
+    def raw_session(self):
+        return self._tf_sess()
+
+
+def _resolve_pair(secs, steps, default_secs, default_steps):
+    """TensorFlow's rule for a (secs, steps) pair of USE_DEFAULTs: defaults only if both are."""
+    if secs is USE_DEFAULT and steps is USE_DEFAULT:
+        return default_secs, default_steps
+    return (None if secs is USE_DEFAULT else secs), (None if steps is USE_DEFAULT else steps)
+
+
+def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
+        master="", is_chief=True, checkpoint_dir=None, scaffold=None, hooks=None,
+        chief_only_hooks=None, save_checkpoint_secs=USE_DEFAULT,
+        save_summaries_steps=USE_DEFAULT, save_summaries_secs=USE_DEFAULT, config=None,
+        stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=USE_DEFAULT,
+        save_checkpoint_steps=USE_DEFAULT, summary_dir=None) -> MonitoredSession:
+    """Return a MonitoredSession for training, set up for the chief or another worker.
+
+    The chief restores from ``checkpoint_dir`` (or initializes) and gets the default hooks:
+    ``CheckpointSaverHook`` (every 600 s unless ``save_checkpoint_secs``/``_steps`` say
+    otherwise; None for both turns it off) when ``checkpoint_dir`` is given; with a
+    ``summary_dir`` (default ``checkpoint_dir``), ``StepCounterHook`` every
+    ``log_step_count_steps`` and, when the graph has summaries, ``SummarySaverHook``
+    every ``save_summaries_steps`` (default 100) or ``save_summaries_secs``. Other
+    workers wait up to ``max_wait_secs`` (default MPIFLOW_TIMEOUT) for the chief and run
+    only ``hooks``.
+    """
+    save_summaries_secs, save_summaries_steps = _resolve_pair(
+        save_summaries_secs, save_summaries_steps, None, 100)
+    save_checkpoint_secs, save_checkpoint_steps = _resolve_pair(
+        save_checkpoint_secs, save_checkpoint_steps, 600, None)
+    scaffold = scaffold or Scaffold()
+    if not is_chief:
+        creator = WorkerSessionCreator(scaffold=scaffold, master=master, config=config,
+                                       max_wait_secs=max_wait_secs)
+        return MonitoredSession(creator, hooks=hooks or [],
+                                stop_grace_period_secs=stop_grace_period_secs)
+
+    all_hooks = list(chief_only_hooks or [])
+    summary_dir = summary_dir or checkpoint_dir
+    if summary_dir:
+        if log_step_count_steps and log_step_count_steps > 0:
+            all_hooks.append(basic_hooks.StepCounterHook(
+                output_dir=summary_dir, every_n_steps=log_step_count_steps))
+        has_summaries = scaffold.summary_op is not None or any(
+            get_default_graph().get_collection(k) for k in (GraphKeys.SUMMARIES, SUMMARY_OP))
+        if has_summaries and ((save_summaries_steps and save_summaries_steps > 0) or
+                              (save_summaries_secs and save_summaries_secs > 0)):
+            all_hooks.append(basic_hooks.SummarySaverHook(
+                scaffold=scaffold, save_steps=save_summaries_steps,
+                save_secs=save_summaries_secs, output_dir=summary_dir))
+    if checkpoint_dir and ((save_checkpoint_secs and save_checkpoint_secs > 0) or
+                           (save_checkpoint_steps and save_checkpoint_steps > 0)):
+        # TensorFlow: with both given, the seconds win.
+        all_hooks.append(basic_hooks.CheckpointSaverHook(
+            checkpoint_dir, save_steps=None if save_checkpoint_secs else save_checkpoint_steps,
+            save_secs=save_checkpoint_secs or None, scaffold=scaffold))
+    all_hooks.extend(hooks or [])
+    creator = ChiefSessionCreator(scaffold=scaffold, master=master, config=config,
+                                  checkpoint_dir=checkpoint_dir)
+    return MonitoredSession(creator, hooks=all_hooks,
+                            stop_grace_period_secs=stop_grace_period_secs)
+

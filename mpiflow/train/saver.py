@@ -1,0 +1,279 @@
+"""Saver: save and restore variables as sharded checkpoints (TF1's ``tf.train.Saver``).
+
+At construction the Saver adds its ops to the graph: one ``SaveShard`` per device that
+holds variables, colocated with them (so each ps writes its own shard and no variable
+crosses the network), and one ``RestoreSlice`` + ``Assign`` per variable, colocated with
+it. A partition part is saved under its full variable's name with its slice, and read
+back as any slice, so a checkpoint restores into another partitioning, another number
+of ps, or one process.
+
+``save`` runs the shard ops, then writes the index, then the state file ``checkpoint``,
+then deletes checkpoints beyond ``max_to_keep``; each file is replaced atomically, so a
+crash at any point leaves the previous checkpoint complete and named by the state file.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import time
+
+import numpy as np
+
+import mpiflow
+from mpiflow import errors
+from mpiflow.framework.graph import Tensor, get_default_graph
+from mpiflow.ops import checkpoint_format as fmt
+from mpiflow.ops import control_ops, io_ops, state_ops
+from mpiflow.ops.partitioned_variables import PartitionedVariable
+from mpiflow.ops.variables import Variable, global_variables
+from mpiflow.train import checkpoint_management as ckpt
+
+_LOG = logging.getLogger(__name__)
+
+
+class _Entry:
+    """One saved piece: a variable, its checkpoint name and its slice ("" = whole)."""
+
+    __slots__ = ("name", "spec", "variable")
+
+    def __init__(self, name: str, spec: str, variable: Variable):
+        self.name = name
+        self.spec = spec
+        self.variable = variable
+
+
+def _entries(var_list) -> list:
+    """Expand ``var_list`` (list or dict; PartitionedVariables into parts) into entries."""
+    if isinstance(var_list, dict):
+        items = sorted(var_list.items())
+    else:
+        items = [(None, v) for v in var_list]
+    entries, seen, keys = [], set(), set()
+    for name, item in items:
+        if isinstance(item, PartitionedVariable):
+            name, parts = name or item.name, item.get_variable_list()
+        elif isinstance(item, (list, tuple)):
+            parts = list(item)
+        else:
+            parts = [item]
+        for var in parts:
+            if not isinstance(var, Variable):
+                raise errors.InvalidArgumentError(
+                    f"Saver: var_list holds {var!r} ({type(var).__name__}); expected "
+                    "Variables or PartitionedVariables")
+            if var in seen:
+                raise errors.InvalidArgumentError(
+                    f"Saver: variable '{var.op.name}' appears in var_list more than once")
+            seen.add(var)
+            info = var._save_slice_info
+            if len(parts) > 1 and info is None:
+                raise errors.InvalidArgumentError(
+                    f"Saver: '{name}' lists several variables, but '{var.op.name}' is not a "
+                    "partition part (it has no SaveSliceInfo)")
+            entry = _Entry(name or (info.full_name if info else var.op.name),
+                           info.spec if info else "", var)
+            if (entry.name, entry.spec) in keys:
+                raise errors.InvalidArgumentError(
+                    f"Saver: two variables would be saved as '{entry.name}'"
+                    + (f" slice {entry.spec!r}" if entry.spec else ""))
+            keys.add((entry.name, entry.spec))
+            entries.append(entry)
+    return entries
+
+
+class Saver:
+    """Save and restore variables (TF1's ``Saver``); see the module docstring.
+
+    Args:
+        var_list: Variables / PartitionedVariables, or a dict {checkpoint name: variable,
+            PartitionedVariable or list of parts}; None = all global variables (optimizer
+            slots and the global step included).
+        sharded: True = one shard per device holding variables (written there); False =
+            one shard, written by the process running the save op's device.
+        max_to_keep: checkpoints kept on disk (oldest deleted first); 0/None keeps all.
+        keep_checkpoint_every_n_hours: additionally keep one checkpoint per this period.
+        name: name scope of the Saver's ops (default "save").
+        defer_build: build the ops in ``build()`` instead of now.
+        allow_empty: allow a Saver with nothing to save (its save/restore do nothing).
+        pad_step_number: format the step suffix as ``-%08d``.
+    """
+
+    def __init__(self, var_list=None, reshape: bool = False, sharded: bool = True,
+                 max_to_keep: int = 5, keep_checkpoint_every_n_hours: float = 10000.0,
+                 name: str | None = None, restore_sequentially: bool = False,
+                 defer_build: bool = False, allow_empty: bool = False,
+                 pad_step_number: bool = False):
+        if reshape:
+            raise errors.UnimplementedError(
+                "Saver(reshape=True) is not supported: a checkpoint restores into variables "
+                "of the same full shape (any partitioning)")
+        self._var_list = var_list
+        self._sharded = bool(sharded)
+        self._max_to_keep = max_to_keep
+        self._keep_every_s = keep_checkpoint_every_n_hours * 3600.0
+        self._next_keep_time = time.time() + self._keep_every_s
+        self._name = name or "save"
+        self._allow_empty = allow_empty
+        self._pad_step_number = pad_step_number
+        self._last_checkpoints = []         # [(prefix, time)], oldest first
+        self._to_delete = []
+        self._built = False
+        self._is_empty = False
+        if not defer_build:
+            self.build()
+
+    # -- graph -----------------------------------------------------------------------------
+    def build(self) -> None:
+        """Add the save and restore ops to the default graph (once)."""
+        if self._built:
+            return
+        var_list = global_variables() if self._var_list is None else self._var_list
+        entries = _entries(var_list)
+        if not entries:
+            if not self._allow_empty:
+                raise errors.InvalidArgumentError("No variables to save")
+            self._is_empty = True
+            self._built = True
+            return
+        graph = get_default_graph()
+        with graph.name_scope(self._name), graph.control_dependencies(None), \
+                graph.colocate_with(None, ignore_existing=True):
+            self._filename = io_ops.path_tensor("filename")
+            self._manifests = self._add_save_ops(graph, entries)
+            self._restore_op = self._add_restore_ops(graph, entries)
+        self._entries = entries
+        self._built = True
+
+    def _add_save_ops(self, graph, entries) -> list:
+        groups = {}
+        for e in entries:
+            groups.setdefault(e.variable.device if self._sharded else "", []).append(e)
+        manifests = []
+        for shard, device in enumerate(sorted(groups)):
+            group = groups[device]
+            anchor = group[0].variable.op if self._sharded else None
+            with graph.colocate_with(anchor, ignore_existing=anchor is None):
+                manifests.append(io_ops.save_shard(
+                    self._filename, [e.variable._ref() for e in group],
+                    [e.name for e in group], [e.spec for e in group], shard, len(groups),
+                    name=f"save_shard_{shard}"))
+        return manifests
+
+    def _add_restore_ops(self, graph, entries):
+        assigns = []
+        for e in entries:
+            var = e.variable
+            with graph.colocate_with(var.op):
+                value = io_ops.restore_slice(self._filename, e.name, e.spec, var.dtype,
+                                             var.shape, name="restore_slice")
+                assigns.append(state_ops.assign(var, value, name="restore_assign",
+                                                validate_shape=var.shape.is_fully_defined()))
+        return control_ops.group(*assigns, name="restore_all")
+
+    # -- save ------------------------------------------------------------------------------
+    def save(self, sess, save_path: str, global_step=None, latest_filename: str | None = None,
+             meta_graph_suffix: str = "meta", write_meta_graph: bool = True,
+             write_state: bool = True) -> str:
+        """Save the variables to checkpoint ``save_path[-step]``; return that prefix.
+
+        ``global_step`` (an int, or a Tensor/Variable evaluated in ``sess``) is appended
+        as ``-N``. mpiflow writes no meta graph: ``meta_graph_suffix`` and
+        ``write_meta_graph`` are accepted for TF1 code and have no effect.
+
+        Raises:
+            InvalidArgumentError: the directory of ``save_path`` does not exist.
+            OpError: a shard could not be written (the previous checkpoint stays valid).
+        """
+        self._check_built()
+        prefix = os.fspath(save_path)
+        if global_step is not None:
+            step = global_step
+            if not isinstance(step, numbers.Integral):
+                step = sess.run(step) if isinstance(step, (Tensor, Variable)) else step
+            step = int(np.asarray(step))
+            prefix += ("-%08d" if self._pad_step_number else "-%d") % step
+        directory = os.path.dirname(prefix) or "."
+        if not os.path.isdir(directory):
+            raise errors.InvalidArgumentError(
+                f"Parent directory of {prefix} doesn't exist, can't save.")
+        absolute = os.path.abspath(prefix)
+        manifests = [] if self._is_empty else \
+            sess.run(self._manifests, {self._filename: io_ops.encode_path(absolute)})
+        fmt.write_json(fmt.index_path(absolute),
+                       fmt.index_document(manifests, mpiflow.__version__))
+        if write_state:
+            self._record(prefix)
+            ckpt.update_checkpoint_state(
+                directory, prefix, self.last_checkpoints, latest_filename,
+                all_model_checkpoint_timestamps=[t for _, t in self._last_checkpoints]
+                if self._last_checkpoints else None)
+            self._delete_old()
+        return prefix
+
+    def _record(self, prefix: str) -> None:
+        if not self._max_to_keep:
+            return
+        self._last_checkpoints = [(p, t) for p, t in self._last_checkpoints if p != prefix]
+        self._last_checkpoints.append((prefix, time.time()))
+        while len(self._last_checkpoints) > self._max_to_keep:
+            self._to_delete.append(self._last_checkpoints.pop(0))
+
+    def _delete_old(self) -> None:
+        """Delete checkpoints pushed out of ``max_to_keep`` (after the new state is in
+        place), keeping one per ``keep_checkpoint_every_n_hours``."""
+        while self._to_delete:
+            prefix, stamp = self._to_delete.pop(0)
+            if stamp > self._next_keep_time:
+                self._next_keep_time += self._keep_every_s
+                continue
+            ckpt.remove_checkpoint(prefix)
+
+    # -- restore ---------------------------------------------------------------------------
+    def restore(self, sess, save_path: str) -> None:
+        """Restore every variable of this Saver from checkpoint ``save_path``.
+
+        Raises:
+            NotFoundError: no checkpoint at ``save_path``, or it lacks a variable.
+            DataLossError: the checkpoint's files are truncated or corrupted.
+            InvalidArgumentError: a saved shape or dtype differs from the variable's.
+        """
+        self._check_built()
+        if save_path is None:
+            raise errors.InvalidArgumentError("Can't load save_path when it is None.")
+        prefix = os.fspath(save_path)
+        if not ckpt.checkpoint_exists(prefix):
+            raise errors.NotFoundError(
+                f"The passed save_path is not a valid checkpoint: {prefix} (there is no "
+                f"{fmt.index_path(prefix)})")
+        if self._is_empty:
+            return
+        absolute = os.path.abspath(prefix)
+        index = fmt.read_index(absolute)
+        for e in self._entries:         # name the missing key here, before any ps is asked
+            fmt.find_pieces(index, prefix, e.name)
+        sess.run(self._restore_op, {self._filename: io_ops.encode_path(absolute)})
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    @property
+    def last_checkpoints(self) -> list:
+        """Prefixes of the checkpoints this Saver keeps, oldest first."""
+        return [p for p, _ in self._last_checkpoints]
+
+    def set_last_checkpoints(self, last_checkpoints) -> None:
+        self._last_checkpoints = [(p, time.time()) for p in last_checkpoints]
+
+    def set_last_checkpoints_with_time(self, last_checkpoints_with_time) -> None:
+        self._last_checkpoints = [(p, float(t)) for p, t in last_checkpoints_with_time]
+
+    def recover_last_checkpoints(self, checkpoint_paths) -> None:
+        """Adopt the existing ones of ``checkpoint_paths`` (e.g. from the state file)."""
+        existing = [p for p in checkpoint_paths if ckpt.checkpoint_exists(p)]
+        self.set_last_checkpoints_with_time(
+            zip(existing, ckpt.get_checkpoint_mtimes(existing)))
+
+    def _check_built(self) -> None:
+        if not self._built:
+            raise errors.FailedPreconditionError(
+                "Saver was created with defer_build=True: call build() before save/restore")

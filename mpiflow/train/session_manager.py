@@ -1,0 +1,240 @@
+"""SessionManager: a session whose model is ready (TF1's ``session_manager``).
+
+The chief restores the latest checkpoint or runs the init op; other workers poll the ready
+op, backing off, until the chief has done so, and give up after a deadline with an error
+naming what is still uninitialized. mpiflow has no string tensors, so the ready op is not
+TensorFlow's list of names: ``report_uninitialized_variables`` returns a bool mask (True =
+uninitialized) and the graph keeps the matching variable names on the Python side.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mpiflow import config as config_module
+from mpiflow import errors
+from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.log import get_logger
+from mpiflow.ops import constant_ops, math_ops, state_ops
+from mpiflow.ops.array_ops import stack
+from mpiflow.ops.variables import global_variables, local_variables
+from mpiflow.runtime.session import Session
+
+_LOG = get_logger(__name__)
+_REPORT_NAMES = "mpiflow.train.report_uninitialized_variables"
+# Polls of the ready op start fast (the chief is usually a moment behind) and back off.
+_FIRST_POLL_S = 0.01
+_MAX_POLL_S = 0.5
+_LOG_EVERY_S = 10.0
+
+
+def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables"):
+    """Return a bool vector, True for each variable of ``var_list`` not yet initialized.
+
+    ``var_list`` defaults to the global and local variables. The names of the variables
+    (in order) are kept by the graph; ``uninitialized_names`` maps a fetched mask to them.
+    """
+    graph = get_default_graph()
+    if var_list is None:
+        var_list = global_variables() + local_variables()
+    var_list = list(var_list)
+    with graph.name_scope(name):
+        if var_list:
+            initialized = stack([state_ops.is_variable_initialized(v) for v in var_list])
+            mask = math_ops.logical_not(initialized)
+        else:
+            mask = constant_ops.constant(np.zeros([0], np.bool_))
+    graph._layer_state.setdefault(_REPORT_NAMES, {})[mask] = [v.op.name for v in var_list]
+    return mask
+
+
+def uninitialized_names(report, mask) -> list:
+    """Return the names of the variables ``mask`` (a fetched ``report``) marks uninitialized.
+
+    A ready op not made by ``report_uninitialized_variables`` yields ``"#i"`` positions.
+    """
+    mask = np.asarray(mask, dtype=bool).reshape(-1)
+    names = report.graph._layer_state.get(_REPORT_NAMES, {}).get(report)
+    if names is None or len(names) != mask.size:
+        names = [f"#{i}" for i in range(mask.size)]
+    return [n for n, m in zip(names, mask) if m]
+
+
+def _latest_checkpoint(checkpoint_dir):
+    from mpiflow.train.saver import latest_checkpoint
+    return latest_checkpoint(checkpoint_dir)
+
+
+def get_saver_or_default():
+    """Return the saver in the SAVERS collection, making a sharded ``Saver`` if there is none.
+
+    Call it before the graph is finalized: a new Saver adds ops.
+    """
+    graph = get_default_graph()
+    savers = graph.get_collection(GraphKeys.SAVERS)
+    if len(savers) > 1:
+        raise errors.InvalidArgumentError(
+            f"The SAVERS collection holds {len(savers)} savers, expected at most one: pass "
+            "the one to use as saver= (or in a Scaffold)")
+    if savers:
+        return savers[0]
+    from mpiflow.train.saver import Saver
+    saver = Saver(sharded=True)
+    graph.add_to_collection(GraphKeys.SAVERS, saver)
+    return saver
+
+
+class SessionManager:
+    """Make sessions that are ready to train: initialized, restored, or waited for.
+
+    Args:
+        local_init_op: run in each new session once ``ready_for_local_init_op`` is ready.
+        ready_op: bool mask, True where something is uninitialized (None: always ready).
+        ready_for_local_init_op: as ``ready_op``, checked before ``local_init_op``.
+        graph: the graph (default graph).
+    """
+
+    def __init__(self, local_init_op=None, ready_op=None, ready_for_local_init_op=None,
+                 graph=None, recovery_wait_secs=30, local_init_run_options=None):
+        self._local_init_op = local_init_op
+        self._ready_op = ready_op
+        self._ready_for_local_init_op = ready_for_local_init_op
+        self._graph = graph if graph is not None else get_default_graph()
+
+    def prepare_session(self, master, init_op=None, saver=None, checkpoint_dir=None,
+                        checkpoint_filename_with_path=None, wait_for_checkpoint=False,
+                        max_wait_secs=7200, config=None, init_feed_dict=None, init_fn=None):
+        """Return a session with the model restored from a checkpoint or initialized.
+
+        Raises:
+            FailedPreconditionError: nothing to initialize with, or the init ops left
+                variables uninitialized (the message names them).
+        """
+        sess, restored = self._restore_checkpoint(
+            master, saver, checkpoint_dir, checkpoint_filename_with_path,
+            wait_for_checkpoint, max_wait_secs, config)
+        try:
+            if not restored:
+                if init_op is None and not init_fn and self._local_init_op is None:
+                    raise errors.FailedPreconditionError(
+                        "Model is not initialized and no init_op, init_fn or local_init_op "
+                        "was given")
+                if init_op is not None:
+                    sess.run(init_op, feed_dict=init_feed_dict)
+                if init_fn:
+                    init_fn(sess)
+            ok, message = self._try_run_local_init_op(sess)
+            if not ok:
+                raise errors.FailedPreconditionError(
+                    f"Init operations did not make the model ready for local_init: {message}")
+            ready, message = self._model_ready(sess, self._ready_op)
+            if not ready:
+                raise errors.FailedPreconditionError(
+                    f"Init operations did not make the model ready: {message}")
+        except BaseException:
+            sess.close()
+            raise
+        return sess
+
+    def recover_session(self, master, saver=None, checkpoint_dir=None,
+                        checkpoint_filename_with_path=None, wait_for_checkpoint=False,
+                        max_wait_secs=7200, config=None):
+        """Return ``(session, is_ready)``: restored from a checkpoint and ready, or not."""
+        sess, restored = self._restore_checkpoint(
+            master, saver, checkpoint_dir, checkpoint_filename_with_path,
+            wait_for_checkpoint, max_wait_secs, config)
+        if not restored:
+            return sess, False
+        ok, _ = self._try_run_local_init_op(sess)
+        if not ok:
+            return sess, False
+        return sess, self._model_ready(sess, self._ready_op)[0]
+
+    def wait_for_session(self, master, config=None, max_wait_secs=None):
+        """Return a session once another task (the chief) has made the model ready.
+
+        Args:
+            max_wait_secs: how long to wait; None: MPIFLOW_TIMEOUT.
+
+        Raises:
+            DeadlineExceededError: the model is not ready after ``max_wait_secs``; the
+                message names the variables still uninitialized.
+        """
+        timeout = config_module.get("MPIFLOW_TIMEOUT") if max_wait_secs is None \
+            else float(max_wait_secs)
+        source = "MPIFLOW_TIMEOUT" if max_wait_secs is None else "max_wait_secs"
+        sess = Session(master, graph=self._graph, config=config)
+        start = last_log = time.monotonic()
+        pause = _FIRST_POLL_S
+        try:
+            while True:
+                ok, message = self._try_run_local_init_op(sess)
+                if ok:
+                    ok, message = self._model_ready(sess, self._ready_op)
+                    if ok:
+                        return sess
+                now = time.monotonic()
+                if now - start >= timeout:
+                    raise errors.DeadlineExceededError(
+                        f"Waited {now - start:.1f} s ({source}={timeout:g}) on session "
+                        f"{master or 'in-process'} for the model to be initialized: "
+                        f"{message}. The chief has not initialized them: is it running, and "
+                        "did it create its MonitoredTrainingSession (is_chief=True)? If it "
+                        f"needs longer to start, raise {source}.")
+                if now - last_log >= _LOG_EVERY_S:
+                    _LOG.info("Waiting for the chief to initialize the model: %s", message)
+                    last_log = now
+                time.sleep(min(pause, max(0.0, start + timeout - now)))
+                pause = min(2 * pause, _MAX_POLL_S)
+        except BaseException:
+            sess.close()
+            raise
+
+    def _restore_checkpoint(self, master, saver, checkpoint_dir, checkpoint_filename_with_path,
+                            wait_for_checkpoint, max_wait_secs, config):
+        sess = Session(master, graph=self._graph, config=config)
+        try:
+            path = checkpoint_filename_with_path
+            if path is None and saver is not None and checkpoint_dir:
+                path = _latest_checkpoint(checkpoint_dir)
+                deadline = time.monotonic() + max_wait_secs
+                while path is None and wait_for_checkpoint and time.monotonic() < deadline:
+                    time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                    path = _latest_checkpoint(checkpoint_dir)
+            if path is None:
+                return sess, False
+            if saver is None:
+                raise errors.InvalidArgumentError(
+                    f"Cannot restore {path}: no saver (give one in the Scaffold)")
+            _LOG.info("Restoring parameters from %s", path)
+            saver.restore(sess, path)
+        except BaseException:
+            sess.close()
+            raise
+        return sess, True
+
+    def _try_run_local_init_op(self, sess):
+        """Run the local init op if the model is ready for it; return (ok, why not)."""
+        if self._local_init_op is None:
+            return True, None
+        ready, message = self._model_ready(sess, self._ready_for_local_init_op)
+        if not ready:
+            return False, message
+        sess.run(self._local_init_op)
+        return True, None
+
+    @staticmethod
+    def _model_ready(sess, ready_op):
+        """Return (ready, message naming the uninitialized variables)."""
+        if ready_op is None:
+            return True, None
+        mask = np.asarray(sess.run(ready_op))
+        if not mask.any():
+            return True, None
+        names = uninitialized_names(ready_op, mask)
+        shown = ", ".join(f"'{n}'" for n in names[:20])
+        more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+        return False, (f"{len(names)} of {mask.size} variables are not initialized: "
+                       f"{shown}{more}")

@@ -1,0 +1,201 @@
+"""SyncReplicasOptimizer: synchronous data parallelism over the ps, as in TensorFlow.
+
+Each worker's ``train_op`` puts its gradients into per-variable accumulators on the ps
+(tagged with the worker's local step, so a stale gradient is dropped) and then waits for
+the chief to release the next step. The chief runs a sync loop beside training (started
+by the hook from ``make_session_run_hook``): it takes the average of
+``replicas_to_aggregate`` gradients per variable, applies it once with the wrapped
+optimizer's fused ops, increments the global step and releases every waiting worker.
+With ``total_num_replicas > replicas_to_aggregate`` the slowest workers are backups:
+their gradients arrive late, are dropped, and nobody waits for them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from mpiflow import errors
+from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.ops import control_ops, math_ops, state_ops
+from mpiflow.ops.constant_ops import constant
+from mpiflow.ops.registry import apply_op
+from mpiflow.ops.variables import Variable
+from mpiflow.train.optimizer import Optimizer
+from mpiflow.train.session_run_hook import SessionRunHook
+
+
+class SyncReplicasOptimizer(Optimizer):
+    """Aggregate gradients from ``replicas_to_aggregate`` workers per global step.
+
+    Args:
+        opt: the optimizer that applies the averaged gradients (its slots live on the ps).
+        replicas_to_aggregate: gradients averaged per step.
+        total_num_replicas: workers training (default ``replicas_to_aggregate``); more
+            than ``replicas_to_aggregate`` makes the extra ones backups.
+    """
+
+    def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
+                 variable_averages=None, variables_to_average=None, use_locking=False,
+                 name="sync_replicas"):
+        super().__init__(use_locking, name)
+        if replicas_to_aggregate < 1:
+            raise errors.InvalidArgumentError(
+                f"SyncReplicasOptimizer: replicas_to_aggregate must be >= 1, got "
+                f"{replicas_to_aggregate}")
+        total = replicas_to_aggregate if total_num_replicas is None else total_num_replicas
+        if total < replicas_to_aggregate:
+            raise errors.InvalidArgumentError(
+                f"SyncReplicasOptimizer: total_num_replicas ({total}) must be >= "
+                f"replicas_to_aggregate ({replicas_to_aggregate})")
+        if variable_averages is not None:
+            raise errors.UnimplementedError(
+                "SyncReplicasOptimizer: variable_averages is not supported")
+        self._opt = opt
+        self._replicas_to_aggregate = int(replicas_to_aggregate)
+        self._total_num_replicas = int(total)
+        self._sync_op = None
+        self._local_step = None
+        self.local_step_init_op = None
+        self._gradients_applied = False
+
+    def compute_gradients(self, *args, **kwargs):
+        """Compute gradients with the wrapped optimizer (nothing is synchronised yet)."""
+        return self._opt.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Return the worker's train op: accumulate, then wait for the next global step.
+
+        Raises:
+            InvalidArgumentError: no global step, or no variable has a gradient.
+        """
+        if global_step is None:
+            raise errors.InvalidArgumentError(
+                "SyncReplicasOptimizer.apply_gradients needs global_step: the step is what "
+                "the replicas synchronise on")
+        if self._gradients_applied:
+            raise errors.FailedPreconditionError(
+                "SyncReplicasOptimizer.apply_gradients may be called only once")
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            raise errors.InvalidArgumentError(
+                "SyncReplicasOptimizer: no gradients provided for any variable "
+                f"{[v.name for _, v in grads_and_vars]}")
+        self._gradients_applied = True
+        graph = get_default_graph()
+        step_ref = global_step._ref() if hasattr(global_step, "_ref") else global_step
+        with graph.name_scope(name or self._name):
+            # The local step belongs to this worker: colocated with an op the device scope
+            # puts on the worker, or a replica_device_setter would send it to a ps, where
+            # every worker would share one.
+            anchor = control_ops.no_op(name="local_anchor")
+            with graph.colocate_with(anchor):
+                self._local_step = Variable(constant(0, dtype=step_ref.dtype),
+                                            trainable=False,
+                                            collections=[GraphKeys.LOCAL_VARIABLES],
+                                            name="sync_rep_local_step")
+            self.local_step_init_op = state_ops.assign(self._local_step, global_step).op
+            local_step = self._local_step.value()
+            accumulated, averaged = [], []
+            for grad, var in pairs:
+                with graph.colocate_with(var.op):
+                    accumulate, take = _accumulator_ops(var, grad, local_step,
+                                                        self._replicas_to_aggregate,
+                                                        global_step)
+                accumulated.append(accumulate)
+                averaged.append((take, var))
+            token_name = f"{self._name}:{step_ref.op.name}"
+            with graph.control_dependencies(accumulated), graph.colocate_with(step_ref.op):
+                released = apply_op("SyncTokenWait", [local_step],
+                                    {"shared_name": token_name}).outputs[0]
+            train_op = state_ops.assign(self._local_step, released).op
+            update = self._opt.apply_gradients(averaged)
+            with graph.control_dependencies([update]):
+                new_step = state_ops.assign_add(global_step, constant(1, step_ref.dtype))
+            with graph.colocate_with(step_ref.op):
+                self._sync_op = apply_op("SyncTokenRelease", [new_step],
+                                         {"shared_name": token_name})
+        return train_op
+
+    def get_slot(self, var, name):
+        return self._opt.get_slot(var, name)
+
+    def get_slot_names(self):
+        return self._opt.get_slot_names()
+
+    def variables(self):
+        return self._opt.variables()
+
+    @property
+    def sync_op(self):
+        """The chief's step: average, apply, increment the global step, release workers."""
+        return self._sync_op
+
+    def make_session_run_hook(self, is_chief, num_tokens=-1):
+        """Return the hook that initialises local steps and, on the chief, runs the sync
+        loop in a thread for the life of the session."""
+        if self._sync_op is None:
+            raise errors.FailedPreconditionError(
+                "make_session_run_hook: call apply_gradients (or minimize) first")
+        return _SyncReplicasHook(self, is_chief)
+
+
+def _accumulator_ops(var, grad, local_step, num_required, global_step):
+    """Return (accumulate op, averaged gradient) of ``var``'s accumulator on its ps."""
+    shape = var.get_shape()
+    attrs = {"shared_name": var.op.name, "dtype": var.dtype, "shape": shape}
+    num = constant(num_required)
+    next_step = math_ops.add(global_step, constant(1, local_step.dtype))
+    if isinstance(grad, IndexedSlices):
+        accumulate = apply_op("AccumulatorApplyIndexedSlices",
+                              [local_step, math_ops.cast(grad.indices, "int64"), grad.values],
+                              attrs)
+        indices, values = apply_op("AccumulatorTakeIndexedSlices", [num, next_step],
+                                   attrs).outputs
+        return accumulate, IndexedSlices(values, indices, grad.dense_shape)
+    accumulate = apply_op("AccumulatorApplyGradient", [local_step, grad], attrs)
+    return accumulate, apply_op("AccumulatorTakeGradient", [num, next_step],
+                                attrs).outputs[0]
+
+
+class _SyncReplicasHook(SessionRunHook):
+    """Initialises the local step; on the chief, runs ``sync_op`` in a loop in a thread."""
+
+    def __init__(self, optimizer, is_chief):
+        self._opt = optimizer
+        self._is_chief = is_chief
+        self._thread = None
+        self._stop = threading.Event()
+        self._error = None
+        self._session = None
+
+    def after_create_session(self, session, coord):
+        session.run(self._opt.local_step_init_op)
+        if self._is_chief:
+            self._session = session
+            self._thread = threading.Thread(target=self._sync_loop, name="mpiflow-sync-loop",
+                                            daemon=True)
+            self._thread.start()
+
+    def _sync_loop(self):
+        run = self._session.make_callable(self._opt.sync_op)
+        while not self._stop.is_set():
+            try:
+                run()
+            except errors.CancelledError:
+                return
+            except Exception as exc:
+                self._error = exc
+                return
+
+    def before_run(self, run_context):
+        if self._error is not None:
+            raise errors.AbortedError(
+                f"The chief's sync-replicas loop failed: {self._error}") from self._error
+
+    def end(self, session):
+        if self._thread is None:
+            return
+        self._stop.set()
+        session._cancel_other_thread(self._thread.ident, "sync-replicas loop stopped")
+        self._thread.join(timeout=30)
