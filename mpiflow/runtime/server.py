@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -255,6 +256,31 @@ class RankService:
             except errors.DeadlineExceededError:
                 pass
 
+    def announce_failure(self, summary: str, grace_s: float = 0.5) -> None:
+        """Tell every other rank this one failed (best effort), then give them a moment.
+
+        A rank that hears it prints "aborted because rank R (...) failed" and exits 1.
+        """
+        try:
+            with self._lock:
+                for rank, state in self._peers.items():
+                    if state != GONE:
+                        self.transport.send(rank, {"k": "fatal", "msg": summary,
+                                                   "who": self.describe(self.rank),
+                                                   "host": self.host})
+                deadline = time.monotonic() + grace_s
+                while self.transport.has_pending_sends() and time.monotonic() < deadline:
+                    self.transport.complete_sends()
+                    time.sleep(0.01)
+        except Exception:   # dying anyway: never mask the original error
+            pass
+
+    def _on_fatal(self, source, h, arrays):
+        sys.stderr.write(f"[{self.describe(self.rank)} on {self.host}] aborted because "
+                         f"{h['who']} on {h['host']} failed: {h['msg']}\n")
+        sys.stderr.flush()
+        os._exit(1)
+
     def _wait_until(self, predicate, describe) -> None:
         """Dispatch messages until ``predicate()``; with ``describe``, give up after the
         timeout with an error saying what was waited for. Safe from several threads:
@@ -450,4 +476,5 @@ _HANDLERS = {
     "close": RankService._on_close,
     "join": RankService._on_join,
     "bye": RankService._on_bye,
+    "fatal": RankService._on_fatal,
 }

@@ -49,6 +49,8 @@ def _install_abort_hook(service, world):
         text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
         sys.stderr.flush()
+        # Tell the other ranks who failed, so each prints one line instead of vanishing.
+        service.announce_failure(f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
         world.Abort(1)
 
     sys.excepthook = hook

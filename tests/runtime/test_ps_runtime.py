@@ -69,3 +69,22 @@ def test_log_device_placement_shows_cluster_devices(run_mpi):
 def test_local_server_runs_a_one_rank_session(run_mpi):
     out = run_mpi(1, PROGS / "local_server.py", timeout=60).stdout
     assert "OK local server: 42.0 on /job:localhost/task:0" in out
+
+
+@pytest.mark.parametrize("role,culprit,message", [
+    ("worker", r"rank 2 \(worker:1\)", "ValueError: bad batch in worker 1"),
+    ("ps", r"rank 0 \(ps:0\)", "RuntimeError: disk full on the parameter server"),
+])
+def test_an_exception_on_one_rank_ends_the_job_fast_naming_it(run_mpi, role, culprit,
+                                                               message):
+    import time
+    start = time.monotonic()
+    proc = run_mpi(3, PROGS / "fail_fast.py", role, timeout=60, check=False)
+    elapsed = time.monotonic() - start
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert elapsed < 20, f"the job took {elapsed:.0f} s to end"
+    assert re.search(rf"\[{culprit} on .*\] {re.escape(message)}", err), err
+    aborted = re.findall(rf"aborted because {culprit} on \S+ failed: {re.escape(message)}",
+                         err)
+    assert len(aborted) >= 1, err
