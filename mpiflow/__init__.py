@@ -60,6 +60,7 @@ from mpiflow.ops.variables import (
 from mpiflow.runtime.session import ConfigProto, InteractiveSession, Session
 
 from mpiflow import nn, train  # noqa: E402  (namespaces that use the names above)
+from mpiflow import summary  # noqa: E402
 
 sub = subtract
 mul = multiply

@@ -63,6 +63,29 @@ def is_device_array(array) -> bool:
     return _cupy is not None and isinstance(array, _cupy.ndarray)
 
 
+_nccl = []
+
+
+def nccl_module():
+    """Return ``(cupy.cuda.nccl, "")``, or ``(None, reason)`` where it cannot be used.
+
+    The reason is ``"cupy.cuda.nccl not importable (...)"`` when cupy or its NCCL binding
+    is missing, ``"no GPU (...)"`` when the module imports but no device is visible.
+    Collectives call this instead of importing cupy themselves.
+    """
+    if not _nccl:
+        try:
+            from cupy.cuda import nccl  # noqa: PLC0415  (cupy stays inside backend.py)
+        except Exception as exc:  # ImportError, or a broken CUDA install raising anything
+            _nccl[:] = [None, f"cupy.cuda.nccl not importable ({type(exc).__name__}: {exc})"]
+        else:
+            if _load_cupy() is None:
+                _nccl[:] = [None, f"no GPU ({_cupy_error})"]
+            else:
+                _nccl[:] = [nccl, ""]
+    return _nccl[0], _nccl[1]
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _host_memory_kept = []
 

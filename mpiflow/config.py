@@ -112,6 +112,22 @@ _declare(
     Option("MPIFLOW_HOST_MEMORY_CACHE", "bool", True,
            doc="keep freed large host buffers in the process (glibc mallopt) instead of "
                "returning them to the OS, so each step does not pay page faults anew"),
+    Option("MPIFLOW_RING_CHUNK_BYTES", "int", 1 << 20, minimum=1,
+           doc="bytes per message of mpiflow's ring allreduce: each of the ring's segments "
+               "moves in chunks of at most this size, so the reduction of one chunk "
+               "overlaps the transfer of the next"),
+    Option("MPIFLOW_RING_WINDOW", "int", 4, minimum=1,
+           doc="chunks of the ring allreduce in flight per rank (receives posted ahead, "
+               "each with a scratch buffer of MPIFLOW_RING_CHUNK_BYTES)"),
+    Option("MPIFLOW_RING_MIN_BYTES", "int", 0, minimum=0,
+           doc="algorithm='auto' uses the ring for CPU arrays of at least this many bytes "
+               "and MPI's Iallreduce below; 0 = never the ring (the default: on the "
+               "machines measured so far MPI's allreduce was as fast or faster, see "
+               "mpiflow/comm/collectives/__init__.py)"),
+    Option("MPIFLOW_FUSION_THRESHOLD_BYTES", "int", 64 << 20, minimum=0,
+           doc="size of the fusion buffers that FusedAllreduce packs small tensors into "
+               "(one allreduce per buffer); a tensor larger than this is its own bucket; "
+               "0 = no fusion"),
 )
 
 

@@ -93,6 +93,8 @@ def _backprop_op(op, out_grads, grads, between):
         raise errors.UnimplementedError(
             f"No gradient defined for op '{op.name}' ({op.type}): it lies between ys and xs; "
             "wrap its input in mf.stop_gradient if no gradient should flow through it", op)
+    if not op_def.passes_sparse_gradients:
+        out_grads = [densify(g) for g in out_grads]
     if any(g is None for g in out_grads):
         out_grads = [g if g is not None or not t.dtype.is_floating
                      else math_ops.zeros_like(t) for g, t in zip(out_grads, op.outputs)]

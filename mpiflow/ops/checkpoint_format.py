@@ -1,4 +1,4 @@
-"""The checkpoint file format: shard files, the index, slice specs, atomic writes.
+"""The checkpoint file format: names, slice specs, atomic writes, shards and the index.
 
 A checkpoint with prefix ``P`` is ``P.index.json`` plus one ``P.shard-KKKKK-of-NNNNN.npz``
 per shard. A shard is an uncompressed ``np.savez`` archive: one array per saved piece under
@@ -10,13 +10,12 @@ or ``-`` per dimension), so a variable can be read back under any other partitio
 
 Every file is written to a temporary name in its directory, flushed, fsynced and renamed
 over the final name, so a reader sees the old file or the new one, never a torn one.
-Everything is read with ``allow_pickle=False``. Owns no ops (``io_ops`` does) and imports
-only the framework and errors.
+Reading lives in ``checkpoint_reader``; the ops in ``io_ops``. Imports only the framework
+and errors.
 """
 
 from __future__ import annotations
 
-import difflib
 import errno
 import glob
 import json
@@ -24,8 +23,6 @@ import os
 import re
 import socket
 import uuid
-import zipfile
-import zlib
 
 import numpy as np
 
@@ -92,7 +89,7 @@ def sanitize_key(index: int, name: str) -> str:
 class SliceSpec:
     """One box of a full tensor: ``full_shape``, ``start`` and ``length`` per dimension."""
 
-    __slots__ = ("full_shape", "start", "length")
+    __slots__ = ("full_shape", "length", "start")
 
     def __init__(self, full_shape, start, length):
         self.full_shape = [int(d) for d in full_shape]
@@ -100,12 +97,12 @@ class SliceSpec:
         self.length = [int(n) for n in length]
 
     @classmethod
-    def whole(cls, shape) -> "SliceSpec":
+    def whole(cls, shape) -> SliceSpec:
         shape = [int(d) for d in shape]
         return cls(shape, [0] * len(shape), shape)
 
     @classmethod
-    def parse(cls, spec: str) -> "SliceSpec":
+    def parse(cls, spec: str) -> SliceSpec:
         """Parse TensorFlow's "d0 d1 ... s0,n0:s1,n1:..." (``-`` = the whole dimension)."""
         parts = spec.split(" ")
         try:
@@ -133,24 +130,13 @@ class SliceSpec:
         return cls(full, start, length)
 
     @classmethod
-    def of(cls, spec: str, shape) -> "SliceSpec":
+    def of(cls, spec: str, shape) -> SliceSpec:
         """The box of a piece saved with ``spec`` ("" = whole) and shape ``shape``."""
         return cls.parse(spec) if spec else cls.whole(shape)
 
     def __str__(self):
         full = " ".join(str(d) for d in self.full_shape)
         return full + " " + ":".join(f"{s},{n}" for s, n in zip(self.start, self.length))
-
-
-def _intersection(a: SliceSpec, b: SliceSpec):
-    """(index into a's array, index into b's array, elements) of where a and b meet."""
-    lo = np.maximum(a.start, b.start).astype(np.int64)
-    hi = np.minimum(np.add(a.start, a.length), np.add(b.start, b.length)).astype(np.int64)
-    if np.any(hi <= lo):
-        return None
-    in_a = tuple(slice(int(l - s), int(h - s)) for l, h, s in zip(lo, hi, a.start))
-    in_b = tuple(slice(int(l - s), int(h - s)) for l, h, s in zip(lo, hi, b.start))
-    return in_a, in_b, int(np.prod(hi - lo))
 
 
 # -- atomic writes -----------------------------------------------------------------------
@@ -246,206 +232,3 @@ def index_document(manifests, mpiflow_version: str) -> dict:
                  "shape": entry["shape"], "dtype": entry["dtype"]})
     return {"format": FORMAT, "version": FORMAT_VERSION, "mpiflow_version": mpiflow_version,
             "num_shards": len(files), "shards": sorted(files), "tensors": tensors}
-
-
-# -- reading -----------------------------------------------------------------------------
-
-class _IndexCache:
-    """Parsed indexes by file identity: restoring N variables reads the index once, and a
-    replaced index (a new inode or mtime) is read again."""
-
-    def __init__(self, size: int = 4):
-        self._size = size
-        self._entries = {}
-
-    def get(self, path: str, op=None) -> dict:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise errors.op_error(errors.NotFoundError,
-                                  f"Checkpoint index '{path}' does not exist", op) from None
-        except OSError as exc:
-            raise os_error(exc, f"Cannot read checkpoint index '{path}'", op) from exc
-        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._entries.get(path)
-        if cached is not None and cached[0] == identity:
-            return cached[1]
-        index = _parse_index(path, op)
-        if len(self._entries) >= self._size:
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[path] = (identity, index)
-        return index
-
-
-_INDEX_CACHE = _IndexCache()
-
-
-def read_index(prefix: str, op=None) -> dict:
-    """Return the index of checkpoint ``prefix``.
-
-    Raises:
-        NotFoundError: there is no index file.
-        DataLossError: the index is truncated, not JSON, or not an mpiflow index.
-    """
-    return _INDEX_CACHE.get(index_path(prefix), op)
-
-
-def _parse_index(path: str, op) -> dict:
-    try:
-        with open(path, "rb") as f:
-            index = json.loads(f.read().decode("utf-8"))
-    except OSError as exc:
-        raise os_error(exc, f"Cannot read checkpoint index '{path}'", op) from exc
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise errors.op_error(errors.DataLossError, f"Checkpoint index '{path}' is truncated "
-                              f"or corrupted ({exc})", op) from None
-    if not (isinstance(index, dict) and index.get("format") == FORMAT and
-            isinstance(index.get("tensors"), dict) and _pieces_well_formed(index["tensors"])):
-        raise errors.op_error(errors.DataLossError, f"Checkpoint index '{path}' is corrupted: "
-                              f"it is not an {FORMAT} index", op)
-    if index.get("version", 0) > FORMAT_VERSION:
-        raise errors.op_error(errors.UnimplementedError, f"Checkpoint index '{path}' has "
-                              "format version", op, expected=f"<= {FORMAT_VERSION}",
-                              got=index["version"])
-    return index
-
-
-def _pieces_well_formed(tensors: dict) -> bool:
-    for pieces in tensors.values():
-        if not isinstance(pieces, list) or not pieces:
-            return False
-        for p in pieces:
-            if not (isinstance(p, dict) and isinstance(p.get("file"), str) and
-                    isinstance(p.get("key"), str) and isinstance(p.get("slice"), str) and
-                    isinstance(p.get("dtype"), str) and isinstance(p.get("shape"), list)):
-                return False
-    return True
-
-
-def find_pieces(index: dict, prefix: str, name: str, op=None) -> list:
-    """Return the saved pieces of ``name``; a missing name lists the closest names."""
-    pieces = index["tensors"].get(name)
-    if pieces is None:
-        close = difflib.get_close_matches(name, list(index["tensors"]), n=3, cutoff=0.5)
-        hint = f" (close keys: {', '.join(repr(c) for c in close)})" if close else ""
-        raise errors.op_error(errors.NotFoundError, f"Key '{name}' not found in checkpoint "
-                              f"'{prefix}'{hint}", op)
-    return pieces
-
-
-def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None) -> np.ndarray:
-    """Assemble the ``spec`` slice of checkpoint tensor ``name`` from its saved pieces.
-
-    Args:
-        spec: the slice of the full tensor wanted ("" = the whole tensor).
-        dtype: the DType wanted.
-        shape: the shape wanted (a list with None for unknown dimensions, or None).
-
-    Raises:
-        NotFoundError: ``name`` or one of its shard files is missing.
-        InvalidArgumentError: the saved dtype or full shape differs from the one wanted.
-        DataLossError: a shard or the index is corrupted, or does not cover the slice.
-    """
-    index = read_index(prefix, op)
-    pieces = find_pieces(index, prefix, name, op)
-    boxes = [_piece_box(p, prefix, name, op) for p in pieces]
-    saved_full = boxes[0].full_shape
-    if any(b.full_shape != saved_full for b in boxes):
-        raise errors.op_error(errors.DataLossError, f"Checkpoint '{prefix}' holds pieces of "
-                              f"'{name}' with different full shapes", op,
-                              got=[b.full_shape for b in boxes])
-    dtype = dtypes.as_dtype(dtype)
-    saved_dtype = pieces[0]["dtype"]
-    if any(p["dtype"] != dtype.name for p in pieces):
-        raise errors.op_error(errors.InvalidArgumentError, f"Dtype of '{name}' in checkpoint "
-                              f"'{prefix}' does not match the variable", op,
-                              expected=dtype.name, got=saved_dtype)
-    want = _wanted_box(spec, shape, saved_full, name, prefix, op)
-    out = np.empty(want.length, dtype=dtype.np_dtype)
-    covered = 0
-    for piece, box in zip(pieces, boxes):
-        meet = _intersection(want, box)
-        if meet is None:
-            continue
-        into, outof, count = meet
-        out[into] = _load_piece(prefix, piece, name, op)[outof]
-        covered += count
-    if covered != out.size:
-        raise errors.op_error(errors.DataLossError, f"Checkpoint '{prefix}' does not cover "
-                              f"slice {want} of '{name}'", op,
-                              expected=f"{out.size} elements", got=covered)
-    return out
-
-
-def _piece_box(piece, prefix, name, op) -> SliceSpec:
-    try:
-        box = SliceSpec.of(piece["slice"], piece["shape"])
-    except errors.InvalidArgumentError as exc:
-        raise errors.op_error(errors.DataLossError, f"Checkpoint index of '{prefix}' is "
-                              f"corrupted for '{name}': {exc.message}", op) from None
-    if box.length != [int(d) for d in piece["shape"]]:
-        raise errors.op_error(errors.DataLossError, f"Checkpoint index of '{prefix}' is "
-                              f"corrupted for '{name}': slice {piece['slice']!r} has shape",
-                              op, expected=box.length, got=piece["shape"])
-    return box
-
-
-def _wanted_box(spec, shape, saved_full, name, prefix, op) -> SliceSpec:
-    want = SliceSpec.parse(spec) if spec else None
-    full = want.full_shape if want is not None else shape
-    if full is None:
-        full = saved_full
-    if len(full) != len(saved_full) or any(
-            d is not None and d != s for d, s in zip(full, saved_full)):
-        raise errors.op_error(errors.InvalidArgumentError, f"Shape of '{name}' in checkpoint "
-                              f"'{prefix}' does not match the variable", op,
-                              expected=f"shape {list(full)}", got=f"shape {saved_full}")
-    if want is None:
-        return SliceSpec.whole(saved_full)
-    if shape is not None and len(shape) == len(want.length) and any(
-            d is not None and d != n for d, n in zip(shape, want.length)):
-        raise errors.op_error(errors.InvalidArgumentError, f"Slice {spec!r} of '{name}' does "
-                              "not match the variable", op, expected=f"shape {list(shape)}",
-                              got=f"shape {want.length}")
-    return want
-
-
-def _load_piece(prefix, piece, name, op) -> np.ndarray:
-    path = os.path.join(os.path.dirname(prefix), piece["file"])
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            manifest = json.loads(npz[MANIFEST_KEY].tobytes().decode("utf-8"))
-            array = npz[piece["key"]]
-    except FileNotFoundError:
-        raise errors.op_error(errors.NotFoundError, f"Shard file '{path}' of checkpoint "
-                              f"'{prefix}' (holding '{name}') does not exist", op) from None
-    except (zipfile.BadZipFile, EOFError, ValueError, KeyError, UnicodeDecodeError,
-            zlib.error) as exc:
-        raise _corrupt(path, exc, op) from None
-    except OSError as exc:
-        raise os_error(exc, f"Cannot read shard file '{path}'", op) from exc
-    if not isinstance(manifest, dict):
-        raise _corrupt(path, ValueError("its manifest is not a JSON object"), op)
-    entry = next((e for e in manifest.get("tensors", ()) if e.get("key") == piece["key"]), None)
-    expected = {"name": name, "slice": piece["slice"], "dtype": piece["dtype"],
-                "shape": list(piece["shape"])}
-    found = {"name": entry and entry.get("name"), "slice": entry and entry.get("slice"),
-             "dtype": _dtype_name(array),
-             "shape": list(array.shape)}
-    if entry is None or found != expected:
-        raise errors.op_error(errors.DataLossError, f"Shard file '{path}' does not match the "
-                              f"index of checkpoint '{prefix}' for key '{piece['key']}'", op,
-                              expected=expected, got=found)
-    return array
-
-
-def _dtype_name(array) -> str:
-    try:
-        return dtypes.from_numpy(array).name
-    except (errors.MpiflowError, TypeError):
-        return str(array.dtype)
-
-
-def _corrupt(path, exc, op) -> errors.OpError:
-    return errors.op_error(errors.DataLossError, f"Shard file '{path}' is truncated or "
-                           f"corrupted ({type(exc).__name__}: {exc})", op)

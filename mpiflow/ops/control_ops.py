@@ -22,6 +22,7 @@ class NoOpOp(OpDef):
 @register_op("Identity")
 class IdentityOp(OpDef):
     aliases_input = True
+    passes_sparse_gradients = True      # a variable's read passes gather's rows through
 
     def infer(self, b):
         return [(b.dtype(0), b.shape(0))]

@@ -4,7 +4,8 @@ There is no string dtype, so a checkpoint path travels as a uint8 tensor of its 
 bytes: ``path_tensor()`` makes the placeholder, ``encode_path(str)`` the value to feed.
 Both ops are stateful and have no gradient. ``mf.train.Saver`` colocates one SaveShard
 with the variables of each device (each ps writes its own shard) and one RestoreSlice
-with each variable. The file format lives in ``checkpoint_format``.
+with each variable. The file format lives in ``checkpoint_format``, reading in
+``checkpoint_reader``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import checkpoint_format as fmt
+from mpiflow.ops import checkpoint_reader
 from mpiflow.ops.checkpoint_format import SliceSpec, decode_path, encode_path
 from mpiflow.ops.constant_ops import convert_to_tensor, placeholder
 from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, register_op
@@ -107,9 +109,9 @@ class RestoreSliceOp(OpDef):
 
     def forward(self, xp, ctx, prefix):
         shape = ctx.op.outputs[0].shape
-        value = fmt.read_slice(decode_path(_host(xp, prefix), ctx.op), ctx.attrs["name"],
-                               ctx.attrs["slice"], ctx.attrs["dtype"],
-                               None if shape.ndims is None else shape.as_list(), ctx.op)
+        value = checkpoint_reader.read_slice(
+            decode_path(_host(xp, prefix), ctx.op), ctx.attrs["name"], ctx.attrs["slice"],
+            ctx.attrs["dtype"], None if shape.ndims is None else shape.as_list(), ctx.op)
         return xp.asarray(value)
 
 

@@ -48,6 +48,7 @@ class OpDef:
     tuple_outputs = False
     transfer = None          # "send" / "recv" for the cross-rank ops the executor runs
     async_kernel = False     # forward may return Wait(key) to be run again after key fires
+    passes_sparse_gradients = False   # gradient accepts IndexedSlices (else densified)
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):

@@ -18,6 +18,17 @@ from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
 from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
+from mpiflow.train.basic_hooks import (
+    CheckpointSaverHook, CheckpointSaverListener, FeedFnHook, FinalOpsHook, LoggingTensorHook,
+    NanLossDuringTrainingError, NanTensorHook, SecondOrStepTimer, StopAtStepHook)
+from mpiflow.train.coordinator import Coordinator
+from mpiflow.train.monitored_session import (
+    ChiefSessionCreator, MonitoredSession, MonitoredTrainingSession, Scaffold, SessionCreator,
+    SingularMonitoredSession, StepContext, WorkerSessionCreator)
+from mpiflow.train.reporting_hooks import ProgressBarHook, StepCounterHook, SummarySaverHook
+from mpiflow.train.session_manager import SessionManager, report_uninitialized_variables
+from mpiflow.train.session_run_hook import (
+    SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues)
 from mpiflow.train.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
@@ -31,4 +42,13 @@ __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",
     "get_checkpoint_state", "latest_checkpoint", "list_variables", "load_variable",
     "remove_checkpoint", "update_checkpoint_state",
+]
+__all__ += [
+    "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",
+    "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProgressBarHook",
+    "SecondOrStepTimer", "StepCounterHook", "StopAtStepHook", "SummarySaverHook",
+    "Coordinator", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
+    "Scaffold", "SessionCreator", "SingularMonitoredSession", "StepContext",
+    "WorkerSessionCreator", "SessionManager", "report_uninitialized_variables",
+    "SessionRunArgs", "SessionRunContext", "SessionRunHook", "SessionRunValues",
 ]

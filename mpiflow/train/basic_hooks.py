@@ -1,27 +1,27 @@
 """The standard SessionRunHooks, with TensorFlow's semantics (``basic_session_run_hooks``).
 
-Stop at a step, save checkpoints and summaries on a schedule, count steps per second, log
-tensors, stop on a NaN loss, show a progress bar. Schedules ("every N steps or every N
-seconds") share one ``SecondOrStepTimer``. Hooks that need the global step find it in the
-graph in ``begin`` and fetch it with the caller's step, so they cost one scalar fetch.
+Stop at a step, save checkpoints on a schedule, log tensors, stop on a NaN loss, run final
+ops, feed inputs; the hooks that report progress (steps per second, summaries, a progress
+bar) are in ``reporting_hooks``. Schedules ("every N steps or every N seconds") share one
+``SecondOrStepTimer``. Hooks that need the global step find it in the graph in ``begin``
+and fetch it with the caller's step, so they cost one scalar fetch.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import numpy as np
 
-from mpiflow import errors, summary
+from mpiflow import errors
 from mpiflow.framework.graph import GraphKeys, get_default_graph
-from mpiflow.log import get_logger
+from mpiflow.logger import get_logger
 from mpiflow.train.global_step import get_global_step
 from mpiflow.train.session_manager import get_saver_or_default
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
 
-_LOG = get_logger(__name__)
+_LOG = get_logger("mpiflow.train")
 
 
 class NanLossDuringTrainingError(errors.MpiflowError, RuntimeError):
@@ -42,7 +42,8 @@ def _positive(owner: str, name: str, value, integer: bool):
     return value
 
 
-def _timer(owner: str, secs_name: str, secs, steps_name: str, steps) -> "SecondOrStepTimer":
+def schedule_timer(owner: str, secs_name: str, secs, steps_name: str,
+                   steps) -> SecondOrStepTimer:
     """Return the timer for ``owner``'s schedule, checking exactly one interval is given."""
     if (secs is None) == (steps is None):
         raise errors.InvalidArgumentError(
@@ -52,7 +53,8 @@ def _timer(owner: str, secs_name: str, secs, steps_name: str, steps) -> "SecondO
                              every_steps=_positive(owner, steps_name, steps, True))
 
 
-def _require_global_step(owner: str):
+def require_global_step(owner: str):
+    """Return the default graph's global step; ``owner`` names the hook that needs it."""
     step = get_global_step()
     if step is None:
         raise errors.FailedPreconditionError(
@@ -123,7 +125,7 @@ class StopAtStepHook(SessionRunHook):
         return self._last_step
 
     def begin(self):
-        self._global_step = _require_global_step("StopAtStepHook")
+        self._global_step = require_global_step("StopAtStepHook")
 
     def after_create_session(self, session, coord):
         if self._last_step is None:
@@ -134,9 +136,9 @@ class StopAtStepHook(SessionRunHook):
 
     def after_run(self, run_context, run_values):
         # The value read may precede this step's increment: confirm with a fresh read.
-        if int(run_values.results) + 1 >= self._last_step:
-            if int(run_context.session.run(self._global_step)) >= self._last_step:
-                run_context.request_stop()
+        if int(run_values.results) + 1 >= self._last_step and \
+                int(run_context.session.run(self._global_step)) >= self._last_step:
+            run_context.request_stop()
 
 
 class CheckpointSaverListener:
@@ -171,7 +173,7 @@ class CheckpointSaverHook(SessionRunHook):
             raise errors.InvalidArgumentError(
                 f"CheckpointSaverHook: checkpoint_dir must be a directory, got "
                 f"{checkpoint_dir!r}")
-        self._timer = _timer("CheckpointSaverHook", "save_secs", save_secs, "save_steps",
+        self._timer = schedule_timer("CheckpointSaverHook", "save_secs", save_secs, "save_steps",
                              save_steps)
         self._checkpoint_dir = str(checkpoint_dir)
         self._save_path = os.path.join(self._checkpoint_dir, checkpoint_basename)
@@ -181,7 +183,7 @@ class CheckpointSaverHook(SessionRunHook):
 
     def begin(self):
         os.makedirs(self._checkpoint_dir, exist_ok=True)
-        self._global_step = _require_global_step("CheckpointSaverHook")
+        self._global_step = require_global_step("CheckpointSaverHook")
         # A new Saver adds ops, so it must exist before the graph is finalized.
         if self._saver is None and not get_default_graph().finalized:
             if self._scaffold is not None:
@@ -220,7 +222,8 @@ class CheckpointSaverHook(SessionRunHook):
         for listener in self._listeners:
             listener.before_save(session, step)
         self._get_saver().save(session, self._save_path, global_step=step)
-        return any([bool(listener.after_save(session, step)) for listener in self._listeners])
+        stops = [bool(listener.after_save(session, step)) for listener in self._listeners]
+        return any(stops)      # every listener is told, even after one asked to stop
 
     def _get_saver(self):
         if self._saver is not None:
@@ -233,43 +236,6 @@ class CheckpointSaverHook(SessionRunHook):
                 f"CheckpointSaverHook found {len(savers)} savers in the SAVERS collection, "
                 "expected one: pass saver= or scaffold=")
         return savers[0]
-
-
-class StepCounterHook(SessionRunHook):
-    """Log global steps per second and write them as the scalar "global_step/sec"."""
-
-    def __init__(self, every_n_steps=100, every_n_secs=None, output_dir=None,
-                 summary_writer=None):
-        self._timer = _timer("StepCounterHook", "every_n_secs", every_n_secs,
-                             "every_n_steps", every_n_steps)
-        self._output_dir = output_dir
-        self._summary_writer = summary_writer
-
-    def begin(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
-        self._global_step = _require_global_step("StepCounterHook")
-        self._tag = self._global_step.op.name + "/sec"
-
-    def before_run(self, run_context):
-        return SessionRunArgs(self._global_step)
-
-    def after_run(self, run_context, run_values):
-        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
-            step = int(run_context.session.run(self._global_step))
-            if self._timer.should_trigger_for_step(step):
-                elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(step)
-                if elapsed_secs:
-                    self._record(elapsed_steps / elapsed_secs, step)
-
-    def _record(self, steps_per_sec, step):
-        _LOG.info("%s: %g", self._tag, steps_per_sec)
-        if self._summary_writer is not None:
-            self._summary_writer.add_scalar(self._tag, steps_per_sec, step)
-
-    def end(self, session):
-        if self._summary_writer is not None:
-            self._summary_writer.flush()
 
 
 class LoggingTensorHook(SessionRunHook):
@@ -290,7 +256,7 @@ class LoggingTensorHook(SessionRunHook):
                 "LoggingTensorHook: give at_end=True and/or exactly one of every_n_iter and "
                 f"every_n_secs, got every_n_iter={every_n_iter!r}, "
                 f"every_n_secs={every_n_secs!r}, at_end={at_end!r}")
-        self._timer = None if only_at_end else _timer(
+        self._timer = None if only_at_end else schedule_timer(
             "LoggingTensorHook", "every_n_secs", every_n_secs, "every_n_iter", every_n_iter)
         if isinstance(tensors, dict):
             self._tensors = dict(tensors)
@@ -354,115 +320,6 @@ class NanTensorHook(SessionRunHook):
                 raise NanLossDuringTrainingError(message)
             _LOG.warning(message)
             run_context.request_stop()
-
-
-class SummarySaverHook(SessionRunHook):
-    """Write the summaries every ``save_steps`` steps or ``save_secs`` seconds.
-
-    Args:
-        summary_op: a Summary (or list of them) from ``mf.summary``; or
-        scaffold: whose ``summary_op`` (by default ``mf.summary.merge_all()``) is used.
-        output_dir / summary_writer: where to write (a cached ``FileWriter`` for the dir).
-    """
-
-    def __init__(self, save_steps=None, save_secs=None, output_dir=None, summary_writer=None,
-                 scaffold=None, summary_op=None):
-        if (scaffold is None) == (summary_op is None):
-            raise errors.InvalidArgumentError(
-                "SummarySaverHook: exactly one of scaffold and summary_op must be given")
-        self._timer = _timer("SummarySaverHook", "save_secs", save_secs, "save_steps",
-                             save_steps)
-        self._summary_op = summary_op
-        self._scaffold = scaffold
-        self._output_dir = output_dir
-        self._summary_writer = summary_writer
-
-    def begin(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
-        self._next_step = None
-        self._global_step = _require_global_step("SummarySaverHook")
-
-    def _summaries(self):
-        op = self._summary_op if self._summary_op is not None else self._scaffold.summary_op
-        if op is None:
-            return None
-        return list(op) if isinstance(op, list) else [op]
-
-    def before_run(self, run_context):
-        self._request_summary = self._next_step is None or \
-            self._timer.should_trigger_for_step(self._next_step)
-        requests = {"global_step": self._global_step}
-        if self._request_summary and self._summaries() is not None:
-            requests["summary"] = self._summaries()
-        return SessionRunArgs(requests)
-
-    def after_run(self, run_context, run_values):
-        if self._summary_writer is None:
-            return
-        results = run_values.results
-        step = int(results["global_step"]) + 1
-        if self._next_step is None or self._request_summary:
-            step = int(run_context.session.run(self._global_step))
-        if self._next_step is None:
-            # TensorBoard hides events of an earlier run past this step (a restart).
-            self._summary_writer.add_session_log("start", step)
-        if self._request_summary:
-            self._timer.update_last_triggered_step(step)
-            for value in results.get("summary", ()):
-                self._summary_writer.add_summary(value, step)
-        self._next_step = step + 1
-
-    def end(self, session=None):
-        if self._summary_writer is not None:
-            self._summary_writer.flush()
-
-
-class ProgressBarHook(SessionRunHook):
-    """Show a tqdm bar of the global step (towards ``last_step``) and, if given, the loss.
-
-    Give it to the chief only (``chief_only_hooks``), so one bar is drawn per job.
-    ``disable=None`` hides the bar when ``file`` (default stderr) is not a terminal.
-    """
-
-    def __init__(self, last_step=None, loss=None, file=None, disable=None, desc="train"):
-        self._last_step = last_step
-        self._loss = loss
-        self._file = file
-        self._disable = disable
-        self._desc = desc
-        self._bar = None
-
-    def begin(self):
-        self._global_step = _require_global_step("ProgressBarHook")
-        self._fetches = {"step": self._global_step}
-        if self._loss is not None:
-            self._fetches["loss"] = self._loss
-
-    def after_create_session(self, session, coord):
-        from tqdm.auto import tqdm
-        self._bar = tqdm(total=self._last_step, initial=int(session.run(self._global_step)),
-                         unit="step", desc=self._desc, file=self._file or sys.stderr,
-                         disable=self._disable, dynamic_ncols=True)
-
-    def before_run(self, run_context):
-        return SessionRunArgs(self._fetches)
-
-    def after_run(self, run_context, run_values):
-        results = run_values.results
-        if "loss" in results:
-            self._bar.set_postfix(loss=f"{float(np.asarray(results['loss'])):.4g}",
-                                  refresh=False)
-        self._advance(int(results["step"]) + 1)
-
-    def _advance(self, step):
-        if step > self._bar.n:
-            self._bar.update(step - self._bar.n)
-
-    def end(self, session):
-        if self._bar is not None:
-            self._advance(int(session.run(self._global_step)))
-            self._bar.close()
 
 
 class FinalOpsHook(SessionRunHook):

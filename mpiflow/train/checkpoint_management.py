@@ -23,6 +23,7 @@ import numpy as np
 
 from mpiflow import errors
 from mpiflow.ops import checkpoint_format as fmt
+from mpiflow.ops import checkpoint_reader as reader
 
 _LOG = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ def _resolve_prefix(ckpt_dir_or_file: str) -> str:
 def list_variables(ckpt_dir_or_file: str) -> list:
     """Return ``[(name, full shape)]`` of every tensor in a checkpoint, sorted by name."""
     prefix = _resolve_prefix(ckpt_dir_or_file)
-    index = fmt.read_index(prefix)
+    index = reader.read_index(prefix)
     out = []
     for name, pieces in sorted(index["tensors"].items()):
         first = pieces[0]
@@ -234,6 +235,6 @@ def list_variables(ckpt_dir_or_file: str) -> list:
 def load_variable(ckpt_dir_or_file: str, name: str) -> np.ndarray:
     """Return the full value of tensor ``name`` of a checkpoint, assembled from its pieces."""
     prefix = _resolve_prefix(ckpt_dir_or_file)
-    name = name[:-2] if name.endswith(":0") else name
-    pieces = fmt.find_pieces(fmt.read_index(prefix), prefix, name)
-    return fmt.read_slice(prefix, name, "", pieces[0]["dtype"], None)
+    name = name.removesuffix(":0")
+    pieces = reader.find_pieces(reader.read_index(prefix), prefix, name)
+    return reader.read_slice(prefix, name, "", pieces[0]["dtype"], None)

@@ -1,4 +1,4 @@
-"""Coordinator: lets threads of one process ask each other to stop (TF1's ``tf.train.Coordinator``).
+"""Coordinator: threads of one process ask each other to stop (TF1's ``tf.train.Coordinator``).
 
 A MonitoredSession hands one to its hooks' ``after_create_session``; a hook that starts
 threads registers them, and the session asks them to stop and joins them on ``close``.

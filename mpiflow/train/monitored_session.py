@@ -17,7 +17,7 @@ from mpiflow import errors, summary
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.ops.variables import (
     global_variables, global_variables_initializer, local_variables_initializer)
-from mpiflow.train import basic_hooks
+from mpiflow.train import basic_hooks, reporting_hooks
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.session_manager import (
     SessionManager, get_saver_or_default, report_uninitialized_variables)
@@ -27,6 +27,11 @@ USE_DEFAULT = object()
 # TensorFlow's collection names for the pieces GraphKeys does not list.
 READY_FOR_LOCAL_INIT_OP = "ready_for_local_init_op"
 SUMMARY_OP = "summary_op"
+
+
+def _first_given(value, default):
+    # Not ``value or default``: a Tensor has no truth value.
+    return value if value is not None else default
 
 
 def _get_or_default(arg_name, collection_key, make):
@@ -64,16 +69,15 @@ class Scaffold:
                     f"copy_from_scaffold must be a Scaffold, got "
                     f"{type(copy_from_scaffold).__name__}")
             base = copy_from_scaffold
-
-            def pick(value, name):
-                return value if value is not None else getattr(base, name)
-            init_op, init_feed_dict = pick(init_op, "init_op"), pick(init_feed_dict,
-                                                                     "init_feed_dict")
-            init_fn = pick(init_fn, "_user_init_fn")
-            ready_op = pick(ready_op, "ready_op")
-            ready_for_local_init_op = pick(ready_for_local_init_op, "ready_for_local_init_op")
-            local_init_op = pick(local_init_op, "local_init_op")
-            summary_op, saver = pick(summary_op, "summary_op"), pick(saver, "saver")
+            init_op = _first_given(init_op, base.init_op)
+            init_feed_dict = _first_given(init_feed_dict, base.init_feed_dict)
+            init_fn = _first_given(init_fn, base._user_init_fn)
+            ready_op = _first_given(ready_op, base.ready_op)
+            ready_for_local_init_op = _first_given(ready_for_local_init_op,
+                                                   base.ready_for_local_init_op)
+            local_init_op = _first_given(local_init_op, base.local_init_op)
+            summary_op = _first_given(summary_op, base.summary_op)
+            saver = _first_given(saver, base.saver)
         self._user_init_fn = init_fn
         self._init_fn = (lambda sess: init_fn(self, sess)) if init_fn else None
         self.init_op = init_op
@@ -88,11 +92,13 @@ class Scaffold:
     def init_fn(self):
         return self._init_fn
 
-    def finalize(self) -> "Scaffold":
-        """Make the missing pieces, then finalize the default graph."""
+    def finalize(self) -> Scaffold:
+        """Make the missing pieces, then finalize the default graph.
+
+        Raises:
+            FailedPreconditionError: a piece must be made but the graph is finalized.
+        """
         graph = get_default_graph()
-        if graph.finalized:
-            return self
         if self.init_op is None:
             self.init_op = _get_or_default("init_op", GraphKeys.INIT_OP,
                                            global_variables_initializer)
@@ -112,6 +118,8 @@ class Scaffold:
         if self.saver is None:
             savers = graph.get_collection(GraphKeys.SAVERS)
             self.saver = savers[0] if len(savers) == 1 else None
+        if hasattr(self.saver, "build"):
+            self.saver.build()          # a Saver made with defer_build adds its ops now
         graph.finalize()
         return self
 
@@ -361,7 +369,7 @@ def _resolve_pair(secs, steps, default_secs, default_steps):
     return (None if secs is USE_DEFAULT else secs), (None if steps is USE_DEFAULT else steps)
 
 
-def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
+def MonitoredTrainingSession(
         master="", is_chief=True, checkpoint_dir=None, scaffold=None, hooks=None,
         chief_only_hooks=None, save_checkpoint_secs=USE_DEFAULT,
         save_summaries_steps=USE_DEFAULT, save_summaries_secs=USE_DEFAULT, config=None,
@@ -393,13 +401,13 @@ def MonitoredTrainingSession(  # noqa: N802  (TensorFlow's name)
     summary_dir = summary_dir or checkpoint_dir
     if summary_dir:
         if log_step_count_steps and log_step_count_steps > 0:
-            all_hooks.append(basic_hooks.StepCounterHook(
+            all_hooks.append(reporting_hooks.StepCounterHook(
                 output_dir=summary_dir, every_n_steps=log_step_count_steps))
         has_summaries = scaffold.summary_op is not None or any(
             get_default_graph().get_collection(k) for k in (GraphKeys.SUMMARIES, SUMMARY_OP))
         if has_summaries and ((save_summaries_steps and save_summaries_steps > 0) or
                               (save_summaries_secs and save_summaries_secs > 0)):
-            all_hooks.append(basic_hooks.SummarySaverHook(
+            all_hooks.append(reporting_hooks.SummarySaverHook(
                 scaffold=scaffold, save_steps=save_summaries_steps,
                 save_secs=save_summaries_secs, output_dir=summary_dir))
     if checkpoint_dir and ((save_checkpoint_secs and save_checkpoint_secs > 0) or

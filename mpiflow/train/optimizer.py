@@ -277,9 +277,11 @@ def _create_slot(var, initial_value, op_name):
     if info is not None:
         # The slot of a part is the same part of the full slot ("emb/Momentum"), so a
         # checkpoint reassembles slots as it does their variables (TensorFlow's rule).
+        # The slot's own suffix, not op_name: Adam's second slot is "<var>/Adam_1".
         n = slot.shape.ndims
+        suffix = slot.op.name[len(var.op.name) + 1:]
         slot._set_save_slice_info(Variable.SaveSliceInfo(
-            f"{info.full_name}/{op_name}", info.full_shape[:n], info.var_offset[:n],
+            f"{info.full_name}/{suffix}", info.full_shape[:n], info.var_offset[:n],
             info.var_shape[:n]))
     return slot
 

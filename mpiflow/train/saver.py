@@ -25,6 +25,7 @@ import mpiflow
 from mpiflow import errors
 from mpiflow.framework.graph import Tensor, get_default_graph
 from mpiflow.ops import checkpoint_format as fmt
+from mpiflow.ops import checkpoint_reader as reader
 from mpiflow.ops import control_ops, io_ops, state_ops
 from mpiflow.ops.partitioned_variables import PartitionedVariable
 from mpiflow.ops.variables import Variable, global_variables
@@ -50,7 +51,7 @@ def _entries(var_list) -> list:
         items = sorted(var_list.items())
     else:
         items = [(None, v) for v in var_list]
-    entries, seen, keys = [], set(), set()
+    entries, seen = [], set()
     for name, item in items:
         if isinstance(item, PartitionedVariable):
             name, parts = name or item.name, item.get_variable_list()
@@ -72,15 +73,25 @@ def _entries(var_list) -> list:
                 raise errors.InvalidArgumentError(
                     f"Saver: '{name}' lists several variables, but '{var.op.name}' is not a "
                     "partition part (it has no SaveSliceInfo)")
-            entry = _Entry(name or (info.full_name if info else var.op.name),
-                           info.spec if info else "", var)
-            if (entry.name, entry.spec) in keys:
-                raise errors.InvalidArgumentError(
-                    f"Saver: two variables would be saved as '{entry.name}'"
-                    + (f" slice {entry.spec!r}" if entry.spec else ""))
-            keys.add((entry.name, entry.spec))
-            entries.append(entry)
+            entries.append(_Entry(name or (info.full_name if info else var.op.name),
+                                  info.spec if info else "", var))
+    _check_names(entries)
     return entries
+
+
+def _check_names(entries) -> None:
+    """A name is saved either whole by one variable, or as slices of one full shape."""
+    by_name = {}
+    for e in entries:
+        by_name.setdefault(e.name, []).append(e)
+    for name, group in by_name.items():
+        fulls = {tuple(e.variable._save_slice_info.full_shape) if e.spec else None
+                 for e in group}
+        specs = [e.spec for e in group]
+        if len(group) > 1 and ("" in specs or len(fulls) > 1 or len(set(specs)) < len(specs)):
+            raise errors.InvalidArgumentError(
+                f"Saver: two variables would be saved as '{name}': "
+                f"{[e.variable.op.name for e in group]} (slices {specs})")
 
 
 class Saver:
@@ -98,6 +109,12 @@ class Saver:
         defer_build: build the ops in ``build()`` instead of now.
         allow_empty: allow a Saver with nothing to save (its save/restore do nothing).
         pad_step_number: format the step suffix as ``-%08d``.
+        reshape: only False (restoring into another full shape is not supported).
+        restore_sequentially: accepted for TF1 code; all variables restore in one step.
+
+    The arguments come in TensorFlow's order; TF1's ``saver_def``, ``builder``,
+    ``write_version``, ``save_relative_paths`` and ``filename`` are not accepted (the
+    state file always holds paths relative to its directory).
     """
 
     def __init__(self, var_list=None, reshape: bool = False, sharded: bool = True,
@@ -250,9 +267,9 @@ class Saver:
         if self._is_empty:
             return
         absolute = os.path.abspath(prefix)
-        index = fmt.read_index(absolute)
+        index = reader.read_index(absolute)
         for e in self._entries:         # name the missing key here, before any ps is asked
-            fmt.find_pieces(index, prefix, e.name)
+            reader.find_pieces(index, prefix, e.name)
         sess.run(self._restore_op, {self._filename: io_ops.encode_path(absolute)})
 
     # -- bookkeeping -------------------------------------------------------------------------

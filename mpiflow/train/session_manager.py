@@ -16,17 +16,19 @@ import numpy as np
 from mpiflow import config as config_module
 from mpiflow import errors
 from mpiflow.framework.graph import GraphKeys, get_default_graph
-from mpiflow.log import get_logger
+from mpiflow.logger import get_logger
 from mpiflow.ops import constant_ops, math_ops, state_ops
 from mpiflow.ops.array_ops import stack
 from mpiflow.ops.variables import global_variables, local_variables
 from mpiflow.runtime.session import Session
+from mpiflow.train.checkpoint_management import latest_checkpoint
+from mpiflow.train.saver import Saver
 
-_LOG = get_logger(__name__)
+_LOG = get_logger("mpiflow.train")
 _REPORT_NAMES = "mpiflow.train.report_uninitialized_variables"
 # Polls of the ready op start fast (the chief is usually a moment behind) and back off.
 _FIRST_POLL_S = 0.01
-_MAX_POLL_S = 0.5
+_MAX_POLL_S = 0.25
 _LOG_EVERY_S = 10.0
 
 
@@ -62,11 +64,6 @@ def uninitialized_names(report, mask) -> list:
     return [n for n, m in zip(names, mask) if m]
 
 
-def _latest_checkpoint(checkpoint_dir):
-    from mpiflow.train.saver import latest_checkpoint
-    return latest_checkpoint(checkpoint_dir)
-
-
 def get_saver_or_default():
     """Return the saver in the SAVERS collection, making a sharded ``Saver`` if there is none.
 
@@ -80,8 +77,7 @@ def get_saver_or_default():
             "the one to use as saver= (or in a Scaffold)")
     if savers:
         return savers[0]
-    from mpiflow.train.saver import Saver
-    saver = Saver(sharded=True)
+    saver = Saver(sharded=True, allow_empty=True)
     graph.add_to_collection(GraphKeys.SAVERS, saver)
     return saver
 
@@ -198,11 +194,11 @@ class SessionManager:
         try:
             path = checkpoint_filename_with_path
             if path is None and saver is not None and checkpoint_dir:
-                path = _latest_checkpoint(checkpoint_dir)
+                path = latest_checkpoint(checkpoint_dir)
                 deadline = time.monotonic() + max_wait_secs
                 while path is None and wait_for_checkpoint and time.monotonic() < deadline:
                     time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-                    path = _latest_checkpoint(checkpoint_dir)
+                    path = latest_checkpoint(checkpoint_dir)
             if path is None:
                 return sess, False
             if saver is None:

@@ -26,12 +26,11 @@ class SessionRunHook:
             coord: the session's ``mf.train.Coordinator``.
         """
 
-    def before_run(self, run_context: "SessionRunContext"):
+    def before_run(self, run_context: SessionRunContext):
         """Return a ``SessionRunArgs`` to add to the coming ``run`` call, or None."""
-        return None
 
-    def after_run(self, run_context: "SessionRunContext",
-                  run_values: "SessionRunValues") -> None:
+    def after_run(self, run_context: SessionRunContext,
+                  run_values: SessionRunValues) -> None:
         """See the values of the fetches requested in ``before_run``; may request a stop."""
 
     def end(self, session) -> None:

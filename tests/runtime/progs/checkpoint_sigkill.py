@@ -58,7 +58,7 @@ def main(directory, mode):
         server.join()
         return
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
-        w, step, i, update = build()
+        _, step, i, update = build()
         saver = mf.train.Saver(max_to_keep=3)
         init = mf.global_variables_initializer()
     with mf.Session(server.target) as sess:

@@ -1,0 +1,83 @@
+"""Collectives over a communicator: one strategy per file, chosen from an ordered list.
+
+``ALLREDUCE`` lists the strategies in order of preference. ``get_collective(name, comm,
+array)`` returns the named one, or for ``"auto"`` the first whose ``preferred()`` holds:
+
+- NCCL for cupy arrays (where ``cupy.cuda.nccl`` imports and a GPU is visible);
+- mpiflow's ring for host arrays of at least MPIFLOW_RING_MIN_BYTES (0, the default,
+  means never);
+- MPI's Iallreduce otherwise.
+
+AUTO_RULE_MEASUREMENTS
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from mpiflow import config as config_lib
+from mpiflow import errors
+from mpiflow.comm.collectives.base import Collective, Handle, Stage
+from mpiflow.comm.collectives.mpi import MpiCollective
+from mpiflow.comm.collectives.nccl import NcclCollective
+from mpiflow.comm.collectives.ring import RingCollective
+
+ALLREDUCE: list[type[Collective]] = [NcclCollective, RingCollective, MpiCollective]
+BY_NAME: dict[str, type[Collective]] = {cls.name: cls for cls in ALLREDUCE}
+
+__all__ = ["ALLREDUCE", "BY_NAME", "Collective", "Handle", "MpiCollective", "NcclCollective",
+           "RingCollective", "Stage", "explain_auto", "get_collective", "select"]
+
+
+def select(name: str, comm: MPI.Intracomm, array,
+           config: config_lib.Config | None = None) -> type[Collective]:
+    """Return the strategy class ``get_collective`` would use (see the module docstring).
+
+    Raises:
+        InvalidArgumentError: ``name`` is unknown (the message lists the known names), or
+            names a strategy that is not enabled here (the message says why).
+    """
+    config = config or config_lib.default()
+    if name == "auto":
+        for cls in ALLREDUCE:
+            if cls.preferred(comm, array, config)[0]:
+                return cls
+        raise errors.InvalidArgumentError(
+            "No collective algorithm can run on this array: " + explain_auto(comm, array, config))
+    cls = BY_NAME.get(name)
+    if cls is None:
+        raise errors.op_error(errors.InvalidArgumentError,
+                              f"Unknown collective algorithm {name!r}",
+                              expected="one of " + ", ".join(repr(n) for n in [*BY_NAME, "auto"]),
+                              got=repr(name))
+    ok, why = cls.enabled(comm, array)
+    if not ok:
+        raise errors.InvalidArgumentError(f"Collective algorithm {name!r} is not enabled: "
+                                          f"{name}: {why}")
+    return cls
+
+
+def get_collective(name: str, comm: MPI.Intracomm, array,
+                   config: config_lib.Config | None = None) -> Collective:
+    """Return the strategy ``name`` ("nccl", "ring", "mpi" or "auto") over ``comm``.
+
+    Args:
+        name: a strategy name, or "auto" for the first preferred one in ``ALLREDUCE``.
+        comm: the communicator of the ranks taking part (any mpi4py Intracomm).
+        array: an array like the ones it will reduce (decides host or GPU, and size).
+        config: where the knobs are read (default: the process environment).
+
+    Raises:
+        InvalidArgumentError: as ``select``.
+    """
+    return select(name, comm, array, config)(comm, config)
+
+
+def explain_auto(comm: MPI.Intracomm, array, config: config_lib.Config | None = None) -> str:
+    """Return one clause per strategy saying whether "auto" would take it, and why not."""
+    config = config or config_lib.default()
+    parts = []
+    for cls in ALLREDUCE:
+        ok, why = cls.preferred(comm, array, config)
+        parts.append(f"{cls.name}: {'yes' if ok else why}")
+    return "; ".join(parts)

@@ -1,0 +1,438 @@
+"""The collective strategy base: operations over a communicator, and their handles.
+
+A strategy (one per file: ``mpi.py``, ``ring.py``, ``nccl.py``) subclasses ``Collective``
+and supplies the stages that move the data; this base owns what every strategy shares:
+argument checks, the float16 path, the cross-rank check, issue order, deadlines and the
+``Handle`` that ``*_async`` returns (Horovod's pattern: ``test()`` advances, ``wait()``
+completes, ``result`` holds the output).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import backend, errors
+from mpiflow import config as config_lib
+from mpiflow.comm.backoff import Backoff, poll_until
+from mpiflow.comm.collectives.check import OPS, CrossRankCheck, format_ranks, make_record
+from mpiflow.comm.collectives.state import CommState, comm_state, make_backoff
+
+# Element kinds a collective moves: bool, signed and unsigned ints, floats.
+_KINDS = "biuf"
+_MISSING = object()
+
+
+class Stage:
+    """One step of an operation: ``start()`` once, then ``test()`` until it returns True."""
+
+    what = "a collective"
+
+    def start(self) -> None:
+        pass
+
+    def test(self) -> bool:
+        return True
+
+    def pending_ranks(self) -> list[int] | None:
+        """Return the ranks this step still waits for; None when MPI does not tell."""
+        return None
+
+
+class RequestStage(Stage):
+    """A step that is one or more MPI requests, posted by ``post()`` at start."""
+
+    def __init__(self, post: Callable[[], MPI.Request | Sequence[MPI.Request]], what: str):
+        self._post = post
+        self.what = what
+        self._requests: list[MPI.Request] = []
+
+    def start(self) -> None:
+        posted = self._post()
+        self._requests = list(posted) if isinstance(posted, (list, tuple)) else [posted]
+
+    def test(self) -> bool:
+        return MPI.Request.Testall(self._requests)
+
+
+class CallStage(Stage):
+    """A local step (a conversion, a division) run when the steps before it are done."""
+
+    def __init__(self, call: Callable[[], Any], what: str):
+        self._call = call
+        self.what = what
+
+    def start(self) -> None:
+        self._call()
+
+
+class Handle:
+    """A collective in flight.
+
+    ``test()`` advances the operation without blocking (a caller that polls it drives a
+    ring to completion) and returns whether it is done; ``wait()`` polls it with a back-off
+    that leaves the core to other ranks; ``result`` is the output once done.
+
+    Every operation has a deadline (``timeout`` seconds, MPIFLOW_TIMEOUT by default,
+    counted from its issue): past it, ``test()`` and ``wait()`` raise
+    ``DeadlineExceededError`` naming the collective, the tensor and the ranks not heard
+    from, and the operation is dead. A rank's operations start in the order they were
+    issued, whatever order their handles are tested in.
+    """
+
+    def __init__(self, state: CommState, label: str, build: Callable[[int], list[Stage]],
+                 finish: Callable[[], Any], record: np.ndarray | None, timeout: float,
+                 backoff: Backoff):
+        self.label = label
+        self.timeout = timeout
+        self._state = state
+        self._build = build
+        self._finish = finish
+        self._backoff = backoff
+        self._stages: collections.deque = collections.deque()
+        self._stage: Stage | None = None
+        self._data_started = False
+        self._result = _MISSING
+        self._error: errors.MpiflowError | None = None
+        self._issued = time.monotonic()
+        with state.lock:
+            # Checks post their messages in issue order: they match by order on every rank.
+            self._check = None if record is None else CrossRankCheck(state, record, label)
+            self.seq = state.submit(self)
+
+    # -- called by CommState.pump, in issue order ------------------------------------------
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def check_passed(self) -> bool:
+        if self._check is None:
+            return True
+        try:
+            return self._check.test()
+        except errors.MpiflowError as exc:
+            self._error = exc
+            return False
+
+    def begin_data(self) -> None:
+        self._data_started = True
+        try:
+            self._stages.extend(self._build(self.seq))
+            self._advance()
+        except errors.MpiflowError as exc:
+            self._error = exc
+
+    # -- public ----------------------------------------------------------------------------
+    def test(self) -> bool:
+        """Advance the operation without blocking; return whether it is complete.
+
+        Raises:
+            the operation's error: InvalidArgumentError from the cross-rank check,
+            DeadlineExceededError past the deadline.
+        """
+        if self._result is not _MISSING:
+            return True
+        with self._state.lock:
+            if self._error is None:
+                self._state.pump()
+                if self._error is None and self._data_started and self._advance():
+                    self._result = self._finish()
+                    return True
+            if self._error is None and self._past_deadline():
+                self._error = self._deadline_error(time.monotonic() - self._issued)
+                if self._check is not None:
+                    self._check.expire()
+            if self._error is not None:
+                raise self._error
+        return False
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Complete the operation and return its result.
+
+        Args:
+            timeout: give up this wait after so many seconds (the operation stays alive);
+                None waits up to the operation's own deadline.
+
+        Raises:
+            DeadlineExceededError: naming the collective, the tensor and the ranks not
+                heard from; the errors of ``test()``.
+        """
+        poll_until(self.test, timeout, lambda waited: self._deadline_error(waited),
+                   self._backoff)
+        return self._result
+
+    @property
+    def result(self) -> Any:
+        """The output (the reduced array, the broadcast array, the gathered array)."""
+        if self._result is _MISSING:
+            raise errors.FailedPreconditionError(
+                f"{self.label}: the result is not there yet; call wait(), or test() until "
+                f"it returns True")
+        return self._result
+
+    def __repr__(self) -> str:
+        state = "done" if self._result is not _MISSING else (
+            "failed" if self._error is not None else "in flight")
+        return f"<Handle #{self.seq} {self.label}: {state}>"
+
+    # -- internals -------------------------------------------------------------------------
+    def _advance(self) -> bool:
+        while True:
+            if self._stage is not None and not self._stage.test():
+                return False
+            if not self._stages:
+                self._stage = None
+                return True
+            self._stage = self._stages.popleft()
+            self._stage.start()
+
+    def _past_deadline(self) -> bool:
+        grace = 0.0 if self._check is None else self._check.grace(self.timeout)
+        return time.monotonic() - self._issued > self.timeout + grace
+
+    def _waiting_on(self) -> tuple[str, list[int] | None]:
+        if self._check is not None and not self._check.passed:
+            return self._check.waiting_on()
+        if not self._data_started:
+            head = self._state.blocking_head(self)
+            if head is not None:
+                what, ranks = head._waiting_on()
+                return f"collective #{head.seq} issued before it ({head.label}): {what}", ranks
+            return "every rank to join the collectives' communicator (MPI_Comm_idup)", None
+        if self._stage is None:
+            return "nothing (complete)", []
+        return self._stage.what, self._stage.pending_ranks()
+
+    def _deadline_error(self, waited: float) -> errors.DeadlineExceededError:
+        what, ranks = self._waiting_on()
+        if ranks is None:
+            heard = ("the ranks not heard from are unknown (inside MPI; every rank of the "
+                     "communicator must make this call)")
+        else:
+            heard = f"not heard from {format_ranks(ranks)}" if ranks else "all ranks heard"
+        return errors.DeadlineExceededError(
+            f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
+            f"(MPIFLOW_TIMEOUT={self.timeout:g} s)")
+
+
+def _array_module(array):
+    return backend.array_module("/device:GPU:0") if backend.is_device_array(array) else np
+
+
+def describe_array(array) -> str:
+    return f"{np.dtype(array.dtype).name}{list(array.shape)}"
+
+
+class Collective:
+    """A collective strategy over a communicator (the workers' process set).
+
+    Subclasses set ``name``, implement ``enabled()`` and ``_allreduce_stages()``, and may
+    override ``_broadcast_stages()``/``_allgather_stages()`` (here: MPI's Ibcast and
+    Iallgatherv, the reference). Collectives must be issued in the same order on every
+    rank of the communicator; each call is checked across ranks first unless
+    ``check=False``.
+
+    Args:
+        comm: any mpi4py Intracomm; its data moves on a private duplicate.
+        config: where MPIFLOW_TIMEOUT and the polling and strategy knobs are read.
+    """
+
+    name: ClassVar[str] = "base"
+    native_float16: ClassVar[bool] = False   # False: float16 is reduced in float32
+
+    def __init__(self, comm: MPI.Intracomm, config: config_lib.Config | None = None):
+        self.comm = comm
+        self.config = config or config_lib.default()
+        self.state = comm_state(comm)
+        self.rank, self.size = self.state.rank, self.state.size
+        self.timeout = self.config.get("MPIFLOW_TIMEOUT")
+        model = make_backoff(self.size, self.config)
+        self._backoff_args = (model.spin_s, model.first_s, model.max_s)
+
+    @classmethod
+    def enabled(cls, comm: MPI.Intracomm, array) -> tuple[bool, str]:
+        """Return ``(True, "")`` if this strategy can run on ``array``, else (False, why)."""
+        raise NotImplementedError
+
+    @classmethod
+    def preferred(cls, comm: MPI.Intracomm, array, config: config_lib.Config) -> tuple[bool, str]:
+        """Return whether ``algorithm="auto"`` should take this strategy, and why not."""
+        return cls.enabled(comm, array)
+
+    # -- allreduce -------------------------------------------------------------------------
+    def allreduce_async(self, array, op: str = "sum", out=None, *, name: str | None = None,
+                        check: bool = True, timeout: float | None = None) -> Handle:
+        """Start summing (or averaging) ``array`` over every rank; return its handle.
+
+        Args:
+            array: this rank's contribution; any dtype of bool, int8..int64, uint8,
+                float16..float64. bool "sum" is logical or. float16 is summed in float32.
+            op: "sum" or "average" (floating dtypes only).
+            out: where the result goes (same shape and dtype, C-contiguous); ``array``
+                itself for in place; None allocates it.
+            name: the tensor's name, for the cross-rank check and error messages.
+            check: compare (name, algorithm, op, dtype, shape) across ranks first.
+            timeout: seconds before DeadlineExceededError (default MPIFLOW_TIMEOUT).
+
+        Raises:
+            InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
+        """
+        label = self._label("allreduce", name, array)
+        self._accept(array, label)
+        if op not in OPS:
+            raise errors.InvalidArgumentError(
+                f"{label}: unknown reduction {op!r}, expected one of {list(OPS)}")
+        if op == "average" and array.dtype.kind != "f":
+            raise errors.InvalidArgumentError(
+                f"{label}: op='average' needs a floating dtype, got {array.dtype}; use "
+                f"op='sum' and divide as your dtype requires")
+        xp = _array_module(array)
+        send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+        out = self._output(array, out, label, xp)
+        if array.dtype == np.float16 and not self.native_float16:
+            work = send.astype(np.float32)
+            build = lambda seq: self._allreduce_stages(work, work, op, seq)  # noqa: E731
+
+            def finish():
+                np.copyto(out, work, casting="same_kind")
+                return out
+        else:
+            build = lambda seq: self._allreduce_stages(send, out, op, seq)  # noqa: E731
+            finish = lambda: out  # noqa: E731
+        record = make_record("allreduce", name, self.name, op, -1, array.dtype, array.shape)
+        return self._issue(label, build, finish, record if check else None, timeout)
+
+    def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:
+        """Blocking ``allreduce_async(...).wait()``; return the result."""
+        return self.allreduce_async(array, op, out, **options).wait()
+
+    # -- broadcast -------------------------------------------------------------------------
+    def broadcast_async(self, array, root: int = 0, *, name: str | None = None,
+                        check: bool = True, timeout: float | None = None) -> Handle:
+        """Start copying ``array`` of rank ``root`` into ``array`` of every rank.
+
+        Every rank passes an array of the root's shape and dtype; the result is that array,
+        overwritten in place on the other ranks.
+        """
+        label = self._label("broadcast", name, array)
+        self._accept(array, label)
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or \
+                not 0 <= root < self.size:
+            raise errors.InvalidArgumentError(
+                f"{label}: bad root {root!r}, expected a rank in [0, {self.size})")
+        root = int(root)
+        xp = _array_module(array)
+        buf = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+
+        def finish():
+            if buf is not array:
+                array[...] = buf
+            return array
+        record = make_record("broadcast", name, self.name, None, root, array.dtype, array.shape)
+        return self._issue(label, lambda seq: self._broadcast_stages(buf, root, seq), finish,
+                           record if check else None, timeout)
+
+    def broadcast(self, array, root: int = 0, **options) -> Any:
+        """Blocking ``broadcast_async(...).wait()``; return the array."""
+        return self.broadcast_async(array, root, **options).wait()
+
+    # -- allgather -------------------------------------------------------------------------
+    def allgather_async(self, array, *, name: str | None = None, check: bool = True,
+                        timeout: float | None = None) -> Handle:
+        """Start concatenating every rank's ``array`` along the first dimension.
+
+        The first dimension may differ from rank to rank (the sizes are gathered first);
+        the rest of the shape and the dtype must agree. The result is a new array with the
+        ranks' rows in rank order.
+        """
+        label = self._label("allgather", name, array)
+        self._accept(array, label)
+        if array.ndim == 0:
+            raise errors.InvalidArgumentError(
+                f"{label}: allgather needs an array with a first dimension, got a scalar")
+        xp = _array_module(array)
+        send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+        box: dict = {}
+        record = make_record("allgather", name, self.name, None, -1, array.dtype,
+                             array.shape[1:])
+        return self._issue(label, lambda seq: self._allgather_stages(send, box, seq),
+                           lambda: box["out"], record if check else None, timeout)
+
+    def allgather(self, array, **options) -> Any:
+        """Blocking ``allgather_async(...).wait()``; return the gathered array."""
+        return self.allgather_async(array, **options).wait()
+
+    # -- strategy hooks --------------------------------------------------------------------
+    def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
+        """Return the steps that leave the sum (or average) of ``send`` in ``recv``.
+
+        ``recv is send`` means in place; both are C-contiguous and of one dtype.
+        """
+        raise NotImplementedError
+
+    def _broadcast_stages(self, buf, root: int, seq: int) -> list[Stage]:
+        return [RequestStage(lambda: self.state.data_comm.Ibcast([buf, MPI.BYTE], root),
+                             f"MPI_Ibcast from rank {root}")]
+
+    def _allgather_stages(self, send, box: dict, seq: int) -> list[Stage]:
+        mine = np.array([send.shape[0]], dtype=np.int64)
+        counts = np.empty(self.size, dtype=np.int64)
+        row_bytes = send.dtype.itemsize * math.prod(send.shape[1:])
+
+        def gather_sizes():
+            return self.state.data_comm.Iallgather([mine, MPI.INT64_T], [counts, MPI.INT64_T])
+
+        def gather_rows():
+            out = np.empty((int(counts.sum()),) + send.shape[1:], dtype=send.dtype)
+            box["out"] = out
+            nbytes = counts * row_bytes
+            displs = np.concatenate(([0], np.cumsum(nbytes)[:-1]))
+            return self.state.data_comm.Iallgatherv(
+                [send, MPI.BYTE], [out, (nbytes.tolist(), displs.tolist()), MPI.BYTE])
+        return [RequestStage(gather_sizes, "MPI_Iallgather of the first dimensions"),
+                RequestStage(gather_rows, "MPI_Iallgatherv")]
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _label(self, kind: str, name: str | None, array) -> str:
+        tensor = f" '{name}'" if name else ""
+        try:
+            what = describe_array(array)
+        except (AttributeError, TypeError):
+            what = type(array).__name__
+        return f"{kind}{tensor} ({self.name}, {what}) on rank {self.rank} of {self.size}"
+
+    def _accept(self, array, label: str) -> None:
+        if not hasattr(array, "dtype") or not hasattr(array, "shape"):
+            raise errors.InvalidArgumentError(
+                f"{label}: expected a numpy or cupy array, got {type(array).__name__}")
+        if array.dtype.kind not in _KINDS or array.dtype.itemsize > 8:
+            raise errors.InvalidArgumentError(
+                f"{label}: unsupported dtype {array.dtype}, expected bool, int8..int64, "
+                f"uint8..uint64 or float16..float64")
+        ok, why = self.enabled(self.comm, array)
+        if not ok:
+            raise errors.InvalidArgumentError(f"{label}: {self.name}: {why}")
+
+    def _output(self, array, out, label: str, xp):
+        if out is None:
+            return xp.empty(array.shape, dtype=array.dtype)
+        if type(out) is not type(array) or out.shape != array.shape or \
+                out.dtype != array.dtype or not out.flags.c_contiguous:
+            raise errors.InvalidArgumentError(
+                f"{label}: bad out, expected a C-contiguous {type(array).__name__} "
+                f"{describe_array(array)}, got {type(out).__name__} "
+                f"{describe_array(out) if hasattr(out, 'dtype') else ''}".rstrip())
+        return out
+
+    def _issue(self, label, build, finish, record, timeout) -> Handle:
+        return Handle(self.state, label, build, finish, record,
+                      self.timeout if timeout is None else timeout,
+                      Backoff(*self._backoff_args))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} '{self.name}' on {self.size} ranks>"

@@ -1,0 +1,158 @@
+"""What every collective on one communicator shares: a private duplicate, an operation
+counter, the queue that starts operations in issue order, and reused scratch buffers.
+
+The state hangs on the communicator itself (an MPI attribute), so every strategy and every
+``Collective`` object built over the same communicator finds the same one, and it goes
+away with the communicator.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import config as config_lib
+from mpiflow.comm.backoff import Backoff
+
+# Tags of the cross-rank check, sent on the caller's communicator itself (the duplicate
+# is not usable before every rank has joined it, and the check is what names a rank that
+# never does). Chosen far from the transport's 7101/7102 and below MPI's minimum TAG_UB.
+CHECK_TAG = 0x4D46
+VERDICT_TAG = 0x4D47
+DETAIL_TAG = 0x4D48
+# Data tags on the duplicate cycle through [1, DATA_TAGS]: an operation's point-to-point
+# messages carry its own tag, so operations in flight together never match each other.
+DATA_TAGS = 32000
+
+_keyval = []
+
+
+def comm_state(comm: MPI.Intracomm) -> CommState:
+    """Return the ``CommState`` of ``comm``, creating it on first use (local, no MPI call)."""
+    if not _keyval:
+        _keyval.append(MPI.Comm.Create_keyval())
+    state = comm.Get_attr(_keyval[0])
+    if state is None:
+        state = CommState(comm)
+        comm.Set_attr(_keyval[0], state)
+    return state
+
+
+def make_backoff(size: int, config: config_lib.Config) -> Backoff:
+    """Return the polling rhythm for ranks waiting on a collective of ``size`` ranks.
+
+    With a core for every rank, polling a little longer costs nobody anything; on a crowded
+    node (more ranks than cores, the usual ps + workers case) a long spin would take a core
+    from the very peer this rank waits for, so it yields and sleeps early.
+    """
+    spin_us = config.get("MPIFLOW_POLL_SPIN_US")
+    if spin_us is None:
+        spin_us = 2000 if size <= (os.cpu_count() or 1) else 50
+    return Backoff(spin_s=spin_us * 1e-6, first_s=5e-6,
+                   max_s=config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6)
+
+
+class ScratchPool:
+    """Grow-only byte buffers lent to operations in flight and given back when they end."""
+
+    def __init__(self):
+        self._free: list[np.ndarray] = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """Return a uint8 buffer of at least ``nbytes`` that no operation in flight uses."""
+        fits = [b for b in self._free if b.nbytes >= nbytes]
+        if fits:
+            buf = min(fits, key=lambda b: b.nbytes)
+            self._free.remove(buf)
+            return buf
+        if self._free:  # grow the largest one instead of keeping a small one around
+            self._free.remove(max(self._free, key=lambda b: b.nbytes))
+        return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def give(self, buf: np.ndarray) -> None:
+        self._free.append(buf)
+
+
+class CommState:
+    """Per-communicator state shared by every collective strategy.
+
+    Operations are numbered in the order they are issued; all ranks must issue them in the
+    same order. An operation first runs its cross-rank check (if any) on the caller's
+    communicator; its data then moves on ``data_comm``, a duplicate made at the first
+    operation, and operations start their data phase strictly in issue order, so MPI's
+    non-blocking collectives (and NCCL calls) are entered in one order on every rank even
+    when callers test their handles in different orders.
+    """
+
+    def __init__(self, comm: MPI.Intracomm):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.lock = threading.RLock()
+        self.scratch = ScratchPool()
+        self.extras: dict = {}            # strategy-owned lazy state (e.g. the NCCL comm)
+        self._seq = 0
+        self._queue: collections.deque = collections.deque()
+        self._sends: list = []            # [(request, keepalive)] of fire-and-forget sends
+        self._dup = None
+        self._dup_request = None
+
+    @property
+    def data_comm(self) -> MPI.Intracomm:
+        """The private duplicate that carries the data (ready once an operation started)."""
+        return self._dup
+
+    def submit(self, handle) -> int:
+        """Number ``handle`` and queue it to start after the operations issued before it."""
+        if self._dup is None and self._dup_request is None:
+            # Non-blocking, so a rank that never joins surfaces as a deadline with the
+            # check's diagnosis instead of a hang inside MPI_Comm_dup.
+            self._dup, self._dup_request = self.comm.Idup()
+        seq = self._seq
+        self._seq += 1
+        self._queue.append(handle)
+        return seq
+
+    def data_tag(self, seq: int) -> int:
+        return 1 + seq % DATA_TAGS
+
+    def track_send(self, request: MPI.Request, keepalive) -> None:
+        """Keep ``keepalive`` (the send buffer) until ``request`` completes."""
+        self._sends.append((request, keepalive))
+
+    def dup_ready(self) -> bool:
+        if self._dup_request is not None and self._dup_request.Test():
+            self._dup_request = None
+        return self._dup_request is None
+
+    def pump(self) -> None:
+        """Advance queued checks and start the data phase of operations, in issue order."""
+        if self._sends:
+            self._sends = [(r, k) for r, k in self._sends if not r.Test()]
+        while self._queue:
+            handle = self._queue[0]
+            if handle.failed:
+                self._queue.popleft()
+                continue
+            if not handle.check_passed():
+                if handle.failed:      # its check raised: it never starts; go on
+                    self._queue.popleft()
+                    continue
+                return
+            if not self.dup_ready():
+                return
+            self._queue.popleft()
+            handle.begin_data()
+
+    def blocking_head(self, handle):
+        """Return the operation queued before ``handle`` that holds it back, or None."""
+        for queued in self._queue:
+            if queued is handle:
+                return None
+            if not queued.failed:
+                return queued
+        return None

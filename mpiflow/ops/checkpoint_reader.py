@@ -1,0 +1,242 @@
+"""Read checkpoints: the index (cached by file identity) and any slice of a saved tensor.
+
+A tensor is assembled from whatever pieces were saved (whole, or slices of another
+partitioning): each piece that meets the wanted box is copied in with one numpy slice
+assignment. Files are loaded with ``allow_pickle=False`` and checked against the index:
+damage is a DataLossError naming the file, a missing name a NotFoundError listing close
+names, a shape or dtype that differs from the variable's an InvalidArgumentError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import threading
+import zipfile
+import zlib
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.ops.checkpoint_format import (
+    FORMAT, FORMAT_VERSION, MANIFEST_KEY, SliceSpec, index_path, os_error)
+
+
+def _intersection(a: SliceSpec, b: SliceSpec):
+    """(index into a's array, index into b's array, elements) of where a and b meet."""
+    lo = np.maximum(a.start, b.start).astype(np.int64)
+    hi = np.minimum(np.add(a.start, a.length), np.add(b.start, b.length)).astype(np.int64)
+    if np.any(hi <= lo):
+        return None
+    in_a = tuple(slice(int(l - s), int(h - s)) for l, h, s in zip(lo, hi, a.start))
+    in_b = tuple(slice(int(l - s), int(h - s)) for l, h, s in zip(lo, hi, b.start))
+    return in_a, in_b, int(np.prod(hi - lo))
+
+
+class _IndexCache:
+    """Parsed indexes by file identity: restoring N variables reads the index once, and a
+    replaced index (a new inode or mtime) is read again. Kernels may run on several
+    threads, hence the lock."""
+
+    def __init__(self, size: int = 4):
+        self._size = size
+        self._entries = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str, op=None) -> dict:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise errors.op_error(errors.NotFoundError,
+                                  f"Checkpoint index '{path}' does not exist", op) from None
+        except OSError as exc:
+            raise os_error(exc, f"Cannot read checkpoint index '{path}'", op) from exc
+        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            cached = self._entries.get(path)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        index = _parse_index(path, op)
+        with self._lock:
+            if len(self._entries) >= self._size:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[path] = (identity, index)
+        return index
+
+
+_INDEX_CACHE = _IndexCache()
+
+
+def read_index(prefix: str, op=None) -> dict:
+    """Return the index of checkpoint ``prefix``.
+
+    Raises:
+        NotFoundError: there is no index file.
+        DataLossError: the index is truncated, not JSON, or not an mpiflow index.
+    """
+    return _INDEX_CACHE.get(index_path(prefix), op)
+
+
+def _parse_index(path: str, op) -> dict:
+    try:
+        with open(path, "rb") as f:
+            index = json.loads(f.read().decode("utf-8"))
+    except OSError as exc:
+        raise os_error(exc, f"Cannot read checkpoint index '{path}'", op) from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise errors.op_error(errors.DataLossError, f"Checkpoint index '{path}' is truncated "
+                              f"or corrupted ({exc})", op) from None
+    if not (isinstance(index, dict) and index.get("format") == FORMAT and
+            isinstance(index.get("version"), int) and isinstance(index.get("tensors"), dict)
+            and _pieces_well_formed(index["tensors"])):
+        raise errors.op_error(errors.DataLossError, f"Checkpoint index '{path}' is corrupted: "
+                              f"it is not an {FORMAT} index", op)
+    if index["version"] > FORMAT_VERSION:
+        raise errors.op_error(errors.UnimplementedError, f"Checkpoint index '{path}' has a "
+                              "newer format version", op, expected=f"<= {FORMAT_VERSION}",
+                              got=index["version"])
+    return index
+
+
+def _pieces_well_formed(tensors: dict) -> bool:
+    for pieces in tensors.values():
+        if not isinstance(pieces, list) or not pieces:
+            return False
+        for p in pieces:
+            if not (isinstance(p, dict) and isinstance(p.get("file"), str) and
+                    os.path.basename(p["file"]) == p["file"] and
+                    isinstance(p.get("key"), str) and isinstance(p.get("slice"), str) and
+                    isinstance(p.get("dtype"), str) and isinstance(p.get("shape"), list)):
+                return False
+    return True
+
+
+def find_pieces(index: dict, prefix: str, name: str, op=None) -> list:
+    """Return the saved pieces of ``name``; a missing name lists the closest names."""
+    pieces = index["tensors"].get(name)
+    if pieces is None:
+        close = difflib.get_close_matches(name, list(index["tensors"]), n=3, cutoff=0.5)
+        hint = f" (close keys: {', '.join(repr(c) for c in close)})" if close else ""
+        raise errors.op_error(errors.NotFoundError, f"Key '{name}' not found in checkpoint "
+                              f"'{prefix}'{hint}", op)
+    return pieces
+
+
+def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None) -> np.ndarray:
+    """Assemble the ``spec`` slice of checkpoint tensor ``name`` from its saved pieces.
+
+    Args:
+        spec: the slice of the full tensor wanted ("" = the whole tensor).
+        dtype: the DType wanted.
+        shape: the shape wanted (a list with None for unknown dimensions, or None).
+
+    Raises:
+        NotFoundError: ``name`` or one of its shard files is missing.
+        InvalidArgumentError: the saved dtype or full shape differs from the one wanted.
+        DataLossError: a shard or the index is corrupted, or does not cover the slice.
+    """
+    index = read_index(prefix, op)
+    pieces = find_pieces(index, prefix, name, op)
+    boxes = [_piece_box(p, prefix, name, op) for p in pieces]
+    saved_full = boxes[0].full_shape
+    if any(b.full_shape != saved_full for b in boxes):
+        raise errors.op_error(errors.DataLossError, f"Checkpoint '{prefix}' holds pieces of "
+                              f"'{name}' with different full shapes", op,
+                              got=[b.full_shape for b in boxes])
+    dtype = dtypes.as_dtype(dtype)
+    saved_dtype = pieces[0]["dtype"]
+    if any(p["dtype"] != dtype.name for p in pieces):
+        raise errors.op_error(errors.InvalidArgumentError, f"Dtype of '{name}' in checkpoint "
+                              f"'{prefix}' does not match the variable", op,
+                              expected=dtype.name, got=saved_dtype)
+    want = _wanted_box(spec, shape, saved_full, name, prefix, op)
+    out = np.empty(want.length, dtype=dtype.np_dtype)
+    covered = 0
+    for piece, box in zip(pieces, boxes):
+        meet = _intersection(want, box)
+        if meet is None:
+            continue
+        into, outof, count = meet
+        out[into] = _load_piece(prefix, piece, name, op)[outof]
+        covered += count
+    if covered != out.size:
+        raise errors.op_error(errors.DataLossError, f"Checkpoint '{prefix}' does not cover "
+                              f"slice {want} of '{name}'", op,
+                              expected=f"{out.size} elements", got=covered)
+    return out
+
+
+def _piece_box(piece, prefix, name, op) -> SliceSpec:
+    try:
+        box = SliceSpec.of(piece["slice"], piece["shape"])
+    except errors.InvalidArgumentError as exc:
+        raise errors.op_error(errors.DataLossError, f"Checkpoint index of '{prefix}' is "
+                              f"corrupted for '{name}': {exc.message}", op) from None
+    if box.length != [int(d) for d in piece["shape"]]:
+        raise errors.op_error(errors.DataLossError, f"Checkpoint index of '{prefix}' is "
+                              f"corrupted for '{name}': slice {piece['slice']!r} has shape",
+                              op, expected=box.length, got=piece["shape"])
+    return box
+
+
+def _wanted_box(spec, shape, saved_full, name, prefix, op) -> SliceSpec:
+    want = SliceSpec.parse(spec) if spec else None
+    full = want.full_shape if want is not None else shape
+    if full is None:
+        full = saved_full
+    if len(full) != len(saved_full) or any(
+            d is not None and d != s for d, s in zip(full, saved_full)):
+        raise errors.op_error(errors.InvalidArgumentError, f"Shape of '{name}' in checkpoint "
+                              f"'{prefix}' does not match the variable", op,
+                              expected=f"shape {list(full)}", got=f"shape {saved_full}")
+    if want is None:
+        return SliceSpec.whole(saved_full)
+    if shape is not None and len(shape) == len(want.length) and any(
+            d is not None and d != n for d, n in zip(shape, want.length)):
+        raise errors.op_error(errors.InvalidArgumentError, f"Slice {spec!r} of '{name}' does "
+                              "not match the variable", op, expected=f"shape {list(shape)}",
+                              got=f"shape {want.length}")
+    return want
+
+
+def _load_piece(prefix, piece, name, op) -> np.ndarray:
+    path = os.path.join(os.path.dirname(prefix), piece["file"])
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            manifest = json.loads(npz[MANIFEST_KEY].tobytes().decode("utf-8"))
+            array = npz[piece["key"]]
+    except FileNotFoundError:
+        raise errors.op_error(errors.NotFoundError, f"Shard file '{path}' of checkpoint "
+                              f"'{prefix}' (holding '{name}') does not exist", op) from None
+    except (zipfile.BadZipFile, EOFError, ValueError, KeyError, UnicodeDecodeError,
+            zlib.error) as exc:
+        raise _corrupt(path, exc, op) from None
+    except OSError as exc:
+        raise os_error(exc, f"Cannot read shard file '{path}'", op) from exc
+    if not isinstance(manifest, dict):
+        raise _corrupt(path, ValueError("its manifest is not a JSON object"), op)
+    entry = next((e for e in manifest.get("tensors", ()) if e.get("key") == piece["key"]), None)
+    expected = {"name": name, "slice": piece["slice"], "dtype": piece["dtype"],
+                "shape": list(piece["shape"])}
+    found = {"name": entry and entry.get("name"), "slice": entry and entry.get("slice"),
+             "dtype": _dtype_name(array),
+             "shape": list(array.shape)}
+    if entry is None or found != expected:
+        raise errors.op_error(errors.DataLossError, f"Shard file '{path}' does not match the "
+                              f"index of checkpoint '{prefix}' for key '{piece['key']}'", op,
+                              expected=expected, got=found)
+    return array
+
+
+def _dtype_name(array) -> str:
+    try:
+        return dtypes.from_numpy(array).name
+    except (errors.MpiflowError, TypeError):
+        return str(array.dtype)
+
+
+def _corrupt(path, exc, op) -> errors.OpError:
+    return errors.op_error(errors.DataLossError, f"Shard file '{path}' is truncated or "
+                           f"corrupted ({type(exc).__name__}: {exc})", op)

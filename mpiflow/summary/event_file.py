@@ -1,0 +1,281 @@
+"""Event files for TensorBoard: ``FileWriter`` writes summaries' values, the graph and
+session logs; ``summary_iterator`` reads the records back, checking their checksums.
+
+Records are built with tensorboardX's summary functions and framed by its ``EventsWriter``
+in the calling thread. tensorboardX is imported only when a writer or reader is made.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import ClassVar
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework.graph import Graph, get_default_graph
+from mpiflow.summary.summaries import Summary
+
+
+def _tensorboardx():
+    try:
+        import tensorboardX
+    except ImportError as exc:
+        raise errors.UnimplementedError(
+            f"mf.summary needs tensorboardX to write or read event files ({exc}): "
+            "pip install 'tensorboardX>=2.6'") from None
+    return tensorboardX
+
+
+@functools.lru_cache(maxsize=1)
+def _histogram_bins() -> tuple:
+    """TensorFlow's default histogram buckets: +-1e-12 growing by 10% up to 1e20, and 0."""
+    edges = []
+    edge = 1e-12
+    while edge < 1e20:
+        edges.append(edge)
+        edge *= 1.1
+    return tuple([-e for e in reversed(edges)] + [0.0] + edges)
+
+
+def _scalar_proto(tag, value):
+    array = np.asarray(value)
+    if array.size != 1:
+        raise errors.InvalidArgumentError(
+            f"Summary scalar '{tag}': expected one value, got an array of shape "
+            f"{array.shape}")
+    return _tensorboardx().summary.scalar(tag, float(array.reshape(())))
+
+
+def _histogram_proto(tag, value):
+    array = np.asarray(value, dtype=np.float64).reshape(-1)
+    if array.size == 0:
+        return None  # TensorBoard cannot draw an empty histogram; TF writes none either
+    return _tensorboardx().summary.histogram(tag, array, list(_histogram_bins()))
+
+
+_PROTOS = {"scalar": _scalar_proto, "histogram": _histogram_proto}
+
+
+class FileWriter:
+    """Write summaries (and the graph) to an event file in ``logdir`` for TensorBoard.
+
+    Records are built with tensorboardX's summary functions and written in this thread
+    with its ``EventsWriter``. (tensorboardX's ``SummaryWriter`` hands them to a thread
+    through a queue, so its ``flush`` does not guarantee they are on disk.) Writes are
+    buffered and reach the file on ``flush``/``close``, when ``max_queue`` records are
+    pending or ``flush_secs`` have passed since the last flush, and at exit.
+
+    Args:
+        logdir: the directory (created if needed); each writer makes a new event file.
+        graph: optional ``mf.Graph`` to write, so TensorBoard shows it.
+        max_queue, flush_secs, filename_suffix: as in TensorFlow's FileWriter.
+    """
+
+    def __init__(self, logdir, graph: Graph | None = None, max_queue: int = 10,
+                 flush_secs: float = 120, filename_suffix: str = ""):
+        tbx = _tensorboardx()
+        from tensorboardX.event_file_writer import EventsWriter
+        self._event_pb2 = tbx.proto.event_pb2
+        self._logdir = str(logdir)
+        os.makedirs(self._logdir, exist_ok=True)
+        self._events = EventsWriter(os.path.join(self._logdir, "events"), filename_suffix)
+        self._max_queue = max_queue
+        self._flush_secs = flush_secs
+        self._pending = 0
+        self._last_flush = time.monotonic()
+        self._closed = False
+        self._lock = threading.Lock()
+        _OPEN_WRITERS.add(self)
+        if graph is not None:
+            self.add_graph(graph)
+
+    def get_logdir(self) -> str:
+        return self._logdir
+
+    def add_event(self, event, global_step=None, walltime=None) -> None:
+        """Write an ``Event`` protocol buffer, stamped with the step and the time."""
+        event.wall_time = time.time() if walltime is None else walltime
+        if global_step is not None:
+            event.step = int(global_step)
+        with self._lock:
+            if self._closed:
+                raise errors.FailedPreconditionError(
+                    f"FileWriter for {self._logdir} is closed")
+            self._events.write_event(event)
+            self._pending += 1
+            if self._pending >= self._max_queue or \
+                    time.monotonic() - self._last_flush >= self._flush_secs:
+                self._flush_locked()
+
+    def add_summary(self, summary, global_step=None, walltime=None) -> None:
+        """Write the value of a summary, i.e. what ``Session.run(summary)`` returned.
+
+        Also accepts a TensorBoard ``Summary`` protocol buffer (e.g. from tensorboardX).
+
+        Raises:
+            InvalidArgumentError: ``summary`` is the unevaluated Summary (tensors), or not
+                a summary at all, or an entry has a kind with no writer.
+        """
+        if hasattr(summary, "SerializeToString"):
+            self.add_event(self._event_pb2.Event(summary=summary), global_step, walltime)
+            return
+        if not isinstance(summary, Summary):
+            raise errors.InvalidArgumentError(
+                f"FileWriter.add_summary expects the result of sess.run(summary) for a "
+                f"summary from mf.summary, got {type(summary).__name__}")
+        if not summary.is_evaluated():
+            raise errors.InvalidArgumentError(
+                f"FileWriter.add_summary got the summary tensors {list(summary.tags)}, not "
+                "their values: pass the result of sess.run(summary)")
+        proto = None
+        for spec, value in summary.items():
+            make = _PROTOS.get(spec.kind)
+            if make is None:
+                raise errors.InvalidArgumentError(
+                    f"Summary '{spec.tag}' has kind {spec.kind!r}: expected one of "
+                    f"{sorted(_PROTOS)}")
+            part = make(spec.tag, value)
+            if part is None:
+                continue
+            if proto is None:
+                proto = part
+            else:
+                proto.value.extend(part.value)
+        if proto is not None:
+            self.add_event(self._event_pb2.Event(summary=proto), global_step, walltime)
+
+    def add_scalar(self, tag: str, value, global_step=None, walltime=None) -> None:
+        """Write one scalar under ``tag`` (a value computed in Python, not a graph op)."""
+        self.add_summary(_scalar_proto(tag, value), global_step, walltime)
+
+    def add_histogram(self, tag: str, values, global_step=None, walltime=None) -> None:
+        """Write the distribution of ``values`` under ``tag``."""
+        proto = _histogram_proto(tag, values)
+        if proto is not None:
+            self.add_summary(proto, global_step, walltime)
+
+    def add_graph(self, graph: Graph, global_step=None) -> None:
+        """Write ``graph``'s ops (name, type, inputs, device) as a GraphDef for TensorBoard."""
+        from tensorboardX.proto import graph_pb2, node_def_pb2
+        nodes = [node_def_pb2.NodeDef(name=n["name"], op=n["op"], input=n["input"],
+                                      device=n.get("device", ""))
+                 for n in graph.as_graph_def()["node"]]
+        graph_def = graph_pb2.GraphDef(node=nodes).SerializeToString()
+        self.add_event(self._event_pb2.Event(graph_def=graph_def), global_step)
+
+    def add_session_log(self, status: str, global_step=None) -> None:
+        """Write a SessionLog event: "start", "stop" or "checkpoint".
+
+        A "start" at step N makes TensorBoard drop events of this directory past step N
+        written before it, so a job restarted from a checkpoint draws no stale tail.
+        """
+        session_log = self._event_pb2.SessionLog
+        codes = {"start": session_log.START, "stop": session_log.STOP,
+                 "checkpoint": session_log.CHECKPOINT}
+        if status not in codes:
+            raise errors.InvalidArgumentError(
+                f"FileWriter.add_session_log: status must be one of {sorted(codes)}, got "
+                f"{status!r}")
+        event = self._event_pb2.Event(session_log=session_log(status=codes[status]))
+        self.add_event(event, global_step)
+
+    def _flush_locked(self) -> None:
+        self._events.flush()
+        self._pending = 0
+        self._last_flush = time.monotonic()
+
+    def flush(self) -> None:
+        """Write every record added so far to the event file."""
+        with self._lock:
+            if not self._closed:
+                self._flush_locked()
+
+    def close(self) -> None:
+        """Flush and close the event file; closing again does nothing."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._events.close()
+        _OPEN_WRITERS.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<mf.summary.FileWriter {self._logdir!r}>"
+
+
+_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_writers() -> None:
+    for writer in list(_OPEN_WRITERS):
+        writer.flush()
+
+
+class FileWriterCache:
+    """One FileWriter per log directory, shared by the hooks of a process."""
+
+    _writers: ClassVar[dict] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, logdir) -> FileWriter:
+        """Return the writer of ``logdir``, making it (with the default graph) on first use."""
+        key = str(logdir)
+        with cls._lock:
+            writer = cls._writers.get(key)
+            if writer is None:
+                writer = cls._writers[key] = FileWriter(key, graph=get_default_graph())
+            return writer
+
+    @classmethod
+    def clear(cls) -> None:
+        """Close and forget every cached writer."""
+        with cls._lock:
+            writers, cls._writers = list(cls._writers.values()), {}
+        for writer in writers:
+            writer.close()
+
+
+def summary_iterator(path) -> Iterator:
+    """Yield the ``Event`` protocol buffers of one event file, checking each record's CRC.
+
+    Raises:
+        DataLossError: a record is truncated or its checksum does not match.
+    """
+    _tensorboardx()
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.record_writer import masked_crc32c
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                raise errors.DataLossError(f"Truncated record header in {path}")
+            length, length_crc = struct.unpack("<QI", header)
+            if masked_crc32c(header[:8]) != length_crc:
+                raise errors.DataLossError(f"Corrupt record length in {path}")
+            data = f.read(length)
+            footer = f.read(4)
+            if len(data) < length or len(footer) < 4:
+                raise errors.DataLossError(f"Truncated record in {path}")
+            if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+                raise errors.DataLossError(f"Corrupt record data in {path}")
+            event = Event()
+            event.ParseFromString(data)
+            yield event

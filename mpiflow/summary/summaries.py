@@ -1,0 +1,181 @@
+"""Summaries: fetchable bundles of tensors whose class knows each one's kind and tag.
+
+mpiflow has no string dtype, so a summary is not a serialized ``Summary`` proto made by an
+op: ``scalar``/``histogram`` add a one-entry ``Summary`` (a namedtuple of tensors) to the
+SUMMARIES collection, and ``merge`` concatenates them. Owns the summary records; writes
+nothing (see ``event_file``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from mpiflow import errors
+from mpiflow.framework.graph import Graph, GraphKeys, Tensor, get_default_graph
+from mpiflow.ops.constant_ops import convert_to_tensor
+
+
+class SummarySpec(NamedTuple):
+    """What one entry of a summary records: its kind and its TensorBoard tag."""
+
+    kind: str
+    tag: str
+
+
+class Summary(tuple):
+    """A fetchable bundle of summary tensors (or, once run, of their values).
+
+    Each bundle has its own subclass whose ``specs`` give the kind and tag of every entry;
+    being a namedtuple (it has ``_fields``), it comes back from ``Session.run`` as the same
+    class holding numpy values.
+    """
+
+    __slots__ = ()
+    _specs: tuple = ()
+    _fields: tuple = ()
+
+    def __new__(cls, *values):
+        if len(values) != len(cls._specs):
+            raise errors.InvalidArgumentError(
+                f"Summary with tags {list(cls.tags)} holds {len(cls._specs)} values, got "
+                f"{len(values)}")
+        return tuple.__new__(cls, values)
+
+    @property
+    def specs(self) -> tuple:
+        return self._specs
+
+    @property
+    def tags(self) -> tuple:
+        return tuple(s.tag for s in self._specs)
+
+    def items(self):
+        """Return ``(SummarySpec, tensor or value)`` pairs."""
+        return zip(self._specs, self)
+
+    def is_evaluated(self) -> bool:
+        """Return whether this holds values (the result of ``Session.run``), not tensors."""
+        return not any(isinstance(v, Tensor) for v in self)
+
+    def __repr__(self):
+        entries = ", ".join(f"{s.kind} {s.tag!r}" for s in self._specs)
+        state = "values" if self.is_evaluated() else "tensors"
+        return f"<mf.summary.Summary of {state}: {entries}>"
+
+
+def _make_summary(specs, values) -> Summary:
+    specs = tuple(SummarySpec(*s) for s in specs)
+    cls = type("Summary", (Summary,), {
+        "__slots__": (), "_specs": specs,
+        "_fields": tuple(f"value_{i}" for i in range(len(specs))),
+        "__module__": __name__})
+    return cls(*values)
+
+
+KINDS = ("scalar", "histogram")
+
+
+def _unique_tag(graph: Graph, name: str) -> str:
+    """Return ``name`` under the name scope, suffixed ``_N`` if a summary already has it.
+
+    Tags are unique among summaries only (TensorFlow also avoids op names, so a summary
+    "w" of a variable "w" gets the tag "w_1").
+    """
+    scope = graph.get_name_scope()
+    base = f"{scope}/{name}" if scope else name
+    used = graph._layer_state.setdefault("mpiflow.summary.tags", set())
+    tag, count = base, 0
+    while tag in used:
+        count += 1
+        tag = f"{base}_{count}"
+    used.add(tag)
+    return tag
+
+
+def _add(kind: str, name: str, tensor, collections, check) -> Summary:
+    tensor = convert_to_tensor(tensor)
+    graph = tensor.graph
+    tag = _unique_tag(graph, name)
+    if not (tensor.dtype.is_floating or tensor.dtype.is_integer or tensor.dtype.is_bool):
+        raise errors.InvalidArgumentError(
+            f"mf.summary.{kind}('{tag}') needs a numeric tensor, got '{tensor.name}' of "
+            f"dtype {tensor.dtype.name}")
+    check(tag, tensor)
+    summary = _make_summary([SummarySpec(kind, tag)], [tensor])
+    for key in (collections if collections is not None else [GraphKeys.SUMMARIES]):
+        graph.add_to_collection(key, summary)
+    return summary
+
+
+def _check_scalar(tag, tensor):
+    if tensor.shape.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(
+            f"mf.summary.scalar('{tag}') needs a scalar: expected shape (), got "
+            f"'{tensor.name}' of shape {tensor.shape}")
+
+
+def scalar(name: str, tensor, collections=None, family=None) -> Summary:
+    """Record the scalar ``tensor`` under tag ``name`` (prefixed by the name scope).
+
+    Args:
+        name: the tag, under the name scope; a second "loss" gets "loss_1".
+        tensor: a numeric scalar Tensor or Variable.
+        collections: graph collections to add the summary to (default [SUMMARIES]).
+        family: optional tag prefix (TensorBoard groups tags by it).
+
+    Returns:
+        a ``Summary`` to fetch with ``Session.run`` or merge.
+
+    Raises:
+        InvalidArgumentError: the tensor is not numeric or not a scalar.
+    """
+    return _add("scalar", f"{family}/{name}" if family else name, tensor, collections,
+                _check_scalar)
+
+
+def histogram(name: str, values, collections=None, family=None) -> Summary:
+    """Record the distribution of ``values`` (any numeric shape) under tag ``name``."""
+    return _add("histogram", f"{family}/{name}" if family else name, values, collections,
+                lambda tag, tensor: None)
+
+
+def merge(inputs, collections=None, name=None) -> Summary:
+    """Return one ``Summary`` holding every entry of ``inputs`` (a list of Summaries).
+
+    Raises:
+        InvalidArgumentError: ``inputs`` is empty, holds something that is not a
+            Summary, or two entries have the same tag.
+    """
+    inputs = list(inputs)
+    if not inputs:
+        raise errors.InvalidArgumentError("mf.summary.merge needs at least one summary")
+    specs, tensors = [], []
+    for item in inputs:
+        if not isinstance(item, Summary):
+            raise errors.InvalidArgumentError(
+                f"mf.summary.merge takes summaries made by mf.summary.scalar/histogram/"
+                f"merge, got {item!r}")
+        for spec, tensor in item.items():
+            specs.append(spec)
+            tensors.append(tensor)
+    tags = [s.tag for s in specs]
+    duplicates = sorted({t for t in tags if tags.count(t) > 1})
+    if duplicates:
+        raise errors.InvalidArgumentError(
+            f"mf.summary.merge: duplicate tags {duplicates}: each tag may appear once")
+    merged = _make_summary(specs, tensors)
+    graph = next((t.graph for t in tensors if isinstance(t, Tensor)), None)
+    for key in collections or ():
+        (graph or get_default_graph()).add_to_collection(key, merged)
+    return merged
+
+
+def merge_all(key: str = GraphKeys.SUMMARIES, scope=None, name=None) -> Summary | None:
+    """Merge every summary in collection ``key`` of the default graph; None if there is none."""
+    graph = get_default_graph()
+    found = [s for s in graph.get_collection(key) if isinstance(s, Summary)]
+    if scope is not None:
+        pattern = re.compile(scope)
+        found = [s for s in found if any(pattern.match(t) for t in s.tags)]
+    return merge(found) if found else None

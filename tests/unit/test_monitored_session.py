@@ -1,0 +1,284 @@
+"""MonitoredTrainingSession in one process: initialization, restore and resume, hooks'
+fetches and feeds, stopping, closing, the finalized graph, and waiting for a chief."""
+
+import time
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.train import basic_hooks
+from tests.unit.monitored_helpers import (
+    counter_model, event_scalars, regression_model, train_until_stop)
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_writers():
+    yield
+    mf.summary.FileWriterCache.clear()
+
+
+class RecordingHook(mf.train.SessionRunHook):
+    """Records the calls it gets and asks for ``fetches``/``feeds`` on every run."""
+
+    def __init__(self, fetches=None, feeds=None):
+        self.fetches = fetches
+        self.feeds = feeds
+        self.calls = []
+        self.results = []
+
+    def begin(self):
+        self.calls.append("begin")
+
+    def after_create_session(self, session, coord):
+        self.calls.append("after_create_session")
+        self.graph_finalized = session.graph.finalized
+
+    def before_run(self, run_context):
+        self.calls.append("before_run")
+        self.original = run_context.original_args
+        if self.fetches is None and self.feeds is None:
+            return None
+        return mf.train.SessionRunArgs(self.fetches, feed_dict=self.feeds)
+
+    def after_run(self, run_context, run_values):
+        self.calls.append("after_run")
+        self.results.append(run_values.results)
+
+    def end(self, session):
+        self.calls.append("end")
+
+
+# -- lifecycle ----------------------------------------------------------------------------------
+def test_the_chief_initializes_and_the_graph_is_finalized_only_while_open():
+    m = counter_model()
+    hook = RecordingHook()
+    with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        assert mf.get_default_graph().finalized and hook.graph_finalized
+        with pytest.raises(mf.errors.FailedPreconditionError, match="Graph is finalized"):
+            mf.constant(1.0)
+        sess.run(m.train_op)
+        assert sess.run(m.v) == 1.0
+    assert not mf.get_default_graph().finalized
+    assert hook.calls == ["begin", "after_create_session", "before_run", "after_run",
+                          "before_run", "after_run", "end"]
+
+
+def test_hooks_fetches_and_feeds_are_merged_into_the_callers_run():
+    m = counter_model()
+    p = mf.placeholder(mf.float32, [], name="p")
+    doubled = mf.multiply(p, 2.0, name="doubled")
+    first = RecordingHook(fetches={"step": m.step, "doubled": doubled}, feeds={p: 3.0})
+    second = RecordingHook(fetches=[m.v])
+    with mf.train.SingularMonitoredSession(hooks=[first, second]) as sess:
+        out = sess.run({"v": m.v, "doubled": doubled})
+    assert out == {"v": 0.0, "doubled": 6.0}
+    assert first.results == [{"step": 0, "doubled": 6.0}]
+    assert second.results == [[0.0]]
+    assert first.original.fetches == {"v": m.v, "doubled": doubled}
+
+
+def test_a_tensor_fed_twice_is_an_error_naming_it():
+    counter_model()
+    p = mf.placeholder(mf.float32, [], name="p")
+    hooks = [RecordingHook(fetches=p, feeds={p: 1.0})]
+    with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"fed by a hook and the caller: \['p:0'\]"):
+            sess.run(p, {p: 2.0})
+    hooks = [RecordingHook(feeds={p: 1.0}), RecordingHook(feeds={p: 1.0})]
+    with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match="fed by two hooks"):
+            sess.run(p)
+
+
+def test_close_is_idempotent_and_run_after_close_or_stop_raises():
+    m = counter_model()
+    hook = RecordingHook()
+    sess = mf.train.MonitoredTrainingSession(
+        hooks=[hook, mf.train.StopAtStepHook(last_step=1)])
+    sess.run(m.train_op)
+    assert sess.should_stop()
+    with pytest.raises(RuntimeError, match="Run called even after should_stop requested"):
+        sess.run(m.train_op)
+    sess.close()
+    sess.close()
+    assert hook.calls.count("end") == 1 and sess.should_stop()
+    with pytest.raises(mf.errors.FailedPreconditionError, match="closed MonitoredSession"):
+        sess.run(m.train_op)
+
+
+def test_context_manager_swallows_out_of_range_and_calls_end():
+    m = counter_model()
+    hook = RecordingHook()
+    with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        sess.run(m.train_op)
+        raise mf.errors.OutOfRangeError("input exhausted")
+    assert hook.calls[-1] == "end" and sess.should_stop()
+
+
+def test_other_errors_propagate_and_skip_the_hooks_end():
+    counter_model()
+    hook = RecordingHook()
+    with pytest.raises(ValueError, match="boom"):
+        with mf.train.MonitoredTrainingSession(hooks=[hook]):
+            raise ValueError("boom")
+    assert "end" not in hook.calls
+    assert not mf.get_default_graph().finalized
+
+
+def test_run_step_fn_runs_with_hooks_and_can_request_a_stop():
+    m = counter_model()
+    hook = RecordingHook()
+
+    def step_fn(step_context):
+        value = step_context.session.run(m.v)       # the raw session: no hooks
+        step_context.run_with_hooks(m.train_op)
+        if value >= 1.0:
+            step_context.request_stop()
+        return value
+
+    with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        assert sess.run_step_fn(step_fn) == 0.0
+        assert not sess.should_stop()
+        assert sess.run_step_fn(step_fn) is None
+        assert sess.should_stop()
+    assert hook.calls.count("before_run") == 2
+
+
+def test_a_hook_thread_error_reaches_should_stop():
+    counter_model()
+
+    class FailingThreadHook(mf.train.SessionRunHook):
+        def after_create_session(self, session, coord):
+            coord.request_stop(ValueError("reader thread failed"))
+
+    sess = mf.train.MonitoredTrainingSession(hooks=[FailingThreadHook()])
+    with pytest.raises(ValueError, match="reader thread failed"):
+        sess.should_stop()
+    with pytest.raises(ValueError, match="reader thread failed"):
+        sess.close()
+
+
+# -- default hooks, checkpoints, resume -------------------------------------------------------
+def test_the_chief_gets_the_default_hooks_for_its_checkpoint_dir(tmp_path):
+    m = regression_model()
+    with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path)) as sess:
+        kinds = [type(h).__name__ for h in sess._hooks]
+    assert kinds == ["StepCounterHook", "CheckpointSaverHook"]
+    mf.summary.scalar("loss", m.loss)
+    with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path),
+                                           save_checkpoint_secs=None) as sess:
+        kinds = [type(h).__name__ for h in sess._hooks]
+    assert kinds == ["StepCounterHook", "SummarySaverHook"]
+    # A worker runs only its own hooks (its ready ops here say "ready" at once).
+    ready = mf.constant(np.zeros([0], np.bool_))
+    scaffold = mf.train.Scaffold(ready_op=ready, ready_for_local_init_op=ready)
+    with mf.train.MonitoredTrainingSession(is_chief=False, checkpoint_dir=str(tmp_path),
+                                           hooks=[RecordingHook()], scaffold=scaffold) as sess:
+        kinds = [type(h).__name__ for h in sess._hooks]
+    assert kinds == ["RecordingHook"]
+
+
+def test_a_second_session_on_the_checkpoint_dir_resumes_from_the_saved_step(tmp_path):
+    m = regression_model()
+    ckpt = str(tmp_path)
+    with mf.train.MonitoredTrainingSession(
+            checkpoint_dir=ckpt, save_checkpoint_steps=2,
+            hooks=[mf.train.StopAtStepHook(last_step=5)]) as sess:
+        train_until_stop(sess, m.train_op, m.feed)
+        w_saved = sess._tf_sess().run(m.w)
+    assert mf.train.latest_checkpoint(ckpt).endswith("model.ckpt-5")
+    final = mf.train.FinalOpsHook({"step": m.step, "w": m.w})
+    with mf.train.MonitoredTrainingSession(
+            checkpoint_dir=ckpt, save_checkpoint_steps=2,
+            hooks=[mf.train.StopAtStepHook(num_steps=3), final]) as sess:
+        assert sess._tf_sess().run(m.step) == 5
+        assert np.array_equal(sess._tf_sess().run(m.w), w_saved)
+        assert train_until_stop(sess, m.train_op, m.feed) == 3
+    assert final.final_ops_values["step"] == 8
+    assert mf.train.latest_checkpoint(ckpt).endswith("model.ckpt-8")
+
+
+def test_summaries_of_a_training_run_reach_tensorboard(tmp_path):
+    m = regression_model()
+    mf.summary.scalar("loss", m.loss)
+    with mf.train.MonitoredTrainingSession(
+            checkpoint_dir=str(tmp_path), save_summaries_steps=2, log_step_count_steps=2,
+            save_checkpoint_secs=None, hooks=[mf.train.StopAtStepHook(last_step=6)]) as sess:
+        train_until_stop(sess, m.train_op, m.feed)
+    scalars = event_scalars(tmp_path)
+    losses = scalars["loss"]
+    assert [s for s, _ in losses] == [1, 3, 5]
+    assert losses[0][1] > losses[-1][1] > 0
+    assert [s for s, _ in scalars["global_step/sec"]] == [3, 5]
+
+
+def test_checkpoint_secs_take_precedence_over_steps_as_in_tensorflow(tmp_path, monkeypatch):
+    m = counter_model()
+    clock = [0.0]
+    monkeypatch.setattr(basic_hooks.time, "monotonic", lambda: clock[0])
+    with mf.train.MonitoredTrainingSession(
+            checkpoint_dir=str(tmp_path), save_checkpoint_secs=100, save_checkpoint_steps=1,
+            log_step_count_steps=None) as sess:
+        for _ in range(3):
+            sess.run(m.train_op)
+    state = mf.train.get_checkpoint_state(str(tmp_path))
+    assert [p.rsplit("-", 1)[1] for p in state.all_model_checkpoint_paths] == ["0", "3"]
+
+
+# -- scaffold and readiness -----------------------------------------------------------------
+def test_report_uninitialized_variables_returns_a_mask_and_keeps_the_names():
+    a = mf.Variable(1.0, name="a")
+    mf.Variable(2.0, name="b")
+    report = mf.train.report_uninitialized_variables()
+    with mf.Session() as sess:
+        sess.run(a.initializer)
+        mask = sess.run(report)
+    assert mask.dtype == np.bool_ and mask.tolist() == [False, True]
+    from mpiflow.train.session_manager import uninitialized_names
+    assert uninitialized_names(report, mask) == ["b"]
+
+
+def test_scaffold_takes_its_pieces_from_the_collections_and_rejects_duplicates():
+    m = counter_model()
+    mf.add_to_collection(mf.GraphKeys.INIT_OP, m.v.initializer)
+    scaffold = mf.train.Scaffold().finalize()
+    assert scaffold.init_op is m.v.initializer
+    mf.get_default_graph()._unsafe_unfinalize()
+    mf.add_to_collection(mf.GraphKeys.INIT_OP, m.step.initializer)
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="'init_op' holds 2 items: pass the one to use as "
+                             r"Scaffold\(init_op=...\)"):
+        mf.train.Scaffold().finalize()
+
+
+def test_an_init_op_that_leaves_variables_uninitialized_is_named():
+    m = counter_model()
+    scaffold = mf.train.Scaffold(init_op=m.v.initializer)
+    with pytest.raises(mf.errors.FailedPreconditionError,
+                       match="Init operations did not make the model ready for local_init: 1 of 2 "
+                             "variables are not initialized: 'global_step'"):
+        mf.train.MonitoredTrainingSession(scaffold=scaffold)
+    assert not mf.get_default_graph().finalized
+
+
+def test_a_worker_whose_chief_never_initializes_times_out_naming_the_variables(monkeypatch):
+    counter_model()
+    monkeypatch.setenv("MPIFLOW_TIMEOUT", "0.3")
+    start = time.monotonic()
+    with pytest.raises(mf.errors.DeadlineExceededError) as info:
+        mf.train.MonitoredTrainingSession(is_chief=False)
+    waited = time.monotonic() - start
+    message = str(info.value)
+    assert "MPIFLOW_TIMEOUT=0.3" in message
+    assert "2 of 2 variables are not initialized: 'global_step', 'v'" in message
+    assert "The chief has not initialized them" in message
+    assert 0.3 <= waited < 3.0
+    assert not mf.get_default_graph().finalized
+
+
+def test_max_wait_secs_overrides_the_default_wait():
+    counter_model()
+    with pytest.raises(mf.errors.DeadlineExceededError, match=r"max_wait_secs=0\.1\)"):
+        mf.train.MonitoredTrainingSession(is_chief=False, max_wait_secs=0.1)

@@ -1,0 +1,153 @@
+"""mf.summary: summaries are fetchable bundles whose values FileWriter writes as TensorBoard
+event files, read back here record by record."""
+
+import glob
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+
+pytest.importorskip("tensorboardX")
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_writers():
+    yield
+    mf.summary.FileWriterCache.clear()
+
+
+def read_events(logdir):
+    """Return every Event of every event file in ``logdir``, oldest file first."""
+    events = []
+    for path in sorted(glob.glob(f"{logdir}/events.out.tfevents.*")):
+        events.extend(mf.summary.summary_iterator(path))
+    return events
+
+
+def scalars(events):
+    """Return {tag: [(step, value)]} of the scalar summaries in ``events``."""
+    found = {}
+    for event in events:
+        for value in event.summary.value:
+            if value.HasField("simple_value"):
+                found.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return found
+
+
+def test_scalar_and_histogram_join_the_summaries_collection_with_scoped_unique_tags():
+    x = mf.constant(2.0, name="x")
+    w = mf.Variable(np.ones(4, np.float32), name="w")
+    with mf.name_scope("train"):
+        a = mf.summary.scalar("loss", x)
+        b = mf.summary.scalar("loss", x * 2.0)
+    h = mf.summary.histogram("w", w)
+    other = mf.summary.scalar("aside", x, collections=["mine"])
+    assert a.tags == ("train/loss",) and b.tags == ("train/loss_1",)
+    # Tags avoid other summaries' tags only, not op names: "w" stays "w".
+    assert h.tags == ("w",) and h.specs[0].kind == "histogram"
+    assert mf.get_collection(mf.GraphKeys.SUMMARIES) == [a, b, h]
+    assert mf.get_collection("mine") == [other]
+
+
+def test_running_a_merged_summary_returns_its_values_with_their_tags():
+    x = mf.placeholder(mf.float32, [], name="x")
+    mf.summary.scalar("x", x)
+    mf.summary.histogram("xs", mf.stack([x, x + 1.0]))
+    merged = mf.summary.merge_all()
+    assert merged.tags == ("x", "xs") and not merged.is_evaluated()
+    with mf.Session() as sess:
+        value = sess.run(merged, {x: 3.0})
+    assert type(value) is type(merged) and value.is_evaluated()
+    assert value.tags == ("x", "xs")
+    assert float(value[0]) == 3.0 and np.allclose(value[1], [3.0, 4.0])
+
+
+def test_merge_all_is_none_without_summaries_and_merge_rejects_bad_input():
+    assert mf.summary.merge_all() is None
+    x = mf.constant(1.0)
+    s = mf.summary.scalar("x", x)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="at least one summary"):
+        mf.summary.merge([])
+    with pytest.raises(mf.errors.InvalidArgumentError, match="duplicate tags \\['x'\\]"):
+        mf.summary.merge([s, s])
+    with pytest.raises(mf.errors.InvalidArgumentError, match="takes summaries"):
+        mf.summary.merge([x])
+
+
+def test_scalar_of_a_vector_is_rejected_with_its_shape():
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"scalar\('v'\) needs a scalar: expected shape \(\), got 'v_in:0'"):
+        mf.summary.scalar("v", mf.constant([1.0, 2.0], name="v_in"))
+
+
+def test_file_writer_writes_scalars_histograms_and_the_graph_readably(tmp_path):
+    step_in = mf.placeholder(mf.float32, [], name="s")
+    loss = mf.multiply(step_in, 0.5, name="loss")
+    mf.summary.scalar("loss", loss)
+    mf.summary.histogram("spread", mf.stack([loss, loss + 1.0, loss + 2.0]))
+    merged = mf.summary.merge_all()
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path, graph=sess.graph) as writer:
+        for step in (0, 10, 20):
+            writer.add_summary(sess.run(merged, {step_in: float(step)}), global_step=step)
+        writer.add_scalar("lr", 0.1, global_step=20)
+    events = read_events(tmp_path)
+    assert events[0].file_version.startswith("brain.Event")
+    graph_events = [e for e in events if e.graph_def]
+    assert len(graph_events) == 1
+    assert scalars(events) == {"loss": [(0, 0.0), (10, 5.0), (20, 10.0)],
+                               "lr": [(20, pytest.approx(0.1))]}
+    histograms = [(e.step, v.histo) for e in events for v in e.summary.value
+                  if v.tag == "spread"]
+    assert [s for s, _ in histograms] == [0, 10, 20]
+    last = histograms[-1][1]
+    assert (last.num, last.min, last.max, last.sum) == (3, 10.0, 12.0, 33.0)
+
+
+def test_the_written_graph_lists_the_ops_with_their_inputs(tmp_path):
+    from tensorboardX.proto.graph_pb2 import GraphDef
+    a = mf.constant(1.0, name="a")
+    mf.add(a, a, name="twice")
+    with mf.summary.FileWriter(tmp_path, graph=mf.get_default_graph()):
+        pass
+    graph_def = GraphDef()
+    graph_def.ParseFromString(next(e.graph_def for e in read_events(tmp_path) if e.graph_def))
+    nodes = {n.name: n for n in graph_def.node}
+    assert nodes["twice"].op == "Add"
+    assert list(nodes["twice"].input) == ["a:0", "a:0"]
+
+
+def test_add_summary_rejects_the_summary_tensors_themselves(tmp_path):
+    s = mf.summary.scalar("x", mf.constant(1.0))
+    with mf.summary.FileWriter(tmp_path) as writer:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"got the summary tensors \['x'\], not their values"):
+            writer.add_summary(s, 0)
+        with pytest.raises(mf.errors.InvalidArgumentError, match="expects the result of"):
+            writer.add_summary(np.float32(1.0), 0)
+
+
+def test_session_log_start_is_written_for_tensorboard_restarts(tmp_path):
+    with mf.summary.FileWriter(tmp_path) as writer:
+        writer.add_session_log("start", 7)
+        with pytest.raises(mf.errors.InvalidArgumentError, match="status must be one of"):
+            writer.add_session_log("begin", 7)
+    logs = [e for e in read_events(tmp_path) if e.HasField("session_log")]
+    assert [(e.step, e.session_log.status) for e in logs] == [(7, 1)]
+
+
+def test_file_writer_cache_keeps_one_writer_per_directory(tmp_path):
+    first = mf.summary.FileWriterCache.get(tmp_path / "a")
+    assert mf.summary.FileWriterCache.get(tmp_path / "a") is first
+    assert mf.summary.FileWriterCache.get(tmp_path / "b") is not first
+
+
+def test_summary_iterator_detects_a_corrupted_record(tmp_path):
+    with mf.summary.FileWriter(tmp_path) as writer:
+        writer.add_scalar("x", 1.0, 0)
+    path, = glob.glob(f"{tmp_path}/events.out.tfevents.*")
+    data = bytearray(open(path, "rb").read())
+    data[-6] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(mf.errors.DataLossError, match="Corrupt record data"):
+        list(mf.summary.summary_iterator(path))
