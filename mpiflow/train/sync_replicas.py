@@ -25,6 +25,9 @@ from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.session_run_hook import SessionRunHook
 
 
+_RELEASE_ALL = 2 ** 62      # a step no training reaches: releases every waiting worker
+
+
 class SyncReplicasOptimizer(Optimizer):
     """Aggregate gradients from ``replicas_to_aggregate`` workers per global step.
 
@@ -115,6 +118,11 @@ class SyncReplicasOptimizer(Optimizer):
             with graph.colocate_with(step_ref.op):
                 self._sync_op = apply_op("SyncTokenRelease", [new_step],
                                          {"shared_name": token_name})
+                # At the end the chief releases every worker still waiting (one that
+                # started a step the others did not join), so none is left hanging.
+                self._release_all_op = apply_op(
+                    "SyncTokenRelease", [constant(_RELEASE_ALL, step_ref.dtype)],
+                    {"shared_name": token_name}, name="release_all")
         return train_op
 
     def get_slot(self, var, name):
@@ -199,3 +207,4 @@ class _SyncReplicasHook(SessionRunHook):
         self._stop.set()
         session._cancel_other_thread(self._thread.ident, "sync-replicas loop stopped")
         self._thread.join(timeout=30)
+        session.run(self._opt._release_all_op)

@@ -2,6 +2,8 @@
 event files, read back here record by record."""
 
 import glob
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -151,3 +153,11 @@ def test_summary_iterator_detects_a_corrupted_record(tmp_path):
     open(path, "wb").write(bytes(data))
     with pytest.raises(mf.errors.DataLossError, match="Corrupt record data"):
         list(mf.summary.summary_iterator(path))
+
+
+def test_importing_mpiflow_does_not_import_tensorboardx():
+    # Every MPI rank imports mpiflow; only a rank that writes summaries pays for tensorboardX.
+    code = "import sys, mpiflow; print('tensorboardX' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"

@@ -85,10 +85,10 @@ class Handle:
     issued, whatever order their handles are tested in.
     """
 
-    def __init__(self, state: CommState, label: str, build: Callable[[int], list[Stage]],
+    def __init__(self, state: CommState, describe: tuple, build: Callable[[int], list[Stage]],
                  finish: Callable[[], Any], record: np.ndarray | None, timeout: float,
                  backoff: Backoff):
-        self.label = label
+        self._describe = describe
         self.timeout = timeout
         self._state = state
         self._build = build
@@ -102,8 +102,14 @@ class Handle:
         self._issued = time.monotonic()
         with state.lock:
             # Checks post their messages in issue order: they match by order on every rank.
-            self._check = None if record is None else CrossRankCheck(state, record, label)
+            self._check = None if record is None else \
+                CrossRankCheck(state, record, lambda: self.label)
             self.seq = state.submit(self)
+
+    @property
+    def label(self) -> str:
+        """The operation as messages name it: kind, tensor, strategy, array, rank."""
+        return _label(*self._describe)
 
     # -- called by CommState.pump, in issue order ------------------------------------------
     @property
@@ -220,6 +226,11 @@ class Handle:
             f"(MPIFLOW_TIMEOUT={self.timeout:g} s)")
 
 
+def _label(kind: str, name: str | None, strategy: str, array, rank: int, size: int) -> str:
+    tensor = f" '{name}'" if name else ""
+    return f"{kind}{tensor} ({strategy}, {describe_array(array)}) on rank {rank} of {size}"
+
+
 def _array_module(array):
     return backend.array_module("/device:GPU:0") if backend.is_device_array(array) else np
 
@@ -270,8 +281,9 @@ class Collective:
         """Start summing (or averaging) ``array`` over every rank; return its handle.
 
         Args:
-            array: this rank's contribution; any dtype of bool, int8..int64, uint8,
-                float16..float64. bool "sum" is logical or. float16 is summed in float32.
+            array: this rank's contribution; any dtype of bool, int8..int64, uint8..uint64,
+                float16..float64. bool "sum" is logical or. float16 is summed in float32
+                (converted, reduced, converted back) except by NCCL.
             op: "sum" or "average" (floating dtypes only).
             out: where the result goes (same shape and dtype, C-contiguous); ``array``
                 itself for in place; None allocates it.
@@ -282,18 +294,17 @@ class Collective:
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
         """
-        label = self._label("allreduce", name, array)
-        self._accept(array, label)
+        describe = self._accept("allreduce", name, array)
         if op not in OPS:
-            raise errors.InvalidArgumentError(
-                f"{label}: unknown reduction {op!r}, expected one of {list(OPS)}")
+            raise self._error(describe, f"unknown reduction {op!r}, expected one of "
+                                        f"{list(OPS)}")
         if op == "average" and array.dtype.kind != "f":
-            raise errors.InvalidArgumentError(
-                f"{label}: op='average' needs a floating dtype, got {array.dtype}; use "
-                f"op='sum' and divide as your dtype requires")
+            raise self._error(describe, f"op='average' needs a floating dtype, got "
+                                        f"{array.dtype}; use op='sum' and divide as your "
+                                        f"dtype requires")
         xp = _array_module(array)
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
-        out = self._output(array, out, label, xp)
+        out = self._output(describe, out, xp)
         if array.dtype == np.float16 and not self.native_float16:
             work = send.astype(np.float32)
             build = lambda seq: self._allreduce_stages(work, work, op, seq)  # noqa: E731
@@ -304,8 +315,9 @@ class Collective:
         else:
             build = lambda seq: self._allreduce_stages(send, out, op, seq)  # noqa: E731
             finish = lambda: out  # noqa: E731
-        record = make_record("allreduce", name, self.name, op, -1, array.dtype, array.shape)
-        return self._issue(label, build, finish, record if check else None, timeout)
+        record = make_record("allreduce", name, self.name, op, -1, array.dtype,
+                             array.shape) if check else None
+        return self._issue(describe, build, finish, record, timeout)
 
     def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:
         """Blocking ``allreduce_async(...).wait()``; return the result."""
@@ -319,12 +331,11 @@ class Collective:
         Every rank passes an array of the root's shape and dtype; the result is that array,
         overwritten in place on the other ranks.
         """
-        label = self._label("broadcast", name, array)
-        self._accept(array, label)
+        describe = self._accept("broadcast", name, array)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or \
                 not 0 <= root < self.size:
-            raise errors.InvalidArgumentError(
-                f"{label}: bad root {root!r}, expected a rank in [0, {self.size})")
+            raise self._error(describe, f"bad root {root!r}, expected a rank in "
+                                        f"[0, {self.size})")
         root = int(root)
         xp = _array_module(array)
         buf = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
@@ -333,9 +344,10 @@ class Collective:
             if buf is not array:
                 array[...] = buf
             return array
-        record = make_record("broadcast", name, self.name, None, root, array.dtype, array.shape)
-        return self._issue(label, lambda seq: self._broadcast_stages(buf, root, seq), finish,
-                           record if check else None, timeout)
+        record = make_record("broadcast", name, self.name, None, root, array.dtype,
+                             array.shape) if check else None
+        return self._issue(describe, lambda seq: self._broadcast_stages(buf, root, seq),
+                           finish, record, timeout)
 
     def broadcast(self, array, root: int = 0, **options) -> Any:
         """Blocking ``broadcast_async(...).wait()``; return the array."""
@@ -350,18 +362,17 @@ class Collective:
         the rest of the shape and the dtype must agree. The result is a new array with the
         ranks' rows in rank order.
         """
-        label = self._label("allgather", name, array)
-        self._accept(array, label)
+        describe = self._accept("allgather", name, array)
         if array.ndim == 0:
-            raise errors.InvalidArgumentError(
-                f"{label}: allgather needs an array with a first dimension, got a scalar")
+            raise self._error(describe, "allgather needs an array with a first dimension, "
+                                        "got a scalar")
         xp = _array_module(array)
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         box: dict = {}
         record = make_record("allgather", name, self.name, None, -1, array.dtype,
-                             array.shape[1:])
-        return self._issue(label, lambda seq: self._allgather_stages(send, box, seq),
-                           lambda: box["out"], record if check else None, timeout)
+                             array.shape[1:]) if check else None
+        return self._issue(describe, lambda seq: self._allgather_stages(send, box, seq),
+                           lambda: box["out"], record, timeout)
 
     def allgather(self, array, **options) -> Any:
         """Blocking ``allgather_async(...).wait()``; return the gathered array."""
@@ -398,39 +409,40 @@ class Collective:
                 RequestStage(gather_rows, "MPI_Iallgatherv")]
 
     # -- helpers ---------------------------------------------------------------------------
-    def _label(self, kind: str, name: str | None, array) -> str:
-        tensor = f" '{name}'" if name else ""
-        try:
-            what = describe_array(array)
-        except (AttributeError, TypeError):
-            what = type(array).__name__
-        return f"{kind}{tensor} ({self.name}, {what}) on rank {self.rank} of {self.size}"
-
-    def _accept(self, array, label: str) -> None:
+    def _accept(self, kind: str, name: str | None, array) -> tuple:
+        """Check that this strategy takes ``array``; return the operation's description
+        (formatted into a label only when a message needs it)."""
         if not hasattr(array, "dtype") or not hasattr(array, "shape"):
             raise errors.InvalidArgumentError(
-                f"{label}: expected a numpy or cupy array, got {type(array).__name__}")
+                f"{kind}{f' {name!r}' if name else ''} ({self.name}) on rank {self.rank} of "
+                f"{self.size}: expected a numpy or cupy array, got {type(array).__name__}")
+        describe = (kind, name, self.name, array, self.rank, self.size)
         if array.dtype.kind not in _KINDS or array.dtype.itemsize > 8:
-            raise errors.InvalidArgumentError(
-                f"{label}: unsupported dtype {array.dtype}, expected bool, int8..int64, "
-                f"uint8..uint64 or float16..float64")
+            raise self._error(describe, f"unsupported dtype {array.dtype}, expected bool, "
+                                        f"int8..int64, uint8..uint64 or float16..float64")
         ok, why = self.enabled(self.comm, array)
         if not ok:
-            raise errors.InvalidArgumentError(f"{label}: {self.name}: {why}")
+            raise self._error(describe, f"{self.name}: {why}")
+        return describe
 
-    def _output(self, array, out, label: str, xp):
+    @staticmethod
+    def _error(describe: tuple, text: str) -> errors.InvalidArgumentError:
+        return errors.InvalidArgumentError(f"{_label(*describe)}: {text}")
+
+    def _output(self, describe: tuple, out, xp):
+        array = describe[3]
         if out is None:
             return xp.empty(array.shape, dtype=array.dtype)
         if type(out) is not type(array) or out.shape != array.shape or \
                 out.dtype != array.dtype or not out.flags.c_contiguous:
-            raise errors.InvalidArgumentError(
-                f"{label}: bad out, expected a C-contiguous {type(array).__name__} "
-                f"{describe_array(array)}, got {type(out).__name__} "
-                f"{describe_array(out) if hasattr(out, 'dtype') else ''}".rstrip())
+            got = describe_array(out) if hasattr(out, "dtype") else ""
+            raise self._error(describe, f"bad out, expected a C-contiguous "
+                                        f"{type(array).__name__} {describe_array(array)}, "
+                                        f"got {type(out).__name__} {got}".rstrip())
         return out
 
-    def _issue(self, label, build, finish, record, timeout) -> Handle:
-        return Handle(self.state, label, build, finish, record,
+    def _issue(self, describe, build, finish, record, timeout) -> Handle:
+        return Handle(self.state, describe, build, finish, record,
                       self.timeout if timeout is None else timeout,
                       Backoff(*self._backoff_args))
 

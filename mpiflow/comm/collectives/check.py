@@ -12,7 +12,9 @@ Cost: one record to rank 0 and one 16-byte verdict back per operation (two laten
 
 from __future__ import annotations
 
+import functools
 import zlib
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -43,14 +45,21 @@ def _decode(code: int) -> str:
 
 def make_record(kind: str, name: str | None, algorithm: str, op: str | None, root: int,
                 dtype, shape) -> np.ndarray:
-    """Return the int64 record that describes one rank's call."""
-    shape = tuple(int(d) for d in shape)
+    """Return the int64 record that describes one rank's call (shared: do not modify)."""
+    return _record(kind, name, algorithm, op, root, np.dtype(dtype).str, tuple(shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _record(kind, name, algorithm, op, root, dtype, shape) -> np.ndarray:
+    # Training issues the same calls every step: build each record once.
     dims = (list(shape) + [-1] * _SHOWN_DIMS)[:_SHOWN_DIMS]
     shape_hash = zlib.crc32(np.asarray(shape, dtype=np.int64).tobytes())
     name_hash = 0 if name is None else zlib.crc32(name.encode()) + 1
-    return np.array([KINDS.index(kind), name_hash, _encode(algorithm),
-                     -1 if op is None else OPS.index(op), root, _encode(np.dtype(dtype).str),
-                     len(shape), shape_hash, *dims], dtype=np.int64)
+    record = np.array([KINDS.index(kind), name_hash, _encode(algorithm),
+                       -1 if op is None else OPS.index(op), root, _encode(dtype),
+                       len(shape), shape_hash, *dims], dtype=np.int64)
+    record.flags.writeable = False
+    return record
 
 
 def format_ranks(ranks) -> str:
@@ -107,10 +116,10 @@ class CrossRankCheck:
     Args:
         state: the communicator's state (the check runs on ``state.comm``).
         record: this rank's ``make_record(...)``.
-        label: the operation, as error messages name it.
+        label: returns the operation as error messages name it (built only for errors).
     """
 
-    def __init__(self, state: CommState, record: np.ndarray, label: str):
+    def __init__(self, state: CommState, record: np.ndarray, label: Callable[[], str]):
         self.state = state
         self.label = label
         self.rank, self.size = state.rank, state.size
@@ -162,7 +171,7 @@ class CrossRankCheck:
         missing = np.empty(count, dtype=np.int64)
         self._receive_detail(missing)
         raise errors.DeadlineExceededError(
-            f"{self.label}: rank 0 (which gathers the cross-rank check) reports that "
+            f"{self.label()}: rank 0 (which gathers the cross-rank check) reports that "
             f"{format_ranks(missing)} never joined this collective; not heard from "
             f"{format_ranks(missing)}")
 
@@ -201,12 +210,12 @@ class CrossRankCheck:
 
         def expired(waited):
             return errors.DeadlineExceededError(
-                f"{self.label}: the details of a failed cross-rank check did not arrive "
+                f"{self.label()}: the details of a failed cross-rank check did not arrive "
                 f"from rank 0 within {waited:.0f} s")
         poll_until(request.Test, 30.0, expired, Backoff(spin_s=0.0, first_s=1e-5))
 
     def _mismatch_error(self, problem: str) -> errors.InvalidArgumentError:
         return errors.InvalidArgumentError(
-            f"{self.label}: cross-rank check failed, {problem}. Every rank must issue the "
+            f"{self.label()}: cross-rank check failed, {problem}. Every rank must issue the "
             f"same collectives in the same order, with the same algorithm, dtype and "
             f"shape (allgather: the same shape after the first dimension)")

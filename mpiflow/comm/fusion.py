@@ -1,0 +1,318 @@
+"""Tensor fusion: many small allreduces become a few, one per fusion buffer (Horovod).
+
+``plan_buckets`` cuts a list of tensors, in an order every rank agrees on, into buckets:
+tensors of one dtype and device fill a buffer up to the threshold, and a tensor larger
+than the threshold is a bucket of its own. ``FusedAllreduce`` packs each bucket's tensors
+into a reused buffer as they are added and starts the bucket's allreduce as soon as its
+last tensor is in, so the reduction of early buckets overlaps the computation of the
+tensors of later ones.
+
+Order: every rank must build the same plan (same specs in the same order; the graph
+runtime uses graph order or sorted names). Buckets start strictly in plan order, so the
+ranks' collectives match even when tensors are added in a different order on each rank;
+tensors added in plan order start each bucket the moment it is complete.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from mpiflow import backend, errors
+from mpiflow import config as config_lib
+from mpiflow.comm.collectives import get_collective
+from mpiflow.comm.collectives.base import Handle
+
+
+class TensorSpec(NamedTuple):
+    """One tensor to fuse: its name, dtype, size in bytes and device ('' = host)."""
+
+    name: str
+    dtype: np.dtype
+    nbytes: int
+    device: str = ""
+
+
+class Bucket(NamedTuple):
+    """One fusion buffer: its tensors and where each lies in it (in elements)."""
+
+    index: int
+    dtype: np.dtype
+    device: str
+    names: tuple[str, ...]
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return (self.offsets[-1] + self.sizes[-1]) * self.dtype.itemsize if self.names else 0
+
+
+def plan_buckets(specs: Iterable[TensorSpec], threshold_bytes: int) -> list[Bucket]:
+    """Return the buckets of ``specs`` (taken in the given, agreed order).
+
+    Tensors are grouped by (dtype, device); each group fills buckets of at most
+    ``threshold_bytes`` in order; a tensor larger than the threshold (every tensor when it
+    is 0) is a bucket of its own. Buckets are listed in the order they become complete
+    when the tensors are added in ``specs`` order (by the position of their last tensor).
+
+    Raises:
+        InvalidArgumentError: a name appears twice, or a size is not a whole number of
+            elements of its dtype.
+    """
+    groups: dict[tuple[str, str], list] = {}       # key -> [names, sizes, bytes]
+    last: dict[tuple[str, str], int] = {}          # key -> position of its last tensor
+    done: list[tuple[int, tuple]] = []             # (position of last tensor, members)
+    seen: set[str] = set()
+
+    def close(key):
+        names, sizes, _ = groups.pop(key)
+        done.append((last[key], (key, names, sizes)))
+
+    for position, spec in enumerate(specs):
+        spec = TensorSpec(*spec)
+        dtype = np.dtype(spec.dtype)
+        if spec.name in seen:
+            raise errors.InvalidArgumentError(f"Tensor '{spec.name}' is listed twice for fusion")
+        seen.add(spec.name)
+        if spec.nbytes < 0 or spec.nbytes % dtype.itemsize:
+            raise errors.InvalidArgumentError(
+                f"Tensor '{spec.name}': {spec.nbytes} bytes is not a whole number of "
+                f"{dtype.name} elements")
+        key = (dtype.str, spec.device)
+        size = spec.nbytes // dtype.itemsize
+        if spec.nbytes > threshold_bytes:
+            done.append((position, (key, [spec.name], [size])))
+            continue
+        if key in groups and groups[key][2] + spec.nbytes > threshold_bytes:
+            close(key)
+        group = groups.setdefault(key, [[], [], 0])
+        group[0].append(spec.name)
+        group[1].append(size)
+        group[2] += spec.nbytes
+        last[key] = position
+    for key in list(groups):
+        close(key)
+    done.sort(key=lambda item: item[0])
+    buckets = []
+    for index, (_, (key, names, sizes)) in enumerate(done):
+        offsets = np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64))).tolist()
+        buckets.append(Bucket(index, np.dtype(key[0]), key[1], tuple(names),
+                              tuple(int(o) for o in offsets), tuple(sizes)))
+    return buckets
+
+
+class BucketHandle:
+    """The allreduce of one bucket: ``test()``, ``wait()``, ``result`` (name -> array)."""
+
+    def __init__(self, fused: FusedAllreduce, bucket: Bucket):
+        self.bucket = bucket
+        self._fused = fused
+        self._inner: Handle | None = None
+        self._result = None
+
+    @property
+    def started(self) -> bool:
+        return self._inner is not None
+
+    def test(self) -> bool:
+        """Advance the bucket's allreduce; return whether it is done (and unpacked)."""
+        if self._result is not None:
+            return True
+        if self._inner is None or not self._inner.test():
+            return False
+        self._result = self._fused._unpack(self.bucket, self._inner.result)
+        return True
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Complete the bucket's allreduce; return ``{name: reduced array}``.
+
+        Raises:
+            FailedPreconditionError: the bucket cannot start, because tensors of it or of
+                a bucket before it were not added (the message names them).
+        """
+        if self._inner is None:
+            raise errors.FailedPreconditionError(
+                f"Fused allreduce '{self._fused.name}': bucket {self.bucket.index} cannot "
+                f"start yet; tensors not added: {self._fused.missing(self.bucket.index)}")
+        self._inner.wait(timeout)
+        self.test()
+        return self._result
+
+    @property
+    def result(self) -> dict:
+        if self._result is None:
+            raise errors.FailedPreconditionError(
+                f"Fused allreduce '{self._fused.name}': bucket {self.bucket.index} is not "
+                f"complete; call wait()")
+        return self._result
+
+
+class _Slot:
+    """Where one tensor goes: its bucket, its view of the bucket's buffer, this round's
+    array and output."""
+
+    __slots__ = ("bucket", "size", "dtype", "view", "round", "array", "out")
+
+    def __init__(self, bucket: Bucket, size: int, view):
+        self.bucket, self.size, self.dtype, self.view = bucket, size, bucket.dtype, view
+        self.round = -1
+        self.array = self.out = None
+
+
+class FusedAllreduce:
+    """Allreduce a fixed list of tensors through fusion buffers, one collective per bucket.
+
+    Each round, every tensor of ``specs`` is given once with ``add``; a bucket's allreduce
+    starts when its last tensor is in (and the buckets before it have started). Once every
+    bucket of a round has completed, the next ``add`` begins a new round that reuses the
+    buffers. A producer that writes a tensor straight into ``buffer_view(name)`` and adds
+    that view saves both copies (the result is then that view).
+
+    Args:
+        comm: the communicator of the ranks taking part.
+        specs: ``TensorSpec``s (or tuples) in the order every rank agrees on.
+        algorithm: a strategy name or "auto" (chosen per bucket).
+        op: "sum" or "average".
+        threshold_bytes: bucket size (default MPIFLOW_FUSION_THRESHOLD_BYTES).
+        check: run the cross-rank check for every bucket.
+        name: prefix of the buckets' names in checks and errors.
+    """
+
+    def __init__(self, comm, specs: Iterable[TensorSpec], *, algorithm: str = "auto",
+                 op: str = "sum", threshold_bytes: int | None = None, check: bool = True,
+                 name: str = "fused", config: config_lib.Config | None = None):
+        self.comm = comm
+        self.config = config or config_lib.default()
+        if threshold_bytes is None:
+            threshold_bytes = self.config.get("MPIFLOW_FUSION_THRESHOLD_BYTES")
+        self.buckets = plan_buckets(specs, threshold_bytes)
+        self.algorithm, self.op, self.check, self.name = algorithm, op, check, name
+        self._buffers = []
+        self._slots: dict[str, _Slot] = {}
+        for bucket in self.buckets:
+            buffer = None
+            if len(bucket.names) > 1:
+                # One buffer per bucket, made once and reused every round; with all
+                # buckets of a round in flight together each needs its own.
+                xp = backend.array_module(bucket.device)
+                buffer = xp.empty(bucket.nbytes // bucket.dtype.itemsize, dtype=bucket.dtype)
+            self._buffers.append(buffer)
+            for name_, start, size in zip(bucket.names, bucket.offsets, bucket.sizes):
+                view = None if buffer is None else buffer[start:start + size]
+                self._slots[name_] = _Slot(bucket, size, view)
+        self._round = 0
+        self._new_round()
+
+    def _new_round(self) -> None:
+        self._round += 1
+        self._given = [0] * len(self.buckets)
+        self._handles = [BucketHandle(self, b) for b in self.buckets]
+        self._next_start = 0
+
+    def buffer_view(self, name: str):
+        """Return the part of the fusion buffer that holds tensor ``name`` (flat), or None
+        for a tensor that is a bucket of its own."""
+        return self._slot(name).view
+
+    def add(self, name: str, array, out=None) -> BucketHandle | None:
+        """Give tensor ``name``; return its bucket's handle if this completed the bucket.
+
+        Args:
+            array: the tensor (its dtype and size as in its spec).
+            out: where the reduced tensor goes (default: a new array; ``array`` itself for
+                in place).
+
+        Raises:
+            InvalidArgumentError: unknown name, wrong dtype or size, or given twice in a
+                round that is still in flight.
+        """
+        slot = self._slots.get(name) or self._slot(name)
+        if slot.round == self._round:
+            if not self._round_complete():
+                raise errors.InvalidArgumentError(
+                    f"Fused allreduce '{self.name}': tensor '{name}' given twice while its "
+                    f"round is in flight")
+            self._new_round()
+        if array.dtype != slot.dtype or array.size != slot.size:
+            raise errors.InvalidArgumentError(
+                f"Fused allreduce '{self.name}': tensor '{name}' expected "
+                f"{slot.dtype.name} with {slot.size} elements, got {array.dtype} with "
+                f"{array.size}")
+        slot.round, slot.array, slot.out = self._round, array, out
+        view = slot.view
+        if view is not None:
+            if view.shape != array.shape:
+                view = slot.view = view.reshape(array.shape)
+            if array is not view:
+                view[...] = array
+        index = slot.bucket.index
+        self._given[index] += 1
+        if self._given[index] < len(slot.bucket.names):
+            return None
+        self._start_ready()
+        return self._handles[index]
+
+    def handles(self) -> list[BucketHandle]:
+        """Return this round's bucket handles, in plan order."""
+        return list(self._handles)
+
+    def wait_all(self, timeout: float | None = None) -> dict:
+        """Complete every bucket of the round; return ``{name: reduced array}``."""
+        results: dict = {}
+        for handle in self._handles:
+            results.update(handle.wait(timeout))
+        return results
+
+    def missing(self, up_to: int | None = None) -> list[str]:
+        """Return the tensors not added yet this round (in buckets ``<= up_to``)."""
+        last = len(self.buckets) - 1 if up_to is None else up_to
+        return [n for b in self.buckets[:last + 1] for n in b.names
+                if self._slots[n].round != self._round]
+
+    # -- internals -------------------------------------------------------------------------
+    def _slot(self, name: str) -> _Slot:
+        slot = self._slots.get(name)
+        if slot is None:
+            known = sorted(self._slots)
+            raise errors.InvalidArgumentError(
+                f"Fused allreduce '{self.name}': unknown tensor '{name}'; known: "
+                f"{known[:10]}{' ...' if len(known) > 10 else ''}")
+        return slot
+
+    def _round_complete(self) -> bool:
+        return all(h.started and h.test() for h in self._handles)
+
+    def _start_ready(self) -> None:
+        # Plan order on every rank: a complete bucket waits for the ones before it.
+        while self._next_start < len(self.buckets):
+            bucket = self.buckets[self._next_start]
+            if self._given[bucket.index] < len(bucket.names):
+                return
+            buffer = self._buffers[bucket.index]
+            if buffer is None:
+                slot = self._slots[bucket.names[0]]
+                send, dest = slot.array, slot.out
+            else:
+                send = dest = buffer
+            collective = get_collective(self.algorithm, self.comm, send, self.config)
+            self._handles[bucket.index]._inner = collective.allreduce_async(
+                send, self.op, dest, name=f"{self.name}/bucket{bucket.index}",
+                check=self.check)
+            self._next_start += 1
+
+    def _unpack(self, bucket: Bucket, reduced) -> dict:
+        if self._buffers[bucket.index] is None:
+            return {bucket.names[0]: reduced}
+        results = {}
+        for name in bucket.names:
+            slot = self._slots[name]
+            view, out = slot.view, slot.out
+            if out is None:
+                out = view.copy()
+            elif out is not view:
+                out[...] = view
+            results[name] = out
+            slot.array = slot.out = None
+        return results

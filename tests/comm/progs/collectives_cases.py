@@ -1,0 +1,214 @@
+"""Every collective case for one strategy, at any number of ranks; prints one summary line.
+
+Usage: collectives_cases.py ALGORITHM      (mpi, ring, nccl or auto)
+
+Inputs and expected values come from rank and size only. Each rank prints
+``CASES {"rank", "algorithm", "cases", "failures"}``, or ``SKIP <reason>`` when the
+strategy is not enabled here (nccl without a GPU). The cases run on two fresh
+communicators in turn, so the lazy set-up (communicator duplicate, NCCL communicator)
+runs twice.
+"""
+
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import backend
+from mpiflow.comm.collectives import BY_NAME, get_collective, select
+from mpiflow.comm.fusion import FusedAllreduce, TensorSpec
+from mpiflow.errors import FailedPreconditionError
+from mpiflow.framework import dtypes
+
+SIZES = (0, 1, 1009)
+LARGE = 1 << 20
+
+
+class Cases:
+    def __init__(self, comm, algorithm, xp):
+        self.comm, self.algorithm, self.xp = comm, algorithm, xp
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.count = 0
+        self.failures = []
+
+    def collective(self, like):
+        return get_collective(self.algorithm, self.comm, like)
+
+    def expect(self, label, got, want, tol=0.0):
+        self.count += 1
+        got = backend.to_host(got)
+        if got.shape != want.shape or got.dtype != want.dtype:
+            self.failures.append(f"{label}: got {got.dtype}{got.shape}, "
+                                 f"expected {want.dtype}{want.shape}")
+        elif tol:
+            if not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                               atol=tol):
+                self.failures.append(f"{label}: values differ, e.g. {got.ravel()[:4]} vs "
+                                     f"{want.ravel()[:4]}")
+        elif not np.array_equal(got, want):
+            bad = np.flatnonzero(got.ravel() != want.ravel())[:4]
+            self.failures.append(f"{label}: values differ at {bad.tolist()}: "
+                                 f"{got.ravel()[bad]} vs {want.ravel()[bad]}")
+
+    def contribution(self, rank, n, dtype):
+        """Rank ``rank``'s input: exact in every dtype, so sums do not depend on order."""
+        base = np.arange(n) % 11
+        if dtype == np.bool_:
+            return (np.arange(n) % (self.size + 1)) == rank
+        if dtype.kind == "u":
+            return (base + rank).astype(dtype)
+        if dtype.kind == "i":
+            return (base - 5 + rank).astype(dtype)
+        return ((base - 5) * 0.25 + rank).astype(dtype)
+
+    def expected(self, n, dtype, op):
+        parts = [self.contribution(k, n, dtype) for k in range(self.size)]
+        if dtype == np.bool_:
+            return np.logical_or.reduce(parts) if n else parts[0]
+        total = np.sum([p.astype(np.float64) for p in parts], axis=0)
+        return (total / self.size if op == "average" else total).astype(dtype)
+
+    def allreduce(self):
+        for dtype in [d.np_dtype for d in dtypes.ALL]:
+            for n in SIZES:
+                self.allreduce_one(dtype, n)
+        for op in ("sum", "average"):
+            self.allreduce_one(np.dtype(np.float32), LARGE, ops=(op,))
+        # More dimensions, and a non-contiguous input.
+        x = self.xp.asarray(self.contribution(self.rank, 7 * 13 * 3, np.dtype(np.float32)))
+        want = self.expected(7 * 13 * 3, np.dtype(np.float32), "sum")
+        c = self.collective(x)
+        self.expect("allreduce 3-d", c.allreduce(x.reshape(7, 13, 3)), want.reshape(7, 13, 3))
+        self.expect("allreduce transposed", c.allreduce(x.reshape(7, 13, 3).transpose(2, 0, 1)),
+                    want.reshape(7, 13, 3).transpose(2, 0, 1))
+
+    def allreduce_one(self, dtype, n, ops=None):
+        ops = ops or (("sum", "average") if dtype.kind == "f" else ("sum",))
+        xp = self.xp
+        for op in ops:
+            want = self.expected(n, dtype, op)
+            tol = {2: 2e-3, 4: 1e-6, 8: 1e-12}[dtype.itemsize] if op == "average" else 0.0
+            mine = xp.asarray(self.contribution(self.rank, n, dtype))
+            c = self.collective(mine)
+            label = f"allreduce {op} {dtype.name}[{n}]"
+            self.expect(label + " new output", c.allreduce(mine, op), want, tol)
+            out = xp.empty_like(mine)
+            got = c.allreduce(mine, op, out=out)
+            self.expect(label + " given output", out, want, tol)
+            self.expect(label + " input untouched", mine,
+                        self.contribution(self.rank, n, dtype))
+            if got is not out:
+                self.failures.append(f"{label}: result is not the given out")
+            got = c.allreduce(mine, op, out=mine, name=f"inplace/{dtype.name}/{n}")
+            self.expect(label + " in place", mine, want, tol)
+
+    def broadcast(self):
+        xp = self.xp
+        for dtype in (np.float32, np.float16, np.int64, np.bool_, np.uint8):
+            for n in (0, 1009):
+                for root in range(self.size):
+                    source = self.contribution(root, n, np.dtype(dtype))
+                    mine = xp.asarray(source if self.rank == root else
+                                      np.zeros(n, dtype=dtype))
+                    got = self.collective(mine).broadcast(mine, root=root)
+                    self.expect(f"broadcast {np.dtype(dtype).name}[{n}] from {root}", got, source)
+        base = np.arange(24, dtype=np.float64).reshape(4, 6)
+        mine = xp.asarray(base if self.rank == 0 else np.zeros((4, 6)))
+        view = mine.T                                   # non-contiguous: copied back
+        self.collective(view).broadcast(view, root=0)
+        self.expect("broadcast into a transposed view", mine, base)
+
+    def allgather(self):
+        xp = self.xp
+        for dtype in (np.float32, np.int16, np.bool_, np.float16):
+            rows = lambda r: r % 3                     # noqa: E731 (rank 0 gives no row)
+            part = lambda r: (np.arange(rows(r) * 5).reshape(rows(r), 5) + 100 * r) \
+                .astype(dtype)                         # noqa: E731
+            mine = xp.asarray(part(self.rank))
+            got = self.collective(mine).allgather(mine, name=f"gather/{np.dtype(dtype).name}")
+            want = np.concatenate([part(r) for r in range(self.size)])
+            self.expect(f"allgather {np.dtype(dtype).name} uneven rows", got, want)
+        mine = xp.asarray(np.full(self.rank + 1, self.rank, dtype=np.int64))
+        want = np.concatenate([np.full(r + 1, r, dtype=np.int64) for r in range(self.size)])
+        self.expect("allgather 1-d", self.collective(mine).allgather(mine), want)
+
+    def handles(self):
+        """Handles driven by test() alone, several in flight, tested in reverse order."""
+        xp = self.xp
+        dtype = np.dtype(np.float32)
+        mine = xp.asarray(self.contribution(self.rank, 1 << 18, dtype))
+        c = self.collective(mine)
+        handle = c.allreduce_async(mine, name="driven-by-test")
+        polls = 0
+        while not handle.test():
+            polls += 1
+        self.expect("handle driven by test() alone", handle.result,
+                    self.expected(1 << 18, dtype, "sum"))
+        sizes = [1 << 16, 3, 1 << 17, 0, 1009]
+        inputs = [xp.asarray(self.contribution(self.rank, n, dtype)) for n in sizes]
+        started = [self.collective(x).allreduce_async(x, "average", name=f"inflight/{i}")
+                   for i, x in enumerate(inputs)]
+        try:
+            started[0].result if not started[0].test() else None
+        except FailedPreconditionError:
+            pass
+        else:
+            self.count += 1           # done already: nothing to check
+        for i in reversed(range(len(sizes))):
+            self.expect(f"in flight #{i} waited in reverse order", started[i].wait(),
+                        self.expected(sizes[i], dtype, "average"), 1e-6)
+
+    def fusion(self):
+        xp = self.xp
+        if self.algorithm == "nccl":
+            return   # fusion of device buffers: covered by the GPU script
+        specs = [TensorSpec(f"g/{i:02d}", np.float32, 4 * (10 + i)) for i in range(30)]
+        specs += [TensorSpec("g/int", np.int32, 4 * 7), TensorSpec("g/big", np.float32, 4 * 4096)]
+        fused = FusedAllreduce(self.comm, specs, algorithm=self.algorithm, op="sum",
+                               threshold_bytes=1024)
+        for step in range(2):
+            arrays = {s.name: xp.asarray(self.contribution(self.rank, s.nbytes // 4,
+                                                           np.dtype(s.dtype)))
+                      for s in specs}
+            order = list(arrays)
+            if self.rank % 2:
+                order.reverse()        # buckets still start in plan order on every rank
+            for name in order:
+                fused.add(name, arrays[name])
+            results = fused.wait_all()
+            for s in specs:
+                self.expect(f"fused {s.name} step {step}", results[s.name],
+                            self.expected(s.nbytes // 4, np.dtype(s.dtype), "sum"))
+
+
+def main():
+    algorithm = sys.argv[1]
+    world = MPI.COMM_WORLD
+    xp = np
+    if algorithm == "nccl":
+        ok, why = BY_NAME["nccl"].enabled(world, np.zeros(1))
+        nccl, reason = backend.nccl_module()
+        if nccl is None:
+            print(f"SKIP {reason}", flush=True)
+            return
+        xp = backend.array_module("/device:GPU:0")
+        xp.cuda.Device(0).use()
+    select(algorithm, world, xp.zeros(1))
+    total, failures = 0, []
+    for attempt in range(2):
+        comm = world.Dup()
+        cases = Cases(comm, algorithm, xp)
+        for case in (cases.allreduce, cases.broadcast, cases.allgather, cases.handles,
+                     cases.fusion):
+            case()
+        total += cases.count
+        failures += [f"comm #{attempt}: {f}" for f in cases.failures]
+    line = {"rank": world.Get_rank(), "size": world.Get_size(), "algorithm": algorithm,
+            "cases": total, "failures": failures[:20]}
+    sys.stdout.write("CASES " + json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
