@@ -4,29 +4,18 @@
     mpiexec -n 4 python examples/mnist_ps.py --ps 2     # 2 ps + 2 workers
 
 Roles come from the launch: the first ``--ps`` ranks serve the variables, the others are
-workers, each training on its own shard of the data. The chief (worker 0) initialises
-the variables; the other workers wait for them. Every rank exits 0 at the end.
+workers, each training on its own shard of the data. MonitoredTrainingSession makes the
+chief (worker 0) initialise the variables and the other workers wait for them. Every
+rank exits 0 at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 
 import mpiflow as mf
 from mlp_model import build_mlp, load_data, loss_and_accuracy
 from mpiflow.data import batches, shard
-
-
-def wait_until_initialized(sess, variables, timeout=120.0):
-    """Block until the chief has initialised ``variables`` on the ps."""
-    ready = mf.stack([mf.is_variable_initialized(v) for v in variables])
-    deadline = time.monotonic() + timeout
-    while not sess.run(ready).all():
-        if time.monotonic() > deadline:
-            raise mf.errors.DeadlineExceededError(
-                f"variables not initialised by the chief within {timeout:.0f} s")
-        time.sleep(0.05)
 
 
 def main(argv=None):
@@ -62,16 +51,13 @@ def main(argv=None):
         global_step = mf.train.get_or_create_global_step()
         train_op = mf.train.AdamOptimizer(args.learning_rate).minimize(
             loss, global_step=global_step)
-        init = mf.global_variables_initializer()
 
     if server.is_chief:
         print(f"data: {source}; {num_workers} workers, {cluster.num_tasks('ps')} ps; "
               f"variables on {sorted({v.device for v in mf.global_variables()})}", flush=True)
-    with mf.Session(server.target) as sess:
-        if server.is_chief:
-            sess.run(init)
-        else:
-            wait_until_initialized(sess, mf.global_variables())
+    # The chief initialises the variables on the ps; the other workers wait for it.
+    with mf.train.MonitoredTrainingSession(master=server.target, is_chief=server.is_chief,
+                                           log_step_count_steps=None) as sess:
         for epoch in range(args.epochs):
             for xb, yb in batches(x_train, y_train, args.batch_size,
                                   seed=args.seed * 1000 + epoch * num_workers + task):

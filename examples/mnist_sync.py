@@ -75,6 +75,8 @@ def main(argv=None):
                 _, step = sess.run([train_op, global_step], {x: xb, y: yb})
                 first_step = step if first_step is None else first_step
             epoch += 1
+    # The variables live on the ps and outlive the monitored session: evaluate them.
+    with mf.Session(server.target) as sess:
         test_accuracy = sess.run(accuracy, {x: x_test, y: y_test})
     print(f"worker {task}: {source}; steps {first_step}..{args.last_step}, "
           f"test accuracy {test_accuracy:.4f}", flush=True)

@@ -17,6 +17,7 @@ import numpy as np
 from mpiflow import errors
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger
+from mpiflow.train.checkpoint_management import get_checkpoint_state
 from mpiflow.train.global_step import get_global_step
 from mpiflow.train.session_manager import get_saver_or_default
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
@@ -194,6 +195,10 @@ class CheckpointSaverHook(SessionRunHook):
             listener.begin()
 
     def after_create_session(self, session, coord):
+        # A resumed job keeps counting max_to_keep over the checkpoints already there.
+        state = get_checkpoint_state(self._checkpoint_dir)
+        if state is not None:
+            self._get_saver().recover_last_checkpoints(state.all_model_checkpoint_paths)
         step = int(session.run(self._global_step))
         self._save(session, step)
         self._timer.update_last_triggered_step(step)

@@ -28,3 +28,25 @@ def test_backup_worker_does_not_slow_the_global_step(run_mpi):
     assert len(ratios) == 3, out
     assert min(ratios) >= 0.8, out
     assert fast[0] > 3 * slow[0], out      # the slow worker really was slow
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_mnist_sync_example_trains_to_95_percent_on_two_ps(run_mpi):
+    out = run_mpi(4, EXAMPLES / "mnist_sync.py", "--ps", 2, "--last-step", 400,
+                  timeout=240).stdout
+    accuracies = [float(a) for a in re.findall(r"test accuracy (\d\.\d+)", out)]
+    assert len(accuracies) == 2 and min(accuracies) >= 0.95, out
+
+
+def test_mnist_sync_stops_and_resumes_from_its_checkpoint(run_mpi, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    first = run_mpi(3, EXAMPLES / "mnist_sync.py", "--checkpoint-dir", ckpt,
+                    "--last-step", 150, timeout=240).stdout
+    assert re.findall(r"steps 1\.\.150", first), first
+    second = run_mpi(3, EXAMPLES / "mnist_sync.py", "--checkpoint-dir", ckpt,
+                     "--last-step", 300, timeout=240).stdout
+    # The second job starts where the first one's last checkpoint left off.
+    assert len(re.findall(r"steps 151\.\.300", second)) == 2, second
+    assert 'model_checkpoint_path: "model.ckpt-300"' in (ckpt / "checkpoint").read_text()

@@ -64,13 +64,12 @@ class ScratchPool:
 
     def take(self, nbytes: int) -> np.ndarray:
         """Return a uint8 buffer of at least ``nbytes`` that no operation in flight uses."""
-        fits = [b for b in self._free if b.nbytes >= nbytes]
+        free = self._free
+        fits = [i for i, b in enumerate(free) if b.nbytes >= nbytes]
         if fits:
-            buf = min(fits, key=lambda b: b.nbytes)
-            self._free.remove(buf)
-            return buf
-        if self._free:  # grow the largest one instead of keeping a small one around
-            self._free.remove(max(self._free, key=lambda b: b.nbytes))
+            return free.pop(min(fits, key=lambda i: free[i].nbytes))
+        if free:  # grow the largest one instead of keeping a small one around
+            free.pop(max(range(len(free)), key=lambda i: free[i].nbytes))
         return np.empty(max(nbytes, 1), dtype=np.uint8)
 
     def give(self, buf: np.ndarray) -> None:
