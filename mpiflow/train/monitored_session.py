@@ -374,7 +374,8 @@ def MonitoredTrainingSession(
         chief_only_hooks=None, save_checkpoint_secs=USE_DEFAULT,
         save_summaries_steps=USE_DEFAULT, save_summaries_secs=USE_DEFAULT, config=None,
         stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=USE_DEFAULT,
-        save_checkpoint_steps=USE_DEFAULT, summary_dir=None) -> MonitoredSession:
+        save_checkpoint_steps=USE_DEFAULT, summary_dir=None,
+        progress_bar=True) -> MonitoredSession:
     """Return a MonitoredSession for training, set up for the chief or another worker.
 
     The chief restores from ``checkpoint_dir`` (or initializes) and gets the default hooks:
@@ -382,9 +383,11 @@ def MonitoredTrainingSession(
     otherwise; None for both turns it off) when ``checkpoint_dir`` is given; with a
     ``summary_dir`` (default ``checkpoint_dir``), ``StepCounterHook`` every
     ``log_step_count_steps`` and, when the graph has summaries, ``SummarySaverHook``
-    every ``save_summaries_steps`` (default 100) or ``save_summaries_secs``. Other
-    workers wait up to ``max_wait_secs`` (default MPIFLOW_TIMEOUT) for the chief and run
-    only ``hooks``.
+    every ``save_summaries_steps`` (default 100) or ``save_summaries_secs``; and, with
+    ``progress_bar`` (mpiflow's addition), a bar of the global step towards the
+    ``StopAtStepHook``'s last step, drawn only when stderr is a terminal. Other workers
+    wait up to ``max_wait_secs`` (default MPIFLOW_TIMEOUT) for the chief and run only
+    ``hooks``.
     """
     save_summaries_secs, save_summaries_steps = _resolve_pair(
         save_summaries_secs, save_summaries_steps, None, 100)
@@ -417,6 +420,10 @@ def MonitoredTrainingSession(
             checkpoint_dir, save_steps=None if save_checkpoint_secs else save_checkpoint_steps,
             save_secs=save_checkpoint_secs or None, scaffold=scaffold))
     all_hooks.extend(hooks or [])
+    if progress_bar:
+        stops = [h for h in all_hooks if isinstance(h, basic_hooks.StopAtStepHook)]
+        last_step = getattr(stops[0], "_last_step", None) if stops else None
+        all_hooks.append(reporting_hooks.ProgressBarHook(last_step=last_step))
     creator = ChiefSessionCreator(scaffold=scaffold, master=master, config=config,
                                   checkpoint_dir=checkpoint_dir)
     return MonitoredSession(creator, hooks=all_hooks,

@@ -165,10 +165,11 @@ def test_the_chief_gets_the_default_hooks_for_its_checkpoint_dir(tmp_path):
     m = regression_model()
     with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path)) as sess:
         kinds = [type(h).__name__ for h in sess._hooks]
-    assert kinds == ["StepCounterHook", "CheckpointSaverHook"]
+    assert kinds == ["StepCounterHook", "CheckpointSaverHook", "ProgressBarHook"]
     mf.summary.scalar("loss", m.loss)
     with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path),
-                                           save_checkpoint_secs=None) as sess:
+                                           save_checkpoint_secs=None,
+                                           progress_bar=False) as sess:
         kinds = [type(h).__name__ for h in sess._hooks]
     assert kinds == ["StepCounterHook", "SummarySaverHook"]
     # A worker runs only its own hooks (its ready ops here say "ready" at once).
