@@ -107,6 +107,9 @@ class ResourceStore:
         self._events = threading.Condition(self.lock)
         self._signals = {}
         self.cancel_reason = None
+        # The rank service serving this store (process groups, polling of collectives);
+        # None for an in-process session.
+        self.runtime = None
 
     def ref(self, op) -> StateRef:
         return StateRef(self, op)

@@ -102,8 +102,11 @@ class RankService:
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
         self.store.notify_hook = self._on_event
+        self.store.runtime = self
         self._event_waiters = {}
         self._fired = []
+        self._watched = []          # (collective handle, event key) polled by the loop
+        self.groups = {}            # process-group name -> communicator
         self.rendezvous = Rendezvous()
         self._partitions = {}
         self._remote_steps = {}
@@ -300,11 +303,33 @@ class RankService:
                     continue
                 if transport.has_pending_sends():
                     transport.complete_sends()
+                if self._watched and self._poll_watched():
+                    self._drain_events()
+                    backoff.reset()
+                    continue
             if deadline is not None and time.monotonic() >= deadline:
                 raise errors.DeadlineExceededError(
                     f"Rank {self.rank} waited {self.timeout:.0f} s (MPIFLOW_TIMEOUT) for "
                     f"{describe()}")
-            backoff.wait()
+            if self._watched:
+                os.sched_yield()    # collectives in flight advance only when polled
+            else:
+                backoff.wait()
+
+    def watch(self, handle, key) -> None:
+        """Poll ``handle.test()`` from the service loop; signal ``key`` once it is done."""
+        self._watched.append((handle, key))
+
+    def _poll_watched(self) -> bool:
+        done = [(h, k) for h, k in self._watched if h.test()]
+        for item in done:
+            self._watched.remove(item)
+            self._on_event(item[1])
+        return bool(done)
+
+    def add_group(self, name: str, comm) -> None:
+        """Make ``comm`` (a sub-communicator, e.g. the workers') the process group ``name``."""
+        self.groups[name] = comm
 
     def _dispatch(self, message) -> None:
         kind = message.header.get("k")

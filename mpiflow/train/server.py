@@ -56,6 +56,19 @@ def _install_abort_hook(service, world):
     sys.excepthook = hook
 
 
+def _join_job_group(service, cluster, job) -> None:
+    """Give this rank the communicator of its job's ranks (collective over all ranks).
+
+    Allreduce mode runs its collectives on the workers' group; the Split happens once per
+    process, when the first Server is made (every rank makes one).
+    """
+    if job in service.groups:
+        return
+    jobs = sorted(cluster.jobs)
+    comm = service.transport.comm.Split(jobs.index(job), service.rank)
+    service.add_group(job, comm)
+
+
 class Server:
     """A TF1 ``tf.train.Server`` for the MPI rank this process is.
 
@@ -83,6 +96,7 @@ class Server:
                 f"{cluster.as_dict()}")
         service.role_names.update(
             {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
+        _join_job_group(service, cluster, job)
         self._setup(service, cluster, job, task, config)
 
     def _setup(self, service, cluster, job, task, config):
