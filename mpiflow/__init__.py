@@ -21,6 +21,7 @@ from mpiflow.ops.activation_ops import sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
 from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
+from mpiflow.ops.collective_ops import all_gather, all_reduce, broadcast, fused_all_reduce
 from mpiflow.ops.constant_ops import (
     constant, convert_to_tensor, placeholder, placeholder_with_default)
 from mpiflow.ops.data_flow_ops import dynamic_partition, dynamic_stitch

@@ -37,7 +37,7 @@ class KernelContext:
 
 
 # Step kinds of a compiled plan.
-_SINGLE, _MULTI, _NO_OUTPUT, _SEND, _RECV, _ASYNC = range(6)
+_SINGLE, _MULTI, _NO_OUTPUT, _SEND, _RECV, _ASYNC, _ASYNC_MULTI = range(7)
 
 
 
@@ -117,8 +117,10 @@ class Plan:
             else:
                 ctx = KernelContext(op, xp_for(op.device), state)
                 op_def.prepare(ctx)
-                kind = _ASYNC if op_def.async_kernel else (
-                    _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT))
+                if op_def.async_kernel:
+                    kind = _ASYNC_MULTI if op_def.tuple_outputs else _ASYNC
+                else:
+                    kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
                 steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs, kind))
             self.ops.append(op)
             for t in op.outputs:
@@ -204,7 +206,10 @@ class Plan:
                         yield ("event", result.key)
                         quiet.enter()
                         result = fn(*args)
-                    if out is not None:
+                    if kind == _ASYNC_MULTI:
+                        for s, v in zip(out, result):
+                            vals[s] = v
+                    elif out is not None:
                         vals[out] = result
                 if frees:
                     for s in frees:
@@ -271,7 +276,7 @@ def _with_frees(steps, keep, constant_slots):
             frees[i].append(s)
     compiled = []
     for (fn, ins, outs, kind), free in zip(steps, frees):
-        out = outs if kind == _MULTI else (outs[0] if outs else None)
+        out = outs if kind in (_MULTI, _ASYNC_MULTI) else (outs[0] if outs else None)
         compiled.append((fn, tuple(ins), out, kind, tuple(free)))
     return compiled
 

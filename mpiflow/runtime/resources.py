@@ -130,6 +130,11 @@ class ResourceStore:
             found = self.resources[name] = factory()
         return found
 
+    def collectives(self, group: str):
+        """Return the collectives of process group ``group`` (for collective kernels)."""
+        from mpiflow.runtime.collectives import group_collectives  # imports MPI: only here
+        return group_collectives(self, group)
+
     def notify(self, key) -> None:
         """Signal ``key``: steps whose async kernel waits on it run that kernel again."""
         if self.notify_hook is not None:

@@ -2,6 +2,7 @@
 
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
+from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
 from mpiflow.train.checkpoint_management import (
     CheckpointState, checkpoint_exists, get_checkpoint_mtimes, get_checkpoint_state,
     latest_checkpoint, list_variables, load_variable, remove_checkpoint,
@@ -36,7 +37,7 @@ __all__ = [
     "Optimizer", "RMSPropOptimizer", "create_global_step", "exponential_decay",
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
-    "ClusterSpec", "Server", "SyncReplicasOptimizer",
+    "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

@@ -1,0 +1,167 @@
+"""Collective ops among the ranks of a job: allreduce (single and fused), broadcast, allgather.
+
+Their kernels are async: the first call starts the collective and returns ``Wait``; the
+rank service polls the handle and runs the kernel again once it is done, so other ranks'
+requests are served meanwhile. Every rank of the group must run the same collective ops
+in the same order; they do when they build the same graph (between-graph replication),
+since a plan's order is fixed by graph construction.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.registry import OpDef, Wait, apply_op, register_op
+
+_OPS = ("sum", "average")
+
+
+class _Collective(OpDef):
+    stateful = True
+    async_kernel = True
+
+    def prepare(self, ctx):
+        ctx.group = ctx.state.collectives(ctx.attrs["group"])
+        ctx.pending = None
+        ctx.event = ("collective", ctx.op.name)
+
+    def forward(self, xp, ctx, *inputs):
+        if ctx.pending is None:
+            ctx.pending = self.start(ctx, inputs)
+        handles = ctx.pending if isinstance(ctx.pending, list) else [ctx.pending]
+        waiting = [h for h in handles if not h.test()]
+        if waiting:
+            for h in waiting:
+                ctx.group.watch(h, ctx.event)
+            return Wait(ctx.event)
+        pending, ctx.pending = ctx.pending, None
+        return self.finish(ctx, pending)
+
+    def finish(self, ctx, pending):
+        return pending.result
+
+
+def _check_op(b):
+    if b.attrs["op"] not in _OPS:
+        raise b.error("Unknown reduction", expected=" or ".join(_OPS), got=b.attrs["op"])
+
+
+@register_op("CollectiveAllReduce", attrs={"group": "worker", "op": "average",
+                                            "algorithm": "auto"})
+class AllReduceOp(_Collective):
+    def infer(self, b):
+        _check_op(b)
+        return [(b.dtype(0), b.shape(0))]
+
+    def start(self, ctx, inputs):
+        return ctx.group.allreduce_async(inputs[0], ctx.attrs["op"], ctx.attrs["algorithm"],
+                                         ctx.op.name)
+
+    def gradient(self, op, g):
+        # The gradient of a sum over ranks is the same sum of the incoming gradients.
+        return [all_reduce(g, op=op.get_attr("op"), group=op.get_attr("group"))]
+
+
+@register_op("CollectiveFusedAllReduce", attrs={"group": "worker", "op": "average",
+                                                 "algorithm": "auto",
+                                                 "threshold_bytes": 64 << 20})
+class FusedAllReduceOp(_Collective):
+    """Allreduce many tensors through fusion buffers (one collective per bucket)."""
+
+    tuple_outputs = True
+    gradient = None
+
+    def infer(self, b):
+        _check_op(b)
+        if not b.inputs:
+            raise b.error("Fused allreduce needs at least one tensor")
+        for i in range(len(b.inputs)):
+            if not b.shape(i).is_fully_defined():
+                raise b.error(f"Input {i} of a fused allreduce needs a fully defined shape",
+                              got=b.shape(i))
+        return [(b.dtype(i), b.shape(i)) for i in range(len(b.inputs))]
+
+    def prepare(self, ctx):
+        super().prepare(ctx)
+        op = ctx.op
+        ctx.names = [f"{i}:{t.name}" for i, t in enumerate(op.inputs)]
+        specs = [(n, t.dtype.np_dtype, t.shape.num_elements() * t.dtype.size, "")
+                 for n, t in zip(ctx.names, op.inputs)]
+        ctx.fused = ctx.group.fused_allreduce(specs, ctx.attrs["algorithm"], ctx.attrs["op"],
+                                              ctx.attrs["threshold_bytes"], op.name)
+
+    def start(self, ctx, inputs):
+        handles = []
+        for name, array in zip(ctx.names, inputs):
+            handle = ctx.fused.add(name, array.reshape(-1))
+            if handle is not None:
+                handles.append(handle)
+        return handles
+
+    def finish(self, ctx, handles):
+        reduced = {}
+        for handle in handles:
+            reduced.update(handle.result)
+        return tuple(reduced[n].reshape(t.shape.as_list())
+                     for n, t in zip(ctx.names, ctx.op.inputs))
+
+
+@register_op("CollectiveBroadcast", attrs={"group": "worker", "root": 0})
+class BroadcastOp(_Collective):
+    def infer(self, b):
+        return [(b.dtype(0), b.shape(0))]
+
+    def start(self, ctx, inputs):
+        return ctx.group.broadcast_async(inputs[0], ctx.attrs["root"], ctx.op.name)
+
+    def gradient(self, op, g):
+        # Only the root's input reaches every output: its gradient is the sum of all.
+        return [all_reduce(g, op="sum", group=op.get_attr("group"))]
+
+
+@register_op("CollectiveAllGather", attrs={"group": "worker"})
+class AllGatherOp(_Collective):
+    """Concatenate every rank's tensor along axis 0 (first dims may differ)."""
+
+    gradient = None
+
+    def infer(self, b):
+        shape = b.shape(0)
+        if shape.ndims == 0:
+            raise b.error("All-gather needs a tensor of rank >= 1", got=shape)
+        rest = shape.as_list()[1:] if shape.ndims is not None else None
+        return [(b.dtype(0), TensorShape(None if rest is None else [None] + rest))]
+
+    def start(self, ctx, inputs):
+        return ctx.group.allgather_async(inputs[0], ctx.op.name)
+
+
+def all_reduce(tensor, op="average", group="worker", algorithm="auto", name=None):
+    """Return the sum (or average) of ``tensor`` over the ranks of ``group``."""
+    return apply_op("CollectiveAllReduce", [convert_to_tensor(tensor)],
+                    {"group": group, "op": op, "algorithm": algorithm}, name=name).outputs[0]
+
+
+def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
+                     threshold_bytes=64 << 20, name=None):
+    """Allreduce ``tensors`` together through fusion buffers; return the reduced list."""
+    tensors = [convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        raise errors.InvalidArgumentError("fused_all_reduce needs at least one tensor")
+    return apply_op("CollectiveFusedAllReduce", tensors,
+                    {"group": group, "op": op, "algorithm": algorithm,
+                     "threshold_bytes": int(threshold_bytes)}, name=name).outputs
+
+
+def broadcast(tensor, root=0, group="worker", name=None):
+    """Return ``tensor`` as the rank ``root`` of ``group`` has it."""
+    return apply_op("CollectiveBroadcast", [convert_to_tensor(tensor)],
+                    {"group": group, "root": int(root)}, name=name).outputs[0]
+
+
+def all_gather(tensor, group="worker", name=None):
+    """Return every rank's ``tensor`` of ``group`` concatenated along axis 0."""
+    return apply_op("CollectiveAllGather", [convert_to_tensor(tensor)], {"group": group},
+                    name=name).outputs[0]
+

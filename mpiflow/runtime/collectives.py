@@ -1,0 +1,61 @@
+"""Collectives for graph ops: the process group of a job, its strategies and fusion.
+
+Kernels of ``mpiflow.ops.collective_ops`` reach MPI only through this adapter (ops know no
+communicators); the rank service polls the handles they start, so a collective advances
+while the step waits for it.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.comm.collectives import get_collective
+from mpiflow.comm.fusion import FusedAllreduce, TensorSpec
+
+
+class GroupCollectives:
+    """The collectives of one process group (e.g. every worker) on this rank."""
+
+    def __init__(self, service, group: str):
+        if group not in service.groups:
+            raise errors.FailedPreconditionError(
+                f"Rank {service.rank} is not in process group '{group}' (its groups: "
+                f"{sorted(service.groups)}): collectives run among the ranks of one job")
+        self.service = service
+        self.comm = service.groups[group]
+        self.group = group
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    def allreduce_async(self, array, op, algorithm, name):
+        return get_collective(algorithm, self.comm, array).allreduce_async(array, op=op,
+                                                                            name=name)
+
+    def broadcast_async(self, array, root, name):
+        return get_collective("mpi", self.comm, array).broadcast_async(array, root=root,
+                                                                        name=name)
+
+    def allgather_async(self, array, name):
+        return get_collective("mpi", self.comm, array).allgather_async(array, name=name)
+
+    def fused_allreduce(self, specs, algorithm, op, threshold_bytes, name):
+        """Return a FusedAllreduce over ``specs`` ((name, dtype, nbytes, device) tuples)."""
+        return FusedAllreduce(self.comm, [TensorSpec(*s) for s in specs], algorithm=algorithm,
+                              op=op, threshold_bytes=threshold_bytes, name=name)
+
+    def watch(self, handle, key) -> None:
+        self.service.watch(handle, key)
+
+
+def group_collectives(store, group: str) -> GroupCollectives:
+    """Return the collectives of ``group`` for the rank service serving ``store``."""
+    service = store.runtime
+    if service is None:
+        raise errors.FailedPreconditionError(
+            "Collective ops need a distributed session: create mf.train.Server(cluster) and "
+            "open the session on server.target")
+    cache = service.__dict__.setdefault("_group_collectives", {})
+    if group not in cache:
+        cache[group] = GroupCollectives(service, group)
+    return cache[group]

@@ -1,0 +1,104 @@
+"""AllreduceOptimizer: data parallelism without ps, the variables replicated on every worker.
+
+Each worker keeps a full copy of the variables (placed on its own task), computes its
+gradients, averages them with every other worker (dense ones fused into buckets, sparse
+ones all-gathered, so an embedding row keeps its sparse update) and applies the average
+with the wrapped optimizer's fused ops. All copies start equal (a broadcast from worker 0
+after initialization or restore, run by the hook) and so stay equal.
+"""
+
+from __future__ import annotations
+
+from mpiflow import errors
+from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.ops import collective_ops, control_ops, math_ops, state_ops
+from mpiflow.ops.constant_ops import constant
+from mpiflow.ops.variables import global_variables
+from mpiflow.train.optimizer import Optimizer
+from mpiflow.train.session_run_hook import SessionRunHook
+
+
+class AllreduceOptimizer(Optimizer):
+    """Average gradients over the workers' process group, then apply them locally.
+
+    Args:
+        opt: the optimizer that applies the averaged gradients.
+        algorithm: "auto", "ring", "mpi" or "nccl" (see mpiflow.comm.collectives).
+        fusion_threshold_bytes: bucket size for fusing small gradients.
+        average: average (True) or sum the gradients.
+        group: the process group (default the "worker" job).
+    """
+
+    def __init__(self, opt, algorithm="auto", fusion_threshold_bytes=64 << 20, average=True,
+                 group="worker", name="Allreduce"):
+        super().__init__(False, name)
+        self._opt = opt
+        self._algorithm = algorithm
+        self._threshold = int(fusion_threshold_bytes)
+        self._op = "average" if average else "sum"
+        self._group = group
+        self._broadcast_op = None
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        """Return the (grad, var) pairs with every gradient reduced over the group."""
+        pairs = self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
+        dense = [(i, g) for i, (g, _) in enumerate(pairs) if g is not None and
+                 not isinstance(g, IndexedSlices)]
+        reduced = {i: g for i, (g, _) in enumerate(pairs)}
+        if dense:
+            with loss.graph.name_scope(self._name):
+                outs = collective_ops.fused_all_reduce(
+                    [g for _, g in dense], op=self._op, group=self._group,
+                    algorithm=self._algorithm, threshold_bytes=self._threshold)
+            reduced.update({i: t for (i, _), t in zip(dense, outs)})
+        for i, (g, _) in enumerate(pairs):
+            if isinstance(g, IndexedSlices):
+                reduced[i] = self._gather_rows(g)
+        return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
+
+    def _gather_rows(self, grad):
+        values = collective_ops.all_gather(grad.values, group=self._group)
+        indices = collective_ops.all_gather(math_ops.cast(grad.indices, "int64"),
+                                            group=self._group)
+        if self._op == "average":
+            ones = collective_ops.all_reduce(constant(1.0, grad.values.dtype), op="sum",
+                                             group=self._group)
+            values = math_ops.divide(values, ones)
+        return IndexedSlices(values, indices, grad.dense_shape)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def get_slot(self, var, name):
+        return self._opt.get_slot(var, name)
+
+    def get_slot_names(self):
+        return self._opt.get_slot_names()
+
+    def variables(self):
+        return self._opt.variables()
+
+    def broadcast_variables_op(self, var_list=None, root=0):
+        """Return an op making every worker's variables equal to ``root``'s (in an order
+        every worker agrees on: sorted by name)."""
+        variables = sorted(var_list if var_list is not None else global_variables(),
+                           key=lambda v: v.op.name)
+        if not variables:
+            raise errors.InvalidArgumentError("broadcast_variables_op: no variables")
+        assigns = [state_ops.assign(v, collective_ops.broadcast(v.value(), root=root,
+                                                                group=self._group)).op
+                   for v in variables]
+        return control_ops.group(*assigns, name="broadcast_variables")
+
+    def make_session_run_hook(self, var_list=None, root=0):
+        """Return the hook that broadcasts the variables from ``root`` once the session
+        exists (after initialization or a restore on the root)."""
+        return _BroadcastHook(self.broadcast_variables_op(var_list, root))
+
+
+class _BroadcastHook(SessionRunHook):
+    def __init__(self, op):
+        self._op = op
+
+    def after_create_session(self, session, coord):
+        session.run(self._op)
