@@ -119,11 +119,16 @@ _declare(
     Option("MPIFLOW_RING_WINDOW", "int", 4, minimum=1,
            doc="chunks of the ring allreduce in flight per rank (receives posted ahead, "
                "each with a scratch buffer of MPIFLOW_RING_CHUNK_BYTES)"),
-    Option("MPIFLOW_RING_MIN_BYTES", "int", 0, minimum=0,
-           doc="algorithm='auto' uses the ring for CPU arrays of at least this many bytes "
-               "and MPI's Iallreduce below; 0 = never the ring (the default: on the "
-               "machines measured so far MPI's allreduce was as fast or faster, see "
-               "mpiflow/comm/collectives/__init__.py)"),
+    Option("MPIFLOW_RING_MIN_BYTES", "int", 1 << 20, minimum=0,
+           doc="algorithm='auto' uses mpiflow's ring for host arrays of at least this many "
+               "bytes and MPI's Iallreduce below; 0 = never the ring (the measurements "
+               "behind the default are in mpiflow/comm/collectives/__init__.py)"),
+    Option("MPIFLOW_COLLECTIVE_SPIN_US", "int", 2000, minimum=0,
+           doc="microseconds a rank waiting in a collective keeps polling (yielding the "
+               "CPU) before it starts to sleep; longer than the server loop's spin even on "
+               "a crowded node, because every rank of a collective is active at once and a "
+               "sleeping rank stalls the others (4 ranks on 2 cores: 1 MiB allreduce 2.5x "
+               "slower with 50)"),
     Option("MPIFLOW_FUSION_THRESHOLD_BYTES", "int", 64 << 20, minimum=0,
            doc="size of the fusion buffers that FusedAllreduce packs small tensors into "
                "(one allreduce per buffer); a tensor larger than this is its own bucket; "

@@ -15,7 +15,8 @@ tensors added in plan order start each bucket the moment it is complete.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -153,10 +154,23 @@ class _Slot:
     """Where one tensor goes: its bucket, its view of the bucket's buffer, this round's
     array and output."""
 
-    __slots__ = ("bucket", "size", "dtype", "view", "round", "array", "out")
+    __slots__ = (
+        "array",
+        "bucket",
+        "dtype",
+        "index",
+        "name",
+        "needed",
+        "out",
+        "round",
+        "size",
+        "view",
+    )
 
-    def __init__(self, bucket: Bucket, size: int, view):
-        self.bucket, self.size, self.dtype, self.view = bucket, size, bucket.dtype, view
+    def __init__(self, name: str, bucket: Bucket, size: int, view):
+        self.name, self.bucket, self.size, self.dtype, self.view = \
+            name, bucket, size, bucket.dtype, view
+        self.index, self.needed = bucket.index, len(bucket.names)
         self.round = -1
         self.array = self.out = None
 
@@ -201,7 +215,8 @@ class FusedAllreduce:
             self._buffers.append(buffer)
             for name_, start, size in zip(bucket.names, bucket.offsets, bucket.sizes):
                 view = None if buffer is None else buffer[start:start + size]
-                self._slots[name_] = _Slot(bucket, size, view)
+                self._slots[name_] = _Slot(name_, bucket, size, view)
+        self._members = [[self._slots[n] for n in b.names] for b in self.buckets]
         self._round = 0
         self._new_round()
 
@@ -228,31 +243,39 @@ class FusedAllreduce:
             InvalidArgumentError: unknown name, wrong dtype or size, or given twice in a
                 round that is still in flight.
         """
-        slot = self._slots.get(name) or self._slot(name)
+        slot = self._slots.get(name)
+        if slot is None:
+            slot = self._slot(name)            # raises, listing the known names
         if slot.round == self._round:
-            if not self._round_complete():
-                raise errors.InvalidArgumentError(
-                    f"Fused allreduce '{self.name}': tensor '{name}' given twice while its "
-                    f"round is in flight")
-            self._new_round()
+            self._next_round(name)
         if array.dtype != slot.dtype or array.size != slot.size:
             raise errors.InvalidArgumentError(
                 f"Fused allreduce '{self.name}': tensor '{name}' expected "
                 f"{slot.dtype.name} with {slot.size} elements, got {array.dtype} with "
                 f"{array.size}")
-        slot.round, slot.array, slot.out = self._round, array, out
+        # This method is the per-tensor cost of fusion: keep it to a copy and a count.
+        slot.round = self._round
+        slot.array = array
+        slot.out = out
         view = slot.view
-        if view is not None:
+        if view is not None and array is not view:
             if view.shape != array.shape:
                 view = slot.view = view.reshape(array.shape)
-            if array is not view:
-                view[...] = array
-        index = slot.bucket.index
-        self._given[index] += 1
-        if self._given[index] < len(slot.bucket.names):
-            return None
-        self._start_ready()
-        return self._handles[index]
+            view[...] = array
+        given = self._given
+        index = slot.index
+        given[index] += 1
+        if given[index] == slot.needed:
+            self._start_ready()
+            return self._handles[index]
+        return None
+
+    def _next_round(self, name: str) -> None:
+        if not self._round_complete():
+            raise errors.InvalidArgumentError(
+                f"Fused allreduce '{self.name}': tensor '{name}' given twice while its "
+                f"round is in flight")
+        self._new_round()
 
     def handles(self) -> list[BucketHandle]:
         """Return this round's bucket handles, in plan order."""
@@ -306,13 +329,12 @@ class FusedAllreduce:
         if self._buffers[bucket.index] is None:
             return {bucket.names[0]: reduced}
         results = {}
-        for name in bucket.names:
-            slot = self._slots[name]
-            view, out = slot.view, slot.out
+        for slot in self._members[bucket.index]:
+            out = slot.out
             if out is None:
-                out = view.copy()
-            elif out is not view:
-                out[...] = view
-            results[name] = out
+                out = slot.view.copy()
+            elif out is not slot.view:
+                out[...] = slot.view
+            results[slot.name] = out
             slot.array = slot.out = None
         return results

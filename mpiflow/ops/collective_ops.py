@@ -58,9 +58,9 @@ class AllReduceOp(_Collective):
         return ctx.group.allreduce_async(inputs[0], ctx.attrs["op"], ctx.attrs["algorithm"],
                                          ctx.op.name)
 
-    def gradient(self, op, g):
-        # The gradient of a sum over ranks is the same sum of the incoming gradients.
-        return [all_reduce(g, op=op.get_attr("op"), group=op.get_attr("group"))]
+    # Training reduces gradients, it never differentiates through a collective; a
+    # gradient here would need its own check across ranks, which does not exist yet.
+    gradient = None
 
 
 @register_op("CollectiveFusedAllReduce", attrs={"group": "worker", "op": "average",
@@ -115,9 +115,7 @@ class BroadcastOp(_Collective):
     def start(self, ctx, inputs):
         return ctx.group.broadcast_async(inputs[0], ctx.attrs["root"], ctx.op.name)
 
-    def gradient(self, op, g):
-        # Only the root's input reaches every output: its gradient is the sum of all.
-        return [all_reduce(g, op="sum", group=op.get_attr("group"))]
+    gradient = None
 
 
 @register_op("CollectiveAllGather", attrs={"group": "worker"})

@@ -216,7 +216,10 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
                                                               VariableScope) else False)
     else:
         new_reuse = reuse
-    with graph.name_scope(name_scope_name if auxiliary_name_scope else None) as ns:
+    # auxiliary_name_scope=False leaves the current name scope as it is (TensorFlow).
+    names = graph.name_scope(name_scope_name) if auxiliary_name_scope else \
+        contextlib.nullcontext(graph.get_name_scope() + "/" if graph.get_name_scope() else "")
+    with names as ns:
         scope = VariableScope(
             new_reuse, full, initializer if initializer is not None else base.initializer,
             regularizer or base.regularizer,

@@ -14,6 +14,7 @@ from mpiflow.train.global_step import (
     create_global_step, get_global_step, get_or_create_global_step, global_step)
 from mpiflow.train.gradient_descent import GradientDescentOptimizer
 from mpiflow.train.learning_rate_decay import exponential_decay, piecewise_constant
+from mpiflow.train.modes import TrainingMode
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
@@ -37,7 +38,7 @@ __all__ = [
     "Optimizer", "RMSPropOptimizer", "create_global_step", "exponential_decay",
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
-    "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer",
+    "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

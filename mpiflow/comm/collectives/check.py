@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI

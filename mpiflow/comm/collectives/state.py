@@ -9,7 +9,6 @@ away with the communicator.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 
 import numpy as np
@@ -42,17 +41,15 @@ def comm_state(comm: MPI.Intracomm) -> CommState:
     return state
 
 
-def make_backoff(size: int, config: config_lib.Config) -> Backoff:
-    """Return the polling rhythm for ranks waiting on a collective of ``size`` ranks.
+def make_backoff(config: config_lib.Config) -> Backoff:
+    """Return the polling rhythm of a rank waiting in a collective.
 
-    With a core for every rank, polling a little longer costs nobody anything; on a crowded
-    node (more ranks than cores, the usual ps + workers case) a long spin would take a core
-    from the very peer this rank waits for, so it yields and sleeps early.
+    Every rank of a collective is busy with it at the same time, so a rank that sleeps
+    while its peer needs it stalls everyone: collectives yield for MPIFLOW_COLLECTIVE_SPIN_US
+    (the peers get the core if they need it) before backing off to sleeps capped at
+    MPIFLOW_POLL_MAX_SLEEP_US, which a long wait (a straggler) soon reaches.
     """
-    spin_us = config.get("MPIFLOW_POLL_SPIN_US")
-    if spin_us is None:
-        spin_us = 2000 if size <= (os.cpu_count() or 1) else 50
-    return Backoff(spin_s=spin_us * 1e-6, first_s=5e-6,
+    return Backoff(spin_s=config.get("MPIFLOW_COLLECTIVE_SPIN_US") * 1e-6, first_s=5e-6,
                    max_s=config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6)
 
 
@@ -84,7 +81,8 @@ class CommState:
     communicator; its data then moves on ``data_comm``, a duplicate made at the first
     operation, and operations start their data phase strictly in issue order, so MPI's
     non-blocking collectives (and NCCL calls) are entered in one order on every rank even
-    when callers test their handles in different orders.
+    when callers test their handles in different orders. Handles of one communicator may
+    be tested from several threads: they advance under the state's lock.
     """
 
     def __init__(self, comm: MPI.Intracomm):

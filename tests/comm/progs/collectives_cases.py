@@ -1,6 +1,7 @@
 """Every collective case for one strategy, at any number of ranks; prints one summary line.
 
-Usage: collectives_cases.py ALGORITHM      (mpi, ring, nccl or auto)
+Usage: collectives_cases.py ALGORITHM [--no-large]     (ALGORITHM: mpi, ring, nccl or auto)
+  --no-large   skip the 4 MiB allreduces (for runs with tiny ring chunks)
 
 Inputs and expected values come from rank and size only. Each rank prints
 ``CASES {"rank", "algorithm", "cases", "failures"}``, or ``SKIP <reason>`` when the
@@ -26,14 +27,19 @@ LARGE = 1 << 20
 
 
 class Cases:
-    def __init__(self, comm, algorithm, xp):
-        self.comm, self.algorithm, self.xp = comm, algorithm, xp
+    def __init__(self, comm, algorithm, xp, large=True):
+        self.comm, self.algorithm, self.xp, self.large = comm, algorithm, xp, large
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.count = 0
         self.failures = []
 
     def collective(self, like):
         return get_collective(self.algorithm, self.comm, like)
+
+    def runs(self, dtype):
+        """Return whether the strategy takes ``dtype`` (NCCL has no int16 type)."""
+        return self.algorithm != "nccl" or BY_NAME["nccl"].enabled(
+            self.comm, self.xp.zeros(1, dtype=dtype))[0]
 
     def expect(self, label, got, want, tol=0.0):
         self.count += 1
@@ -73,7 +79,7 @@ class Cases:
         for dtype in [d.np_dtype for d in dtypes.ALL]:
             for n in SIZES:
                 self.allreduce_one(dtype, n)
-        for op in ("sum", "average"):
+        for op in ("sum", "average") if self.large else ():
             self.allreduce_one(np.dtype(np.float32), LARGE, ops=(op,))
         # More dimensions, and a non-contiguous input.
         x = self.xp.asarray(self.contribution(self.rank, 7 * 13 * 3, np.dtype(np.float32)))
@@ -84,6 +90,8 @@ class Cases:
                     want.reshape(7, 13, 3).transpose(2, 0, 1))
 
     def allreduce_one(self, dtype, n, ops=None):
+        if not self.runs(dtype):
+            return
         ops = ops or (("sum", "average") if dtype.kind == "f" else ("sum",))
         xp = self.xp
         for op in ops:
@@ -106,7 +114,7 @@ class Cases:
     def broadcast(self):
         xp = self.xp
         for dtype in (np.float32, np.float16, np.int64, np.bool_, np.uint8):
-            for n in (0, 1009):
+            for n in (0, 1009) if self.runs(dtype) else ():
                 for root in range(self.size):
                     source = self.contribution(root, n, np.dtype(dtype))
                     mine = xp.asarray(source if self.rank == root else
@@ -121,13 +129,16 @@ class Cases:
 
     def allgather(self):
         xp = self.xp
+        def part(r, dtype):
+            rows = r % 3                                # rank 0 gives no row
+            return (np.arange(rows * 5).reshape(rows, 5) + 100 * r).astype(dtype)
+
         for dtype in (np.float32, np.int16, np.bool_, np.float16):
-            rows = lambda r: r % 3                     # noqa: E731 (rank 0 gives no row)
-            part = lambda r: (np.arange(rows(r) * 5).reshape(rows(r), 5) + 100 * r) \
-                .astype(dtype)                         # noqa: E731
-            mine = xp.asarray(part(self.rank))
+            if not self.runs(dtype):
+                continue
+            mine = xp.asarray(part(self.rank, dtype))
             got = self.collective(mine).allgather(mine, name=f"gather/{np.dtype(dtype).name}")
-            want = np.concatenate([part(r) for r in range(self.size)])
+            want = np.concatenate([part(r, dtype) for r in range(self.size)])
             self.expect(f"allgather {np.dtype(dtype).name} uneven rows", got, want)
         mine = xp.asarray(np.full(self.rank + 1, self.rank, dtype=np.int64))
         want = np.concatenate([np.full(r + 1, r, dtype=np.int64) for r in range(self.size)])
@@ -187,18 +198,23 @@ def main():
     world = MPI.COMM_WORLD
     xp = np
     if algorithm == "nccl":
-        ok, why = BY_NAME["nccl"].enabled(world, np.zeros(1))
         nccl, reason = backend.nccl_module()
         if nccl is None:
             print(f"SKIP {reason}", flush=True)
             return
         xp = backend.array_module("/device:GPU:0")
-        xp.cuda.Device(0).use()
+        devices = xp.cuda.runtime.getDeviceCount()
+        if devices < world.Get_size():
+            # NCCL refuses two ranks of one communicator on the same GPU.
+            print(f"SKIP NCCL needs a GPU per rank: {devices} GPU(s) for "
+                  f"{world.Get_size()} ranks", flush=True)
+            return
+        xp.cuda.Device(world.Get_rank()).use()
     select(algorithm, world, xp.zeros(1))
     total, failures = 0, []
     for attempt in range(2):
         comm = world.Dup()
-        cases = Cases(comm, algorithm, xp)
+        cases = Cases(comm, algorithm, xp, large="--no-large" not in sys.argv)
         for case in (cases.allreduce, cases.broadcast, cases.allgather, cases.handles,
                      cases.fusion):
             case()

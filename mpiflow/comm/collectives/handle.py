@@ -1,0 +1,233 @@
+"""The handle of a collective in flight, and the steps (stages) it runs through.
+
+A ``Handle`` runs the cross-rank check, waits for its turn in the communicator's issue
+order, then advances its stages one after another; ``test()`` does all of it without
+blocking, ``wait()`` polls ``test()`` with a back-off, and every operation has a deadline.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import errors
+from mpiflow.comm.backoff import Backoff, poll_until
+from mpiflow.comm.collectives.check import CrossRankCheck, format_ranks
+from mpiflow.comm.collectives.state import CommState
+
+_MISSING = object()
+
+
+class Stage:
+    """One step of an operation: ``start()`` once, then ``test()`` until it returns True."""
+
+    what = "a collective"
+
+    def start(self) -> None:
+        pass
+
+    def test(self) -> bool:
+        return True
+
+    def pending_ranks(self) -> list[int] | None:
+        """Return the ranks this step still waits for; None when MPI does not tell."""
+        return None
+
+
+class RequestStage(Stage):
+    """A step that is one or more MPI requests, posted by ``post()`` at start."""
+
+    def __init__(self, post: Callable[[], MPI.Request | Sequence[MPI.Request]], what: str):
+        self._post = post
+        self.what = what
+        self._requests: list[MPI.Request] = []
+
+    def start(self) -> None:
+        posted = self._post()
+        self._requests = list(posted) if isinstance(posted, (list, tuple)) else [posted]
+
+    def test(self) -> bool:
+        return MPI.Request.Testall(self._requests)
+
+
+class CallStage(Stage):
+    """A local step (a conversion, a division) run when the steps before it are done."""
+
+    def __init__(self, call: Callable[[], Any], what: str):
+        self._call = call
+        self.what = what
+
+    def start(self) -> None:
+        self._call()
+
+
+class Handle:
+    """A collective in flight.
+
+    ``test()`` advances the operation without blocking (a caller that polls it drives a
+    ring to completion) and returns whether it is done; ``wait()`` polls it with a back-off
+    that leaves the core to other ranks; ``result`` is the output once done.
+
+    Every operation has a deadline (``timeout`` seconds, MPIFLOW_TIMEOUT by default,
+    counted from its issue): past it, ``test()`` and ``wait()`` raise
+    ``DeadlineExceededError`` naming the collective, the tensor and the ranks not heard
+    from, and the operation is dead. A rank's operations start in the order they were
+    issued, whatever order their handles are tested in.
+    """
+
+    def __init__(self, state: CommState, describe: tuple, build: Callable[[int], list[Stage]],
+                 finish: Callable[[], Any], record: np.ndarray | None, timeout: float,
+                 backoff: Backoff):
+        self._describe = describe
+        self.timeout = timeout
+        self._state = state
+        self._build = build
+        self._finish = finish
+        self._backoff = backoff
+        self._stages: collections.deque = collections.deque()
+        self._stage: Stage | None = None
+        self._data_started = False
+        self._result = _MISSING
+        self._error: errors.MpiflowError | None = None
+        self._issued = time.monotonic()
+        with state.lock:
+            # Checks post their messages in issue order: they match by order on every rank.
+            self._check = None if record is None else \
+                CrossRankCheck(state, record, lambda: self.label)
+            self.seq = state.submit(self)
+
+    @property
+    def label(self) -> str:
+        """The operation as messages name it: kind, tensor, strategy, array, rank."""
+        return describe_call(*self._describe)
+
+    # -- called by CommState.pump, in issue order ------------------------------------------
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def check_passed(self) -> bool:
+        if self._check is None:
+            return True
+        try:
+            return self._check.test()
+        except errors.MpiflowError as exc:
+            self._error = exc
+            return False
+
+    def begin_data(self) -> None:
+        self._data_started = True
+        try:
+            self._stages.extend(self._build(self.seq))
+            self._advance()
+        except errors.MpiflowError as exc:
+            self._error = exc
+
+    # -- public ----------------------------------------------------------------------------
+    def test(self) -> bool:
+        """Advance the operation without blocking; return whether it is complete.
+
+        Raises:
+            the operation's error: InvalidArgumentError from the cross-rank check,
+            DeadlineExceededError past the deadline.
+        """
+        if self._result is not _MISSING:
+            return True
+        with self._state.lock:
+            if self._error is None:
+                self._state.pump()
+                if self._error is None and self._data_started and self._advance():
+                    self._result = self._finish()
+                    return True
+            if self._error is None and self._past_deadline():
+                self._error = self._deadline_error(time.monotonic() - self._issued)
+                if self._check is not None:
+                    self._check.expire()
+            if self._error is not None:
+                raise self._error
+        return False
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Complete the operation and return its result.
+
+        Args:
+            timeout: give up this wait after so many seconds (the operation stays alive);
+                None waits up to the operation's own deadline.
+
+        Raises:
+            DeadlineExceededError: naming the collective, the tensor and the ranks not
+                heard from; the errors of ``test()``.
+        """
+        poll_until(self.test, timeout, lambda waited: self._deadline_error(waited),
+                   self._backoff)
+        return self._result
+
+    @property
+    def result(self) -> Any:
+        """The output (the reduced array, the broadcast array, the gathered array)."""
+        if self._result is _MISSING:
+            raise errors.FailedPreconditionError(
+                f"{self.label}: the result is not there yet; call wait(), or test() until "
+                f"it returns True")
+        return self._result
+
+    def __repr__(self) -> str:
+        state = "done" if self._result is not _MISSING else (
+            "failed" if self._error is not None else "in flight")
+        return f"<Handle #{self.seq} {self.label}: {state}>"
+
+    # -- internals -------------------------------------------------------------------------
+    def _advance(self) -> bool:
+        while True:
+            if self._stage is not None and not self._stage.test():
+                return False
+            if not self._stages:
+                self._stage = None
+                return True
+            self._stage = self._stages.popleft()
+            self._stage.start()
+
+    def _past_deadline(self) -> bool:
+        grace = 0.0 if self._check is None else self._check.grace(self.timeout)
+        return time.monotonic() - self._issued > self.timeout + grace
+
+    def _waiting_on(self) -> tuple[str, list[int] | None]:
+        if self._check is not None and not self._check.passed:
+            return self._check.waiting_on()
+        if not self._data_started:
+            head = self._state.blocking_head(self)
+            if head is not None:
+                what, ranks = head._waiting_on()
+                return f"collective #{head.seq} issued before it ({head.label}): {what}", ranks
+            return "every rank to join the collectives' communicator (MPI_Comm_idup)", None
+        if self._stage is None:
+            return "nothing (complete)", []
+        return self._stage.what, self._stage.pending_ranks()
+
+    def _deadline_error(self, waited: float) -> errors.DeadlineExceededError:
+        what, ranks = self._waiting_on()
+        if ranks is None:
+            heard = ("the ranks not heard from are unknown (inside MPI; every rank of the "
+                     "communicator must make this call)")
+        else:
+            heard = f"not heard from {format_ranks(ranks)}" if ranks else "all ranks heard"
+        return errors.DeadlineExceededError(
+            f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
+            f"(MPIFLOW_TIMEOUT={self.timeout:g} s)")
+
+
+def describe_call(kind: str, name: str | None, strategy: str, array, rank: int,
+                  size: int) -> str:
+    """Return e.g. ``"allreduce 'grad/w' (ring, float32[1009]) on rank 1 of 4"``."""
+    tensor = f" '{name}'" if name else ""
+    return f"{kind}{tensor} ({strategy}, {describe_array(array)}) on rank {rank} of {size}"
+
+
+def describe_array(array) -> str:
+    """Return e.g. ``"float32[7, 13]"``."""
+    return f"{np.dtype(array.dtype).name}{list(array.shape)}"

@@ -1,0 +1,94 @@
+"""Failure cases of the collectives; every rank prints what it raised, at any number of ranks.
+
+Usage: collectives_errors.py CASE ALGORITHM [--absent R] [--warm] [--no-check]
+  CASE mismatch   the last rank passes another shape (then dtype, then allgather columns,
+                  then broadcast root); every rank must raise InvalidArgumentError naming
+                  the ranks, and a correct allreduce must still work afterwards
+  CASE absent     rank R never calls the allreduce; the others must raise
+                  DeadlineExceededError within MPIFLOW_TIMEOUT naming rank R
+  --warm          one successful allreduce first (the absent rank drops out later)
+  --no-check      no cross-rank check (the data phase itself times out)
+Each rank prints ``RAISED {"rank", "case", "error", "message", "seconds"}`` per failure and
+``DONE {...}``; all ranks meet at a world barrier, then leave with os._exit (MPI cannot be
+finalized with a collective nobody will complete).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import config
+from mpiflow.comm.collectives import get_collective
+from mpiflow.errors import MpiflowError
+
+
+def report(kind, **fields):
+    sys.stdout.write(f"{kind} " + json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def attempt(rank, case, call):
+    start = time.monotonic()
+    try:
+        call()
+    except MpiflowError as exc:
+        report("RAISED", rank=rank, case=case, error=type(exc).__name__, message=str(exc),
+               seconds=time.monotonic() - start)
+    else:
+        report("RETURNED", rank=rank, case=case, seconds=time.monotonic() - start)
+
+
+def mismatch(comm, algorithm):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    last = rank == size - 1
+    x = np.ones(1010 if last else 1009, dtype=np.float32)
+    c = get_collective(algorithm, comm, x)
+    attempt(rank, "shape", lambda: c.allreduce(x, name="grad/w"))
+    y = np.ones(16, dtype=np.float64 if rank == 0 else np.float32)
+    attempt(rank, "dtype", lambda: get_collective(algorithm, comm, y).allreduce(y))
+    z = np.ones((rank + 1, 3 if last else 4), dtype=np.int32)
+    attempt(rank, "allgather", lambda: c.allgather(z, name="rows"))
+    b = np.ones(5, dtype=np.int64)
+    attempt(rank, "root", lambda: c.broadcast(b, root=1 if last else 0))
+    ok = np.full(1009, rank, dtype=np.float64)
+    result = get_collective(algorithm, comm, ok).allreduce(ok)
+    report("AFTER", rank=rank, correct=bool((result == size * (size - 1) / 2).all()))
+
+
+def absent(comm, algorithm, absent_rank, warm, check):
+    rank = comm.Get_rank()
+    x = np.ones(1 << 16, dtype=np.float32)
+    c = get_collective(algorithm, comm, x)
+    if warm:
+        c.allreduce(x, name="warm-up")
+    if rank == absent_rank:
+        return
+    attempt(rank, "absent", lambda: c.allreduce(x, name="grad/b", check=check))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=("mismatch", "absent"))
+    parser.add_argument("algorithm")
+    parser.add_argument("--absent", type=int, default=0)
+    parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--no-check", action="store_true")
+    args = parser.parse_args()
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    if args.case == "mismatch":
+        mismatch(comm, args.algorithm)
+    else:
+        absent(comm, args.algorithm, args.absent, args.warm, not args.no_check)
+    report("DONE", rank=world.Get_rank(), timeout=config.get("MPIFLOW_TIMEOUT"))
+    world.Barrier()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Collectives (mpi, ring, auto, nccl) on real mpiexec launches (tests/comm/progs)."""
+
+from pathlib import Path
+
+import pytest
+
+from mpiflow import backend
+from tests.comm.test_cluster_mpi import records
+
+PROGS = Path(__file__).parent / "progs"
+CASES = PROGS / "collectives_cases.py"
+ERRORS = PROGS / "collectives_errors.py"
+TIMEOUT = 180
+# Empty means unset: keeps the knobs of the shell running pytest out of these launches.
+CLEAN_ENV = {name: "" for name in ("MPIFLOW_TIMEOUT", "MPIFLOW_RING_CHUNK_BYTES",
+                                   "MPIFLOW_RING_WINDOW", "MPIFLOW_RING_MIN_BYTES",
+                                   "MPIFLOW_FUSION_THRESHOLD_BYTES")}
+
+pytestmark = pytest.mark.mpi
+
+
+def assert_all_cases_pass(result, ranks, minimum=400):
+    found = {rec["rank"]: rec for rec in records(result.stdout, "CASES")}
+    assert sorted(found) == list(range(ranks)), result.stdout + result.stderr
+    for rank, rec in found.items():
+        assert rec["failures"] == [], f"rank {rank}: {rec['failures']}"
+        assert rec["cases"] >= minimum, rec
+
+
+def raised(result, case):
+    return {rec["rank"]: rec for rec in records(result.stdout, "RAISED") if rec["case"] == case}
+
+
+@pytest.mark.parametrize("algorithm,ranks", [
+    ("mpi", 1), ("mpi", 2), ("mpi", 3), ("mpi", 4),
+    ("ring", 1), ("ring", 2), ("ring", 3), ("ring", 4),
+    ("auto", 2), ("auto", 4),
+])
+def test_allreduce_broadcast_allgather_fusion_match_numpy(run_mpi, algorithm, ranks):
+    # Every dtype of the table; sizes 0, 1, 1009 and 1 Mi float32; sum and average; new,
+    # given and in-place outputs; broadcast from every root; allgather with uneven rows
+    # (rank 0 gives none); handles driven by test() alone and waited in reverse order;
+    # fused buckets; all of it on two fresh communicators (lazy set-up runs twice).
+    result = run_mpi(ranks, CASES, algorithm, timeout=TIMEOUT, env=CLEAN_ENV)
+    assert_all_cases_pass(result, ranks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_nccl_runs_the_same_cases_on_gpu_arrays(run_mpi, ranks):
+    nccl, reason = backend.nccl_module()
+    if nccl is None:
+        pytest.skip(reason)
+    result = run_mpi(ranks, CASES, "nccl", timeout=TIMEOUT, env=CLEAN_ENV)
+    skipped = [line for line in result.stdout.splitlines() if line.startswith("SKIP ")]
+    if skipped:
+        pytest.skip(skipped[0][5:])
+    assert_all_cases_pass(result, ranks, minimum=300)
+
+
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_ring_in_many_small_chunks_with_few_in_flight(run_mpi, ranks):
+    env = {**CLEAN_ENV, "MPIFLOW_RING_CHUNK_BYTES": "200", "MPIFLOW_RING_WINDOW": "2"}
+    result = run_mpi(ranks, CASES, "ring", "--no-large", timeout=TIMEOUT, env=env)
+    assert_all_cases_pass(result, ranks)
+
+
+def test_ring_pipelines_large_buffers_in_chunks(run_mpi):
+    env = {**CLEAN_ENV, "MPIFLOW_RING_CHUNK_BYTES": "65536", "MPIFLOW_RING_WINDOW": "3"}
+    result = run_mpi(3, CASES, "ring", timeout=TIMEOUT, env=env)
+    assert_all_cases_pass(result, 3)
+
+
+@pytest.mark.parametrize("algorithm", ["mpi", "ring"])
+def test_mismatched_calls_raise_on_every_rank_naming_the_ranks(run_mpi, algorithm):
+    result = run_mpi(4, ERRORS, "mismatch", algorithm, timeout=TIMEOUT, env=CLEAN_ENV)
+    expected = {
+        "shape": "ranks disagree on the shape: (1009,) on ranks 0-2; (1010,) on rank 3",
+        "dtype": "ranks disagree on the dtype: float64 on rank 0; float32 on ranks 1-3",
+        "allgather": "ranks disagree on the shape after the first dimension: (4,) on "
+                     "ranks 0-2; (3,) on rank 3",
+        "root": "ranks disagree on the root: 0 on ranks 0-2; 1 on rank 3",
+    }
+    for case, text in expected.items():
+        recs = raised(result, case)
+        assert sorted(recs) == [0, 1, 2, 3], (case, result.stdout)
+        for rec in recs.values():
+            assert rec["error"] == "InvalidArgumentError", rec
+            assert text in rec["message"], rec
+    assert "'grad/w'" in raised(result, "shape")[0]["message"]
+    after = records(result.stdout, "AFTER")
+    assert len(after) == 4 and all(rec["correct"] for rec in after), result.stdout
+
+
+@pytest.mark.parametrize("algorithm,absent,warm", [
+    ("mpi", 3, False),     # first collective on the communicator: nothing set up yet
+    ("ring", 2, True),
+    ("ring", 0, True),     # the rank that gathers the check is the one missing
+])
+def test_rank_that_never_joins_is_named_within_the_timeout(run_mpi, algorithm, absent, warm):
+    args = ["absent", algorithm, "--absent", absent] + (["--warm"] if warm else [])
+    result = run_mpi(4, ERRORS, *args, timeout=TIMEOUT, env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"})
+    recs = raised(result, "absent")
+    assert sorted(recs) == sorted(set(range(4)) - {absent}), result.stdout + result.stderr
+    for rec in recs.values():
+        assert rec["error"] == "DeadlineExceededError", rec
+        assert f"not heard from rank {absent}" in rec["message"], rec
+        assert "'grad/b'" in rec["message"] and algorithm in rec["message"], rec
+        # The deadline, plus the grace others give rank 0 to report who is missing.
+        assert 0.9 < rec["seconds"] < 6, rec
+    if absent != 0:
+        assert "MPIFLOW_TIMEOUT=1 s" in recs[0]["message"]
+        assert f"reports that rank {absent} never joined" in recs[1 if absent != 1 else 2][
+            "message"]
+
+
+def test_ring_without_check_names_the_neighbour_it_waits_for(run_mpi):
+    result = run_mpi(4, ERRORS, "absent", "ring", "--absent", 2, "--warm", "--no-check",
+                     timeout=TIMEOUT, env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"})
+    recs = raised(result, "absent")
+    assert sorted(recs) == [0, 1, 3], result.stdout + result.stderr
+    assert all(rec["error"] == "DeadlineExceededError" for rec in recs.values())
+    assert "receives from rank 2" in recs[3]["message"]
+    assert "not heard from rank 2" in recs[3]["message"]

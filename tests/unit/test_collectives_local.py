@@ -1,0 +1,148 @@
+"""Collective strategies in one process: the selection rule, argument errors, 1-rank results.
+
+Multi-rank behaviour is in tests/comm/test_collectives.py.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiflow import backend, config
+from mpiflow.comm import collectives
+from mpiflow.comm.collectives import (
+    ALLREDUCE,
+    MpiCollective,
+    NcclCollective,
+    RingCollective,
+    explain_auto,
+    get_collective,
+    select,
+)
+from mpiflow.errors import FailedPreconditionError, InvalidArgumentError
+from mpiflow.framework import dtypes
+
+COMM = MPI.COMM_SELF
+KiB = 1 << 10
+
+
+def test_candidates_are_ordered_nccl_ring_mpi():
+    assert ALLREDUCE == [NcclCollective, RingCollective, MpiCollective]
+    assert [c.name for c in ALLREDUCE] == ["nccl", "ring", "mpi"]
+
+
+def test_naming_nccl_without_it_raises_with_the_reason():
+    if backend.nccl_module()[0] is not None:
+        pytest.skip("NCCL is usable here")
+    with pytest.raises(InvalidArgumentError) as info:
+        get_collective("nccl", COMM, np.zeros(4))
+    message = str(info.value)
+    assert "'nccl' is not enabled" in message
+    assert "cupy.cuda.nccl not importable" in message or "no GPU" in message
+
+
+def test_nccl_refuses_host_arrays_even_where_it_imports(monkeypatch):
+    monkeypatch.setattr(backend, "nccl_module", lambda: (object(), ""))
+    ok, why = NcclCollective.enabled(COMM, np.zeros(4))
+    assert not ok and why == "array is not a cupy array"
+
+
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(InvalidArgumentError) as info:
+        get_collective("hierarchical", COMM, np.zeros(4))
+    assert all(repr(n) in str(info.value) for n in ("nccl", "ring", "mpi", "auto"))
+
+
+@pytest.mark.parametrize("threshold,nbytes,expected", [
+    (0, 64 << 20, MpiCollective),          # 0: auto never takes the ring
+    (1 << 20, (1 << 20) - 4, MpiCollective),
+    (1 << 20, 1 << 20, RingCollective),
+    (1 << 20, 64 << 20, RingCollective),
+])
+def test_auto_takes_the_ring_for_host_arrays_from_its_threshold(threshold, nbytes, expected):
+    cfg = config.Config(env={"MPIFLOW_RING_MIN_BYTES": str(threshold)})
+    array = np.empty(nbytes // 4, np.float32)
+    assert select("auto", COMM, array, cfg) is expected
+    assert isinstance(get_collective("auto", COMM, array, cfg), expected)
+
+
+def test_auto_takes_nccl_first_for_gpu_arrays(monkeypatch):
+    monkeypatch.setattr(backend, "nccl_module", lambda: (type("nccl", (), {
+        "NCCL_FLOAT32": 7})(), ""))
+    monkeypatch.setattr(backend, "is_device_array", lambda array: True)
+    assert select("auto", COMM, np.zeros(4, np.float32)) is NcclCollective
+
+
+def test_auto_explains_each_candidate():
+    cfg = config.Config(env={"MPIFLOW_RING_MIN_BYTES": "4096"})
+    text = explain_auto(COMM, np.zeros(10, np.float32), cfg)
+    assert "ring: 40 bytes is below MPIFLOW_RING_MIN_BYTES=4096" in text
+    assert text.endswith("mpi: yes")
+
+
+def test_default_rule_is_documented_with_measurements():
+    assert "MPIFLOW_RING_MIN_BYTES" in collectives.__doc__
+    assert "MB/s" in collectives.__doc__
+
+
+@pytest.fixture(params=["mpi", "ring"])
+def strategy(request):
+    return get_collective(request.param, COMM, np.zeros(1))
+
+
+@pytest.mark.parametrize("dtype", [d.np_dtype for d in dtypes.ALL], ids=str)
+@pytest.mark.parametrize("n", [0, 1, 1009])
+def test_one_rank_allreduce_is_the_input(strategy, dtype, n):
+    x = (np.arange(n) % 5).astype(dtype)
+    assert np.array_equal(strategy.allreduce(x), x)
+    out = np.empty_like(x)
+    assert strategy.allreduce(x, out=out) is out and np.array_equal(out, x)
+    if dtype.kind == "f":
+        assert np.array_equal(strategy.allreduce(x.copy(), "average"), x)
+
+
+def test_one_rank_broadcast_and_allgather(strategy):
+    x = np.arange(6, dtype=np.int16).reshape(3, 2)
+    assert strategy.broadcast(x) is x
+    assert np.array_equal(strategy.allgather(x), x)
+    assert strategy.allgather(np.zeros((0, 4))).shape == (0, 4)
+
+
+def test_result_before_completion_says_to_wait(strategy):
+    handle = strategy.allreduce_async(np.ones(8), name="w")
+    with pytest.raises(FailedPreconditionError, match="allreduce 'w'.*call wait"):
+        _ = handle.result
+    assert (handle.wait() == 1).all() and handle.test()
+
+
+@pytest.mark.parametrize("call,text", [
+    (lambda c: c.allreduce(np.ones(3), op="max"), "unknown reduction 'max'"),
+    (lambda c: c.allreduce(np.ones(3, np.int32), op="average"), "needs a floating dtype"),
+    (lambda c: c.allreduce(np.ones(3, np.complex64)), "unsupported dtype complex64"),
+    (lambda c: c.allreduce(np.ones(3), out=np.ones(4)), "bad out, expected a C-contiguous"),
+    (lambda c: c.allreduce(np.ones(3), out=np.ones(3, np.float32)), "bad out"),
+    (lambda c: c.allreduce(np.ones((3, 2)), out=np.ones((2, 3)).T), "bad out"),
+    (lambda c: c.allreduce([1.0, 2.0]), "expected a numpy or cupy array, got list"),
+    (lambda c: c.broadcast(np.ones(3), root=1), r"bad root 1, expected a rank in \[0, 1\)"),
+    (lambda c: c.allgather(np.float64(1.0)), "needs an array with a first dimension"),
+])
+def test_bad_arguments_raise_naming_the_call(strategy, call, text):
+    with pytest.raises(InvalidArgumentError, match=text) as info:
+        call(strategy)
+    assert f"({strategy.name}," in str(info.value) or f"({strategy.name})" in str(info.value)
+
+
+def test_float16_average_is_computed_in_float32():
+    ring = get_collective("ring", COMM, np.zeros(1))
+    x = np.array([65504, 1e-4, 3.0], dtype=np.float16)
+    assert np.array_equal(ring.allreduce(x, "average"), x)
+
+
+def test_collectives_on_one_communicator_share_its_state():
+    comm = COMM.Dup()
+    try:
+        a = get_collective("mpi", comm, np.zeros(1))
+        b = get_collective("ring", comm, np.zeros(1))
+        assert a.state is b.state
+        assert a.allreduce(np.ones(2)).sum() == 2 and b.allreduce(np.ones(2)).sum() == 2
+    finally:
+        comm.Free()

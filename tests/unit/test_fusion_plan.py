@@ -1,0 +1,132 @@
+"""Fusion buckets: the plan (pure), and FusedAllreduce's rounds on a 1-rank communicator."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiflow.comm.fusion import FusedAllreduce, TensorSpec, plan_buckets
+from mpiflow.errors import FailedPreconditionError, InvalidArgumentError
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def names(buckets):
+    return [list(b.names) for b in buckets]
+
+
+def test_tensors_fill_buckets_up_to_the_threshold_in_the_given_order():
+    specs = [TensorSpec(f"t{i}", F32, 40) for i in range(5)]
+    buckets = plan_buckets(specs, threshold_bytes=100)
+    assert names(buckets) == [["t0", "t1"], ["t2", "t3"], ["t4"]]
+    assert [b.index for b in buckets] == [0, 1, 2]
+    assert buckets[0].offsets == (0, 10) and buckets[0].sizes == (10, 10)
+    assert [b.nbytes for b in buckets] == [80, 80, 40]
+
+
+def test_a_tensor_exactly_at_the_threshold_fits_and_a_larger_one_is_alone():
+    specs = [TensorSpec("a", F32, 100), TensorSpec("b", F32, 104), TensorSpec("c", F32, 4)]
+    assert names(plan_buckets(specs, 100)) == [["a"], ["b"], ["c"]]
+
+
+def test_dtypes_and_devices_never_share_a_bucket():
+    specs = [TensorSpec("a", F32, 8), TensorSpec("b", F64, 8),
+             TensorSpec("c", F32, 8, "/device:GPU:0"), TensorSpec("d", F32, 8),
+             TensorSpec("e", F64, 8)]
+    buckets = plan_buckets(specs, 1 << 20)
+    assert names(buckets) == [["c"], ["a", "d"], ["b", "e"]]
+    assert [b.dtype for b in buckets] == [F32, F32, F64]
+    assert buckets[0].device == "/device:GPU:0" and buckets[1].device == ""
+
+
+def test_buckets_are_ordered_by_when_their_last_tensor_arrives():
+    specs = [TensorSpec("small", F32, 8), TensorSpec("huge", F32, 4000),
+             TensorSpec("other", F64, 8), TensorSpec("small2", F32, 8)]
+    assert names(plan_buckets(specs, 100)) == [["huge"], ["other"], ["small", "small2"]]
+
+
+def test_threshold_zero_means_no_fusion_and_empty_tensors_are_planned():
+    specs = [TensorSpec("a", F32, 8), TensorSpec("empty", F32, 0), TensorSpec("b", F32, 8)]
+    assert names(plan_buckets(specs, 0)) == [["a"], ["empty"], ["b"]]
+    assert plan_buckets([], 100) == []
+
+
+def test_plans_are_identical_for_identical_specs():
+    specs = [TensorSpec(f"g/{i}", (F32, F64)[i % 2], 4 * 8 * (i + 1)) for i in range(40)]
+    assert plan_buckets(specs, 256) == plan_buckets(list(specs), 256)
+
+
+@pytest.mark.parametrize("specs,text", [
+    ([TensorSpec("a", F32, 8), TensorSpec("a", F32, 8)], "'a' is listed twice"),
+    ([TensorSpec("a", F64, 12)], "12 bytes is not a whole number of float64"),
+])
+def test_bad_specs_are_rejected(specs, text):
+    with pytest.raises(InvalidArgumentError, match=text):
+        plan_buckets(specs, 100)
+
+
+def fused(threshold=64, **options):
+    specs = [TensorSpec("a", F32, 16), TensorSpec("b", F32, 16), TensorSpec("c", F32, 16),
+             TensorSpec("d", F32, 16), TensorSpec("big", F32, 400)]
+    return FusedAllreduce(MPI.COMM_SELF, specs, threshold_bytes=threshold, **options)
+
+
+def test_add_returns_the_bucket_handle_when_its_last_tensor_is_in():
+    f = fused(threshold=32)
+    x = {n: np.full(4, i, np.float32) for i, n in enumerate("abcd")}
+    assert f.add("a", x["a"]) is None
+    handle = f.add("b", x["b"])
+    assert handle is not None and handle.bucket.names == ("a", "b")
+    result = handle.wait()
+    assert set(result) == {"a", "b"} and (result["b"] == 1).all()
+
+
+def test_a_complete_bucket_waits_for_the_buckets_planned_before_it():
+    f = fused(threshold=32)
+    later = f.add("c", np.ones(4, np.float32)) or f.add("d", np.ones(4, np.float32))
+    assert later is not None and not later.started
+    with pytest.raises(FailedPreconditionError, match=r"tensors not added: \['a', 'b'\]"):
+        later.wait()
+    f.add("a", np.zeros(4, np.float32))
+    f.add("b", np.zeros(4, np.float32))
+    f.add("big", np.arange(100, dtype=np.float32))
+    results = f.wait_all()
+    assert later.started and sorted(results) == ["a", "b", "big", "c", "d"]
+    assert (results["big"] == np.arange(100)).all()
+
+
+def test_rounds_reuse_the_buffers_and_outputs_can_be_in_place():
+    f = fused(op="average")
+    view = f.buffer_view("a")
+    assert f.buffer_view("big") is None
+    for step in range(3):
+        arrays = {n: np.full(4, step + i, np.float32) for i, n in enumerate("abcd")}
+        arrays["big"] = np.full((10, 10), step, np.float32)
+        for name, array in arrays.items():
+            f.add(name, array, out=array)
+        results = f.wait_all()
+        assert all(results[n] is arrays[n] for n in arrays)
+        assert (arrays["c"] == step + 2).all() and arrays["big"].shape == (10, 10)
+    assert f.buffer_view("a").base is view.base
+
+
+def test_a_tensor_written_into_its_buffer_view_is_not_copied():
+    f = fused()
+    for name in "abcd":
+        view = f.buffer_view(name)
+        view[...] = 7
+        f.add(name, view, out=view)
+    f.add("big", np.zeros(100, np.float32))
+    results = f.wait_all()
+    assert results["a"] is f.buffer_view("a") and (results["d"] == 7).all()
+
+
+def test_misuse_is_reported():
+    f = fused()
+    with pytest.raises(InvalidArgumentError, match="unknown tensor 'zz'"):
+        f.add("zz", np.zeros(4, np.float32))
+    with pytest.raises(InvalidArgumentError, match="expected float32 with 4 elements"):
+        f.add("a", np.zeros(5, np.float32))
+    f.add("a", np.zeros(4, np.float32))
+    with pytest.raises(InvalidArgumentError, match="'a' given twice"):
+        f.add("a", np.zeros(4, np.float32))
+    assert f.missing() == ["b", "c", "d", "big"]
