@@ -19,3 +19,25 @@ def test_allreduce_training_equals_one_process_at_the_combined_batch(run_mpi, ra
                   env={"MPIFLOW_TIMEOUT": "60"}).stdout
     found = re.findall(rf"OK allreduce {optimizer} {algorithm}: worker (\d) of {ranks}", out)
     assert sorted(found) == [str(i) for i in range(ranks)], out
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("mode,ps", [("ps", "1"), ("allreduce", "0"), ("hybrid", "1")])
+def test_embedding_example_trains_in_every_mode_with_the_same_model_code(run_mpi, mode, ps):
+    out = run_mpi(3, EXAMPLES / "embedding_hybrid.py", "--mode", mode, "--vocab", 20000,
+                  "--steps", 40, timeout=180, env={"MPIFLOW_PS": ps}).stdout
+    found = re.search(rf"{mode}: [\d.]+ steps/s over (\d) workers .*test loss "
+                      r"(\d+\.\d+) -> (\d+\.\d+)", out)
+    assert found, out
+    workers, before, after = int(found[1]), float(found[2]), float(found[3])
+    assert workers == (3 if mode == "allreduce" else 2)
+    assert after < before - 0.02, out
+
+
+def test_a_mode_that_needs_ps_says_so_when_there_is_none(run_mpi):
+    proc = run_mpi(2, EXAMPLES / "embedding_hybrid.py", "--mode", "hybrid", timeout=60,
+                   env={"MPIFLOW_PS": "0"}, check=False)
+    assert proc.returncode != 0
+    assert "Training mode 'hybrid' needs ps tasks" in proc.stderr
