@@ -14,11 +14,11 @@ from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import collective_ops, control_ops, math_ops, state_ops
 from mpiflow.ops.constant_ops import constant
 from mpiflow.ops.variables import global_variables
-from mpiflow.train.optimizer import Optimizer
+from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_run_hook import SessionRunHook
 
 
-class AllreduceOptimizer(Optimizer):
+class AllreduceOptimizer(WrappingOptimizer):
     """Average gradients over the workers' process group, then apply them locally.
 
     Args:
@@ -27,12 +27,14 @@ class AllreduceOptimizer(Optimizer):
         fusion_threshold_bytes: bucket size for fusing small gradients.
         average: average (True) or sum the gradients.
         group: the process group (default the "worker" job).
+        keep_local: ``keep_local(var)`` true for variables whose gradients go to the wrapped
+            optimizer unreduced (hybrid mode: tables on the ps apply their own rows).
     """
 
     def __init__(self, opt, algorithm="auto", fusion_threshold_bytes=64 << 20, average=True,
-                 group="worker", name="Allreduce"):
-        super().__init__(False, name)
-        self._opt = opt
+                 group="worker", name="Allreduce", keep_local=None):
+        super().__init__(opt, False, name)
+        self._keep_local = keep_local or (lambda var: False)
         self._algorithm = algorithm
         self._threshold = int(fusion_threshold_bytes)
         self._op = "average" if average else "sum"
@@ -42,8 +44,9 @@ class AllreduceOptimizer(Optimizer):
     def compute_gradients(self, loss, var_list=None, **kwargs):
         """Return the (grad, var) pairs with every gradient reduced over the group."""
         pairs = self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
-        dense = [(i, g) for i, (g, _) in enumerate(pairs) if g is not None and
-                 not isinstance(g, IndexedSlices)]
+        shared = [g is not None and not self._keep_local(v) for g, v in pairs]
+        dense = [(i, g) for i, (g, _) in enumerate(pairs)
+                 if shared[i] and not isinstance(g, IndexedSlices)]
         reduced = {i: g for i, (g, _) in enumerate(pairs)}
         if dense:
             with loss.graph.name_scope(self._name):
@@ -52,7 +55,7 @@ class AllreduceOptimizer(Optimizer):
                     algorithm=self._algorithm, threshold_bytes=self._threshold)
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
         for i, (g, _) in enumerate(pairs):
-            if isinstance(g, IndexedSlices):
+            if shared[i] and isinstance(g, IndexedSlices):
                 reduced[i] = self._gather_rows(g)
         return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
 
@@ -68,15 +71,6 @@ class AllreduceOptimizer(Optimizer):
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
-
-    def get_slot(self, var, name):
-        return self._opt.get_slot(var, name)
-
-    def get_slot_names(self):
-        return self._opt.get_slot_names()
-
-    def variables(self):
-        return self._opt.variables()
 
     def broadcast_variables_op(self, var_list=None, root=0):
         """Return an op making every worker's variables equal to ``root``'s (in an order

@@ -25,7 +25,6 @@ import time
 from mpiflow import config, errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import get_default_graph
-from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import state_ops
 from mpiflow.ops.array_ops import stack
 from mpiflow.ops.partitioners import fixed_size_partitioner
@@ -33,7 +32,6 @@ from mpiflow.ops.variable_scope import get_variable_scope, variable_scope
 from mpiflow.ops.variables import global_variables, variables_initializer
 from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
 from mpiflow.train.device_setter import replica_device_setter
-from mpiflow.train.optimizer import Optimizer
 
 MODES = ("ps", "allreduce", "hybrid")
 
@@ -111,11 +109,13 @@ class TrainingMode:
         elif self.mode == "allreduce":
             self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm)
         else:
-            self._optimizer = _HybridOptimizer(opt, self.algorithm)
+            self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm,
+                                                 keep_local=self._on_ps)
         return self._optimizer
 
     # -- initialization ---------------------------------------------------------------------
-    def _on_ps(self, v):
+    @staticmethod
+    def _on_ps(v):
         return DeviceSpec.from_string(v.device).job == "ps"
 
     def initialize(self, sess, is_chief, timeout=None):
@@ -138,41 +138,4 @@ class TrainingMode:
         if local:
             sess.run(variables_initializer(local))
             if self.mode != "ps":
-                opt = self._optimizer
-                broadcaster = opt if isinstance(opt, AllreduceOptimizer) else opt.allreduce
-                sess.run(broadcaster.broadcast_variables_op(local))
-
-
-class _HybridOptimizer(Optimizer):
-    """Sparse gradients of ps tables applied on the ps; dense ones allreduced."""
-
-    def __init__(self, opt, algorithm):
-        super().__init__(False, "Hybrid")
-        self._opt = opt
-        self.allreduce = AllreduceOptimizer(opt, algorithm=algorithm)
-
-    def compute_gradients(self, loss, var_list=None, **kwargs):
-        pairs = self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
-        on_ps = [DeviceSpec.from_string(v.device).job == "ps" for _, v in pairs]
-        dense = [(i, g) for i, (g, v) in enumerate(pairs)
-                 if g is not None and not on_ps[i] and not isinstance(g, IndexedSlices)]
-        reduced = {i: g for i, (g, _) in enumerate(pairs)}
-        if dense:
-            from mpiflow.ops.collective_ops import fused_all_reduce
-            with loss.graph.name_scope("Hybrid"):
-                outs = fused_all_reduce([g for _, g in dense], algorithm=self.allreduce._algorithm)
-            reduced.update({i: t for (i, _), t in zip(dense, outs)})
-        for i, (g, v) in enumerate(pairs):
-            if isinstance(g, IndexedSlices) and not on_ps[i]:
-                reduced[i] = self.allreduce._gather_rows(g)
-        return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
-
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
-
-    def get_slot(self, var, name):
-        return self._opt.get_slot(var, name)
-
-    def get_slot_names(self):
-        return self._opt.get_slot_names()
-
+                sess.run(self._optimizer.broadcast_variables_op(local))

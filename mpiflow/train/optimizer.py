@@ -262,6 +262,24 @@ class Optimizer:
         return self._non_slot_dict.get((name, graph))
 
 
+class WrappingOptimizer(Optimizer):
+    """Base of optimizers that change how gradients travel but leave their application,
+    and so the slots, to the optimizer they wrap (sync replicas, allreduce)."""
+
+    def __init__(self, opt, use_locking, name):
+        super().__init__(use_locking, name)
+        self._opt = opt
+
+    def get_slot(self, var, name):
+        return self._opt.get_slot(var, name)
+
+    def get_slot_names(self):
+        return self._opt.get_slot_names()
+
+    def variables(self):
+        return self._opt.variables()
+
+
 def _create_slot(var, initial_value, op_name):
     """A non-trainable variable named ``<var>/<op_name>``, colocated with ``var``."""
     graph = var.graph

@@ -21,14 +21,14 @@ from mpiflow.ops import control_ops, math_ops, state_ops
 from mpiflow.ops.constant_ops import constant
 from mpiflow.ops.registry import apply_op
 from mpiflow.ops.variables import Variable
-from mpiflow.train.optimizer import Optimizer
+from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_run_hook import SessionRunHook
 
 
 _RELEASE_ALL = 2 ** 62      # a step no training reaches: releases every waiting worker
 
 
-class SyncReplicasOptimizer(Optimizer):
+class SyncReplicasOptimizer(WrappingOptimizer):
     """Aggregate gradients from ``replicas_to_aggregate`` workers per global step.
 
     Args:
@@ -41,7 +41,7 @@ class SyncReplicasOptimizer(Optimizer):
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
                  variable_averages=None, variables_to_average=None, use_locking=False,
                  name="sync_replicas"):
-        super().__init__(use_locking, name)
+        super().__init__(opt, use_locking, name)
         if replicas_to_aggregate < 1:
             raise errors.InvalidArgumentError(
                 f"SyncReplicasOptimizer: replicas_to_aggregate must be >= 1, got "
@@ -54,7 +54,6 @@ class SyncReplicasOptimizer(Optimizer):
         if variable_averages is not None:
             raise errors.UnimplementedError(
                 "SyncReplicasOptimizer: variable_averages is not supported")
-        self._opt = opt
         self._replicas_to_aggregate = int(replicas_to_aggregate)
         self._total_num_replicas = int(total)
         self._sync_op = None
@@ -124,15 +123,6 @@ class SyncReplicasOptimizer(Optimizer):
                     "SyncTokenRelease", [constant(_RELEASE_ALL, step_ref.dtype)],
                     {"shared_name": token_name}, name="release_all")
         return train_op
-
-    def get_slot(self, var, name):
-        return self._opt.get_slot(var, name)
-
-    def get_slot_names(self):
-        return self._opt.get_slot_names()
-
-    def variables(self):
-        return self._opt.variables()
 
     @property
     def sync_op(self):
