@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from mpiflow import errors
 from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.array_ops import reshape
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import OpDef, Wait, apply_op, register_op
 
@@ -107,6 +108,71 @@ class FusedAllReduceOp(_Collective):
                      for n, t in zip(ctx.names, ctx.op.inputs))
 
 
+_FUSION_ATTRS = {"group": "worker", "op": "average", "algorithm": "auto",
+                 "threshold_bytes": 64 << 20, "fusion": "", "names": [], "dtypes": [],
+                 "sizes": []}
+
+
+def _fusion(ctx):
+    """The fusion buffers shared by one optimizer's add and wait ops (per process)."""
+    a = ctx.attrs
+    specs = [(n, d.np_dtype, size * d.size, "") for n, d, size in
+             zip(a["names"], a["dtypes"], a["sizes"])]
+    group = ctx.state.collectives(a["group"])
+    # Keyed by the tensor list too: the store outlives graphs, names may repeat.
+    return ctx.state.resource(
+        f"fusion:{a['fusion']}:{hash((tuple(a['names']), tuple(a['sizes'])))}",
+        lambda: group.fused_allreduce(specs, a["algorithm"], a["op"], a["threshold_bytes"],
+                                      a["fusion"]))
+
+
+@register_op("CollectiveFusedAdd", attrs=dict(_FUSION_ATTRS, index=0))
+class FusedAddOp(OpDef):
+    """Put one gradient into its fusion bucket; the bucket's allreduce starts as soon as
+    the bucket is full, while the backward pass goes on (scheduled as early as ready)."""
+
+    stateful = True
+    schedule_early = True
+    gradient = None
+
+    def infer(self, b):
+        return [("int32", [])]
+
+    def prepare(self, ctx):
+        ctx.fused = _fusion(ctx)
+        ctx.name = ctx.attrs["names"][ctx.attrs["index"]]
+
+    def forward(self, xp, ctx, grad):
+        handle = ctx.fused.add(ctx.name, grad.reshape(-1))
+        if handle is not None:
+            ctx.state.progress.add(handle)
+        return xp.zeros((), dtype="int32")
+
+
+@register_op("CollectiveFusedWait", attrs=dict(_FUSION_ATTRS))
+class FusedWaitOp(_Collective):
+    """Wait for every bucket of this step's fused allreduce; output the reduced tensors."""
+
+    tuple_outputs = True
+    gradient = None
+
+    def infer(self, b):
+        return [(d, [n]) for d, n in zip(b.attrs["dtypes"], b.attrs["sizes"])]
+
+    def prepare(self, ctx):
+        super().prepare(ctx)
+        ctx.fused = _fusion(ctx)
+
+    def start(self, ctx, inputs):
+        return ctx.fused.handles()
+
+    def finish(self, ctx, handles):
+        reduced = {}
+        for handle in handles:
+            reduced.update(handle.result)
+        return tuple(reduced[n] for n in ctx.attrs["names"])
+
+
 @register_op("CollectiveBroadcast", attrs={"group": "worker", "root": 0})
 class BroadcastOp(_Collective):
     def infer(self, b):
@@ -150,6 +216,30 @@ def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
     return apply_op("CollectiveFusedAllReduce", tensors,
                     {"group": group, "op": op, "algorithm": algorithm,
                      "threshold_bytes": int(threshold_bytes)}, name=name).outputs
+
+
+def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorithm="auto",
+                          threshold_bytes=64 << 20):
+    """Allreduce ``tensors`` in fusion buckets that start as soon as each bucket's tensors
+    exist (overlapping the rest of the backward pass); return the reduced tensors.
+
+    ``fusion`` names the buffers (one per optimizer); every rank must build the same list.
+    """
+    tensors = [convert_to_tensor(t) for t in tensors]
+    for i, t in enumerate(tensors):
+        if not t.shape.is_fully_defined():
+            raise errors.InvalidArgumentError(
+                f"overlapped_all_reduce: tensor {i} ('{t.name}') needs a fully defined "
+                f"shape, got {t.shape}")
+    attrs = {"group": group, "op": op, "algorithm": algorithm,
+             "threshold_bytes": int(threshold_bytes), "fusion": fusion,
+             "names": [f"{i}:{t.op.name}" for i, t in enumerate(tensors)],
+             "dtypes": [t.dtype for t in tensors],
+             "sizes": [t.shape.num_elements() for t in tensors]}
+    tokens = [apply_op("CollectiveFusedAdd", [t], dict(attrs, index=i)).outputs[0]
+              for i, t in enumerate(tensors)]
+    flat = apply_op("CollectiveFusedWait", tokens, attrs).outputs
+    return [reshape(f, t.shape.as_list()) for f, t in zip(flat, tensors)]
 
 
 def broadcast(tensor, root=0, group="worker", name=None):

@@ -49,6 +49,7 @@ class OpDef:
     transfer = None          # "send" / "recv" for the cross-rank ops the executor runs
     async_kernel = False     # forward may return Wait(key) to be run again after key fires
     passes_sparse_gradients = False   # gradient accepts IndexedSlices (else densified)
+    schedule_early = False   # run as soon as ready (starts communication to overlap)
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):

@@ -181,6 +181,9 @@ class Plan:
         for slot, value in zip(self.feed_slots, feed_values):
             vals[slot] = value
         index = 0
+        # Collectives started earlier in this step advance only when polled: between
+        # kernels, while any is in flight.
+        progress = self._state.progress if self._state is not None else None
         quiet = _QuietNumpy()
         quiet.enter()
         try:
@@ -214,6 +217,8 @@ class Plan:
                 if frees:
                     for s in frees:
                         vals[s] = None
+                if progress is not None and progress.active:
+                    progress.poll()
         except errors.OpError:
             raise
         except MemoryError as exc:
@@ -378,7 +383,13 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
                 preds[writer].add(reader)
                 succs[reader].add(writer)
     pending = {op: len(ps) for op, ps in preds.items()}
-    heap = [(op._id, op) for op, n in pending.items() if n == 0]
+    # Among ready ops, those that start communication go first (a gradient bucket starts
+    # its allreduce while the backward pass goes on); then creation order. Every rank
+    # applies the same rule, so their orders agree.
+    def key(op):
+        return (0 if get_op_def(op.type).schedule_early else 1, op._id)
+
+    heap = [(key(op), op) for op, n in pending.items() if n == 0]
     heapq.heapify(heap)
     order = []
     while heap:
@@ -387,7 +398,7 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
         for s in succs[op]:
             pending[s] -= 1
             if pending[s] == 0:
-                heapq.heappush(heap, (s._id, s))
+                heapq.heappush(heap, (key(s), s))
     if len(order) != len(needed):
         stuck = sorted((op for op, n in pending.items() if n > 0), key=lambda o: o._id)
         raise errors.InvalidArgumentError(

@@ -89,6 +89,25 @@ class StateRef:
         return fresh
 
 
+class _Progress:
+    """Collective handles to poll between kernels of a running step (``active`` is a
+    plain attribute: the executor checks it after every kernel)."""
+
+    __slots__ = ("active", "_handles")
+
+    def __init__(self):
+        self.active = False
+        self._handles = []
+
+    def add(self, handle) -> None:
+        self._handles.append(handle)
+        self.active = True
+
+    def poll(self) -> None:
+        self._handles = [h for h in self._handles if not h.test()]
+        self.active = bool(self._handles)
+
+
 class ResourceStore:
     """Variable buffers (by variable op name) and per-op random generators."""
 
@@ -110,6 +129,7 @@ class ResourceStore:
         # The rank service serving this store (process groups, polling of collectives);
         # None for an in-process session.
         self.runtime = None
+        self.progress = _Progress()
 
     def ref(self, op) -> StateRef:
         return StateRef(self, op)

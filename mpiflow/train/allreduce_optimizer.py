@@ -29,11 +29,14 @@ class AllreduceOptimizer(WrappingOptimizer):
         group: the process group (default the "worker" job).
         keep_local: ``keep_local(var)`` true for variables whose gradients go to the wrapped
             optimizer unreduced (hybrid mode: tables on the ps apply their own rows).
+        overlap: start each fusion bucket's allreduce as soon as its gradients exist,
+            while the rest of the backward pass runs (else one fused op at the end).
     """
 
     def __init__(self, opt, algorithm="auto", fusion_threshold_bytes=64 << 20, average=True,
-                 group="worker", name="Allreduce", keep_local=None):
+                 group="worker", name="Allreduce", keep_local=None, overlap=True):
         super().__init__(opt, False, name)
+        self._overlap = overlap
         self._keep_local = keep_local or (lambda var: False)
         self._algorithm = algorithm
         self._threshold = int(fusion_threshold_bytes)
@@ -49,10 +52,15 @@ class AllreduceOptimizer(WrappingOptimizer):
                  if shared[i] and not isinstance(g, IndexedSlices)]
         reduced = {i: g for i, (g, _) in enumerate(pairs)}
         if dense:
-            with loss.graph.name_scope(self._name):
-                outs = collective_ops.fused_all_reduce(
-                    [g for _, g in dense], op=self._op, group=self._group,
-                    algorithm=self._algorithm, threshold_bytes=self._threshold)
+            with loss.graph.name_scope(self._name) as scope:
+                if self._overlap:
+                    outs = collective_ops.overlapped_all_reduce(
+                        [g for _, g in dense], fusion=scope, op=self._op, group=self._group,
+                        algorithm=self._algorithm, threshold_bytes=self._threshold)
+                else:
+                    outs = collective_ops.fused_all_reduce(
+                        [g for _, g in dense], op=self._op, group=self._group,
+                        algorithm=self._algorithm, threshold_bytes=self._threshold)
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
         for i, (g, _) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
