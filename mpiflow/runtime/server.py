@@ -468,6 +468,12 @@ class RankService:
         for key in [k for k in self._remote_steps if k[0] == source]:
             self._remote_steps.pop(key).gen.close()
             self._forget_step(*key)
+        # A step of ours that still needs the leaving rank can never finish: end it now.
+        for client_step in self._client_steps.values():
+            if source in client_step.remote_pending and client_step.error is None:
+                client_step.error = errors.UnavailableError(
+                    f"{self.describe(source)} left the job while rank {self.rank} was "
+                    "running a step that needs it")
 
     def _send_error(self, client, step, handle, exc):
         op = getattr(exc, "op", None)
