@@ -35,6 +35,18 @@ def gpu_available() -> bool:
     return _load_cupy() is not None
 
 
+def gpu_count() -> int:
+    """Return the number of GPUs cupy sees (0 without cupy or a GPU)."""
+    cupy = _load_cupy()
+    return 0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount())
+
+
+def gpu_reason() -> str:
+    """Why GPU kernels are unavailable here ('' when they are available)."""
+    _load_cupy()
+    return _cupy_error or ""
+
+
 def device_type(device: str) -> str:
     """Return 'GPU' or 'CPU' for a canonical device string ('' means CPU)."""
     return "GPU" if "/device:GPU" in (device or "") else "CPU"

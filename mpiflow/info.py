@@ -1,0 +1,70 @@
+"""``python -m mpiflow.info``: the layout this launch gives, and what each rank can use.
+
+    mpiexec -n 4 python -m mpiflow.info          # or: srun python -m mpiflow.info
+    MPIFLOW_PS=2 MPIFLOW_PS_POLICY=spread mpiexec -n 4 python -m mpiflow.info
+
+Rank 0 prints one line per rank (host, node, local rank, role and task, BLAS threads,
+GPU) and then the MPI library, whether it is CUDA-aware, and cupy / NCCL availability.
+Collective over the job; every rank must run it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+
+def _cuda_aware(MPI) -> str:
+    query = getattr(MPI, "Query_cuda_support", None)
+    if query is None:
+        return "unknown (this mpi4py cannot ask)"
+    try:
+        return "yes" if query() else "no"
+    except Exception as exc:  # an MPI without the MPIX extension
+        return f"unknown ({type(exc).__name__})"
+
+
+def main(argv=None) -> int:
+    from mpi4py import MPI
+
+    from mpiflow import backend, config
+    from mpiflow.comm.cluster import Layout
+
+    comm = MPI.COMM_WORLD
+    layout = Layout.from_comm(comm)
+    roles = layout.assign_roles()
+    threads = config.get("MPIFLOW_CPU_THREADS") or max(
+        1, (os.cpu_count() or 1) // layout.local_sizes[layout.rank])
+    gpus = 0
+    if backend.gpu_available():
+        gpus = backend.gpu_count()
+    gpu = layout.local_ranks[layout.rank] % gpus if gpus else -1
+    mine = np.array([threads, gpu], dtype=np.int64)
+    every = np.empty((layout.size, 2), dtype=np.int64)
+    comm.Allgather(mine, every)
+    if layout.rank != 0:
+        return 0
+    print(f"{'rank':>4}  {'host':<20} {'node':>4} {'local':>5}  {'role':<10} "
+          f"{'threads':>7}  gpu")
+    for r in range(layout.size):
+        job, task = roles[r]
+        gpu_text = f"GPU:{every[r, 1]}" if every[r, 1] >= 0 else "-"
+        print(f"{r:>4}  {layout.hosts[r]:<20} {layout.nodes[r]:>4} "
+              f"{layout.local_ranks[r]:>5}  {f'{job}:{task}':<10} {every[r, 0]:>7}  "
+              f"{gpu_text}")
+    nccl, why = backend.nccl_module()
+    print(f"nodes: {layout.num_nodes}; ps policy {config.get('MPIFLOW_PS_POLICY')}")
+    print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}")
+    print(f"CUDA-aware MPI: {_cuda_aware(MPI)}")
+    print(f"cupy: {'yes, %d GPU(s)' % gpus if gpus else 'no (' + backend.gpu_reason() + ')'}")
+    print(f"NCCL: {'yes' if nccl is not None else 'no (' + why + ')'}")
+    unknown = config.default().unknown_variables()
+    if unknown:
+        print(f"warning: unknown MPIFLOW_* variables ignored: {', '.join(unknown)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""``python -m mpiflow.info`` shows every rank's host, node, local rank, role and threads."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+INFO = Path(__file__).resolve().parents[2] / "mpiflow" / "info.py"
+
+
+@pytest.mark.mpi
+def test_info_prints_the_layout_of_the_launch(run_mpi):
+    out = run_mpi(3, INFO, timeout=60, env={"MPIFLOW_PS": "1"}).stdout
+    rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\w+:\d+)\s+(\d+)\s+(\S+)$", out,
+                      re.M)
+    assert [r[0] for r in rows] == ["0", "1", "2"], out
+    assert [r[4] for r in rows] == ["ps:0", "worker:0", "worker:1"], out
+    assert [r[3] for r in rows] == ["0", "1", "2"], out       # one host: local = rank
+    assert "MPI: " in out and "CUDA-aware MPI: " in out and "NCCL: " in out
