@@ -78,6 +78,52 @@ class Message:
         return f"Message(from={self.source}, header={self.header})"
 
 
+# Element kinds a payload may have: bool, ints, floats, complex (never objects).
+_PAYLOAD_KINDS = "biufc"
+_MAX_PAYLOAD_BYTES = 1 << 40
+
+
+def decode_header(raw: bytes, source: int, rank: int):
+    """Decode a header; return (header dict, [(shape, dtype)] of its payloads).
+
+    Anything that is not a msgpack map with well-formed buffer specs (numeric dtypes,
+    non-negative dims, a sane size) is refused with DataLossError naming the sender;
+    nothing from the wire is ever unpickled or executed.
+    """
+    try:
+        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise errors.DataLossError(
+            f"Rank {rank}: undecodable message header from rank {source}: {exc}") from None
+    if not isinstance(header, dict):
+        raise errors.DataLossError(
+            f"Rank {rank}: message header from rank {source} is not a map")
+    raw_specs = header.pop(_BUFFERS_KEY, [])
+    if not isinstance(raw_specs, list):
+        raise errors.DataLossError(
+            f"Rank {rank}: buffer list from rank {source} is not a list: {raw_specs!r}")
+    specs = []
+    for spec in raw_specs:
+        try:
+            text, dims = spec
+            if not isinstance(text, str) or not isinstance(dims, list):
+                raise ValueError(spec)
+            dtype = np.dtype(text)
+            shape = tuple(dims)
+            if not all(type(d) is int and d >= 0 for d in shape) or \
+                    dtype.kind not in _PAYLOAD_KINDS or dtype.hasobject:
+                raise ValueError(spec)
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
+            if nbytes > _MAX_PAYLOAD_BYTES:
+                raise ValueError(spec)
+        except (TypeError, ValueError):
+            raise errors.DataLossError(
+                f"Rank {rank}: bad buffer spec {spec!r} from rank {source}: expected "
+                "[numeric dtype, [non-negative dims]]") from None
+        specs.append((shape, dtype))
+    return header, specs
+
+
 class Transport:
     """Header-plus-buffers messaging on one communicator (use a Dup of the world)."""
 
@@ -158,25 +204,10 @@ class Transport:
         source = status.Get_source()
         raw = bytearray(status.Get_count(MPI.BYTE))
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
-        try:
-            header = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=False)
-        except Exception as exc:
-            raise errors.DataLossError(
-                f"Rank {self.rank}: undecodable message header from rank {source}: "
-                f"{exc}") from None
-        if not isinstance(header, dict):
-            raise errors.DataLossError(
-                f"Rank {self.rank}: message header from rank {source} is not a map")
+        header, specs = decode_header(bytes(raw), source, self.rank)
         arrays = []
-        for spec in header.pop(_BUFFERS_KEY, ()):
-            try:
-                array = self._pool.empty(tuple(spec[1]), np.dtype(spec[0]))
-            except (TypeError, ValueError, IndexError):
-                raise errors.DataLossError(
-                    f"Rank {self.rank}: bad buffer spec {spec!r} from rank {source}") from None
-            if array.dtype.hasobject:
-                raise errors.DataLossError(
-                    f"Rank {self.rank}: object buffers are refused (from rank {source})")
+        for shape, dtype in specs:
+            array = self._pool.empty(shape, dtype)
             self.comm.Recv([array, MPI.BYTE], source, PAYLOAD_TAG)
             arrays.append(array)
         return Message(source, header, arrays)

@@ -332,12 +332,9 @@ class RankService:
         self.groups[name] = comm
 
     def _dispatch(self, message) -> None:
-        kind = message.header.get("k")
-        handler = _HANDLERS.get(kind)
-        if handler is None:
-            raise errors.DataLossError(
-                f"Rank {self.rank} got a message of unknown kind {kind!r} from "
-                f"{self.describe(message.source)}: {sorted(message.header)}")
+        kind = check_message(message.header, len(message.arrays),
+                             self.describe(message.source), self.rank)
+        handler = _HANDLERS[kind]
         try:
             handler(self, message.source, message.header, message.arrays)
         except (KeyError, TypeError, ValueError) as exc:
@@ -495,6 +492,54 @@ def _rebuild_error(h):
                                        host=h["host"], remote_traceback=h["tb"])
     return exc
 
+
+# What each kind of message must carry: field -> accepted types, and how many arrays.
+_INT, _OPT_INT, _STR = (int,), (int, type(None)), (str,)
+MESSAGE_SCHEMA = {
+    "t": ({"c": _INT, "s": _INT, "e": _STR}, 1),
+    "reg": ({"c": _INT, "h": _INT, "n": (list,)}, 0),
+    "reg_ok": ({"h": _INT}, 0),
+    "run": ({"c": _INT, "h": _INT, "s": _INT}, 0),
+    "done": ({"s": _INT}, 0),
+    "err": ({"s": _OPT_INT, "h": _OPT_INT, "cls": _STR, "msg": _STR, "rank": _INT,
+             "who": _STR, "host": _STR, "tb": _STR}, 0),
+    "abort": ({"c": _INT, "s": _INT}, 0),
+    "close": ({"c": _INT, "h": _INT}, 0),
+    "join": ({"n": _INT}, 0),
+    "bye": ({}, 0),
+    "fatal": ({"msg": _STR, "who": _STR, "host": _STR}, 0),
+}
+
+
+def check_message(header: dict, num_arrays: int, sender: str, rank: int) -> str:
+    """Return the kind of a decoded message after checking it against MESSAGE_SCHEMA.
+
+    Raises:
+        DataLossError: unknown kind, a missing or mistyped field, or the wrong number of
+            arrays; the message names the sender and the field. Nothing is executed.
+    """
+    kind = header.get("k")
+    schema = MESSAGE_SCHEMA.get(kind) if isinstance(kind, str) else None
+    if schema is None:
+        raise errors.DataLossError(
+            f"Rank {rank} got a message of unknown kind {kind!r} from {sender}: expected "
+            f"one of {sorted(MESSAGE_SCHEMA)}")
+    fields, arrays = schema
+    for name, types in fields.items():
+        value = header.get(name, _MISSING_FIELD)
+        if value is _MISSING_FIELD or type(value) not in types:
+            raise errors.DataLossError(
+                f"Rank {rank} got a malformed '{kind}' message from {sender}: field "
+                f"{name!r} should be {' or '.join(t.__name__ for t in types)}, got "
+                f"{'nothing' if value is _MISSING_FIELD else repr(value)[:80]}")
+    if num_arrays != arrays:
+        raise errors.DataLossError(
+            f"Rank {rank} got a malformed '{kind}' message from {sender}: {num_arrays} "
+            f"arrays, expected {arrays}")
+    return kind
+
+
+_MISSING_FIELD = object()
 
 _HANDLERS = {
     "t": RankService._on_tensor,
