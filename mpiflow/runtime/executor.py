@@ -136,21 +136,21 @@ class Plan:
         self._steps = _with_frees(steps, set(self.fetch_slots),
                                   set(range(n_tensors, n_tensors + len(refs))))
 
-    def run(self, feed_values):
+    def run(self, feed_values, timeout=None):
         """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``).
 
         An async kernel that must wait (a sync-replicas accumulator, say) blocks this
         thread until another thread's step signals it through the plan's state, for at
-        most MPIFLOW_TIMEOUT seconds.
+        most ``timeout`` seconds (default MPIFLOW_TIMEOUT).
         """
         steps = self.run_steps(feed_values, None)
         state = self._state
-        deadline = timeout = None
+        deadline = None
         try:
             while True:
                 wanted = steps.send(None)
                 if deadline is None:
-                    timeout = config.get("MPIFLOW_TIMEOUT")
+                    timeout = timeout or config.get("MPIFLOW_TIMEOUT")
                     deadline = time.monotonic() + timeout
                 if wanted[0] != "event" or state is None:
                     raise errors.InternalError(

@@ -168,8 +168,9 @@ class RankService:
                 if self._peers.get(rank) != GONE:
                     self.transport.send(rank, {"k": "close", "c": self.rank, "h": handle})
 
-    def run_step(self, local_plan, feed_values, handles: dict):
-        """Run one step: the remote partitions in ``handles`` and ``local_plan`` here."""
+    def run_step(self, local_plan, feed_values, handles: dict, timeout=None):
+        """Run one step: the remote partitions in ``handles`` and ``local_plan`` here,
+        waiting at most ``timeout`` seconds (default MPIFLOW_TIMEOUT) for other ranks."""
         client_step = _ClientStep(handles)
 
         def done(result):
@@ -195,7 +196,7 @@ class RankService:
                 self._advance(local)
                 self._drain_events()
             self._wait_until(client_step.finished,
-                             lambda: self._describe_wait(step, client_step))
+                             lambda: self._describe_wait(step, client_step), timeout)
         except BaseException as exc:
             client_step.error = client_step.error or exc
         with self._lock:
@@ -284,11 +285,13 @@ class RankService:
         sys.stderr.flush()
         os._exit(1)
 
-    def _wait_until(self, predicate, describe) -> None:
-        """Dispatch messages until ``predicate()``; with ``describe``, give up after the
-        timeout with an error saying what was waited for. Safe from several threads:
-        whichever thread polls dispatches, and each checks its own predicate."""
-        deadline = None if describe is None else time.monotonic() + self.timeout
+    def _wait_until(self, predicate, describe, timeout=None) -> None:
+        """Dispatch messages until ``predicate()``; with ``describe``, give up after
+        ``timeout`` (default MPIFLOW_TIMEOUT) with an error saying what was waited for.
+        Safe from several threads: whichever thread polls dispatches, and each checks
+        its own predicate."""
+        timeout = timeout or self.timeout
+        deadline = None if describe is None else time.monotonic() + timeout
         backoff = Backoff(spin_s=self._spin_s, max_s=self._max_sleep_s)
         transport = self.transport
         while True:
@@ -309,8 +312,8 @@ class RankService:
                     continue
             if deadline is not None and time.monotonic() >= deadline:
                 raise errors.DeadlineExceededError(
-                    f"Rank {self.rank} waited {self.timeout:.0f} s (MPIFLOW_TIMEOUT) for "
-                    f"{describe()}")
+                    f"Rank {self.rank} waited {timeout:g} s for {describe()} (MPIFLOW_TIMEOUT,"
+                    " or the run's RunOptions(timeout_in_ms))")
             if self._watched:
                 os.sched_yield()    # collectives in flight advance only when polled
             else:

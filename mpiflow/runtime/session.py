@@ -47,6 +47,25 @@ class ConfigProto:
         return f"ConfigProto({fields})"
 
 
+class RunOptions:
+    """Options of one ``Session.run`` (TensorFlow's names): ``timeout_in_ms`` bounds how
+    long the step may wait for other ranks (0: MPIFLOW_TIMEOUT or the session's
+    ``ConfigProto.operation_timeout_in_ms``)."""
+
+    NO_TRACE, SOFTWARE_TRACE, HARDWARE_TRACE, FULL_TRACE = 0, 1, 2, 3
+    _FIELDS = {"timeout_in_ms": 0, "trace_level": 0, "inter_op_thread_pool": 0,
+               "output_partition_graphs": False}
+
+    def __init__(self, **kwargs):
+        unknown = sorted(set(kwargs) - set(self._FIELDS))
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"RunOptions has no option '{unknown[0]}': expected one of "
+                f"{sorted(self._FIELDS)}")
+        for key, default in self._FIELDS.items():
+            setattr(self, key, kwargs.get(key, default))
+
+
 class _FetchMapper:
     """Flatten a nested fetch structure to unique graph elements and rebuild results."""
 
@@ -155,9 +174,19 @@ class BaseSession:
         mapper = _FetchMapper(self._graph, fetches)
         feed_tensors, feed_values = self._feeds(feed_dict)
         plan = self._plan(mapper.elements, feed_tensors)
-        values = plan.run(feed_values)
+        values = plan.run(feed_values, self._timeout(options))
         per_element = values[:len(mapper.elements)]
         return mapper.build(per_element)
+
+    def _timeout(self, options):
+        """Seconds this run may wait for other ranks: the call's option, else the
+        session's ConfigProto, else None (MPIFLOW_TIMEOUT)."""
+        if options is not None and not isinstance(options, RunOptions):
+            raise errors.InvalidArgumentError(
+                f"options must be an mf.RunOptions, got {type(options).__name__}")
+        ms = (options.timeout_in_ms if options is not None else 0) or \
+            self._config.operation_timeout_in_ms
+        return ms / 1000.0 if ms and ms > 0 else None
 
     def make_callable(self, fetches, feed_list=None):
         """Return ``f(*feed_values)`` that runs ``fetches``: the same plan, less lookup."""
@@ -165,13 +194,14 @@ class BaseSession:
         mapper = _FetchMapper(self._graph, fetches)
         feed_tensors = [self._feed_tensor(k) for k in (feed_list or [])]
         plan = self._plan(mapper.elements, feed_tensors)
+        timeout = self._timeout(None)
 
         def call(*values):
             if len(values) != len(feed_tensors):
                 raise errors.InvalidArgumentError(
                     f"Callable expects {len(feed_tensors)} feed values, got {len(values)}")
             converted = [_check_feed(t, v) for t, v in zip(feed_tensors, values)]
-            return mapper.build(plan.run(converted))
+            return mapper.build(plan.run(converted, timeout))
         return call
 
     def _plan(self, elements, feed_tensors):
@@ -272,8 +302,8 @@ class _ElementPlan:
         tensor_pos = {t: i for i, t in enumerate(plan.fetch_tensors)}
         self._pick = [tensor_pos.get(e) if isinstance(e, Tensor) else None for e in elements]
 
-    def run(self, feed_values):
-        values = self._plan.run(feed_values)
+    def run(self, feed_values, timeout=None):
+        values = self._plan.run(feed_values, timeout)
         return [values[i] if i is not None else None for i in self._pick]
 
     def close(self):

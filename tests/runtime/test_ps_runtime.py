@@ -88,3 +88,12 @@ def test_an_exception_on_one_rank_ends_the_job_fast_naming_it(run_mpi, role, cul
     aborted = re.findall(rf"aborted because {culprit} on \S+ failed: {re.escape(message)}",
                          err)
     assert len(aborted) >= 1, err
+
+
+def test_a_run_timeout_ends_the_step_naming_what_it_waited_for(run_mpi):
+    out = run_mpi(2, PROGS / "run_timeout.py", timeout=60).stdout
+    found = re.search(r"TIMEOUT after (\d+\.\d) s: Rank 1 waited 1.5 s for step \d+: .*"
+                      r"rank 0 \(ps:0\)", out)
+    assert found, out
+    assert float(found[1]) < 5.0
+    assert "value still readable" in out       # the session goes on after the timeout
