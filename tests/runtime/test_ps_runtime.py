@@ -97,3 +97,16 @@ def test_a_run_timeout_ends_the_step_naming_what_it_waited_for(run_mpi):
     assert found, out
     assert float(found[1]) < 5.0
     assert "value still readable" in out       # the session goes on after the timeout
+
+
+@pytest.mark.soak
+def test_soak_memory_flat_nothing_outstanding_every_push_applied(run_mpi):
+    out = run_mpi(4, PROGS / "soak.py", 40, timeout=180).stdout
+    found = re.search(r"SOAK pushes (\d+) applied (\d+) max_growth (-?\d+\.\d+)% "
+                      r"outstanding (\d+)", out)
+    assert found, out
+    pushes, applied, growth, outstanding = (int(found[1]), int(found[2]), float(found[3]),
+                                            int(found[4]))
+    assert pushes > 1000 and applied == pushes, out
+    assert growth < 5.0, out
+    assert outstanding == 0, out
