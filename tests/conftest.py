@@ -59,8 +59,9 @@ def run_mpi():
         pytest.skip(f"no mpiexec beside {sys.executable} or on PATH; "
                     "install one with: pip install '.[mpich]'")
 
-    def run(n, script_path, *args, timeout=120, env=None, check=True):
-        cmd = [mpiexec, "-n", str(n), sys.executable, str(script_path), *map(str, args)]
+    def run(n, script_path, *args, timeout=120, env=None, check=True, launcher_args=()):
+        cmd = [mpiexec, *launcher_args, "-n", str(n), sys.executable, str(script_path),
+               *map(str, args)]
         full_env = dict(os.environ)
         # The ranks import the same mpiflow as this test process.
         full_env["PYTHONPATH"] = os.pathsep.join(

@@ -97,6 +97,8 @@ class RankService:
         self.rank = self.transport.rank
         self.size = self.transport.size
         self.host = socket.gethostname()
+        self._peer_pids = _local_peer_pids(comm, self.host)
+        self._next_liveness_check = 0.0
         self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
         self.role_names = dict(role_names or {})
         self.store = ResourceStore()
@@ -310,7 +312,11 @@ class RankService:
                     self._drain_events()
                     backoff.reset()
                     continue
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= self._next_liveness_check:
+                self._next_liveness_check = now + _LIVENESS_PERIOD_S
+                self._check_local_peers_alive()
+            if deadline is not None and now >= deadline:
                 raise errors.DeadlineExceededError(
                     f"Rank {self.rank} waited {timeout:g} s for {describe()} (MPIFLOW_TIMEOUT,"
                     " or the run's RunOptions(timeout_in_ms))")
@@ -318,6 +324,19 @@ class RankService:
                 os.sched_yield()    # collectives in flight advance only when polled
             else:
                 backoff.wait()
+
+    def _check_local_peers_alive(self) -> None:
+        """Raise UnavailableError if a rank on this host has died (checked while waiting).
+
+        A launcher that keeps the job running after a rank is killed would otherwise leave
+        its peers waiting until the timeout; this names the lost rank within a second.
+        """
+        for rank, pid in self._peer_pids.items():
+            if self._peers.get(rank) != GONE and not _process_alive(pid):
+                self._peers[rank] = GONE
+                raise errors.UnavailableError(
+                    f"{self.describe(rank)} on {self.host} is gone: its process {pid} no "
+                    f"longer runs (killed?); rank {self.rank} cannot continue")
 
     def watch(self, handle, key) -> None:
         """Poll ``handle.test()`` from the service loop; signal ``key`` once it is done."""
@@ -494,6 +513,40 @@ def _rebuild_error(h):
     exc.__cause__ = errors.RemoteError(h["msg"], rank=h["rank"], role=h["who"],
                                        host=h["host"], remote_traceback=h["tb"])
     return exc
+
+
+_LIVENESS_PERIOD_S = 0.5
+
+
+def _local_peer_pids(comm, host) -> dict:
+    """Return {rank: pid} of the other ranks on this host (collective over ``comm``)."""
+    import zlib
+
+    import numpy as np
+    mine = np.array([os.getpid(), zlib.crc32(host.encode())], dtype=np.int64)
+    every = np.empty((comm.Get_size(), 2), dtype=np.int64)
+    comm.Allgather(mine, every)
+    rank = comm.Get_rank()
+    return {r: int(pid) for r, (pid, h) in enumerate(every)
+            if r != rank and h == mine[1]}
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed but not yet reaped, counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 # What each kind of message must carry: field -> accepted types, and how many arrays.

@@ -110,3 +110,4 @@ def test_soak_memory_flat_nothing_outstanding_every_push_applied(run_mpi):
     assert pushes > 1000 and applied == pushes, out
     assert growth < 5.0, out
     assert outstanding == 0, out
+
