@@ -1,4 +1,5 @@
-"""``mf.train``: the TF1 training API: cluster, server, device setter, optimizers, global step."""
+"""``mf.train``: the TF1 training API: cluster and server, device setter and partitioners,
+optimizers (sync replicas, allreduce, training modes), sessions, hooks and checkpoints."""
 
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
