@@ -97,9 +97,7 @@ class _FetchMapper:
                 "Variable, their name, or a list/tuple/dict of them")
         try:
             element = self.graph.as_graph_element(fetch)
-        except errors.NotFoundError:
-            raise
-        except errors.InvalidArgumentError as exc:
+        except errors.InvalidArgumentError as exc:     # a NotFoundError (a name) passes
             raise errors.InvalidArgumentError(
                 f"Fetch argument {fetch!r} cannot be interpreted as a Tensor or Operation "
                 f"of the session's graph ({exc.message})") from None
