@@ -88,7 +88,8 @@ def describe_layout(nodes: Sequence[Hashable], limit: int = 4) -> str:
     members: dict[Hashable, list[int]] = {}
     for rank, key in enumerate(nodes):
         members.setdefault(key, []).append(rank)
-    parts = [f"{key}: ranks {_ranges(ranks)}" for key, ranks in list(members.items())[:limit]]
+    parts = [f"{key}: ranks {rank_ranges(ranks)}"
+             for key, ranks in list(members.items())[:limit]]
     if len(members) > limit:
         parts.append(f"{len(members) - limit} more nodes")
     return f"{_count(len(nodes), 'rank')} on {_count(len(members), 'node')} ({'; '.join(parts)})"
@@ -98,7 +99,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _ranges(ranks: list[int]) -> str:
+def rank_ranges(ranks) -> str:
+    """Return ranks as compact ranges: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
     spans: list[list[int]] = []
     for r in ranks:
         if spans and r == spans[-1][1] + 1:

@@ -21,6 +21,7 @@ from mpi4py import MPI
 
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
+from mpiflow.comm.cluster import rank_ranges
 from mpiflow.comm.collectives.state import CHECK_TAG, DETAIL_TAG, VERDICT_TAG, CommState
 
 KINDS = ("allreduce", "broadcast", "allgather")
@@ -65,13 +66,7 @@ def _record(kind, name, algorithm, op, root, dtype, shape) -> np.ndarray:
 def format_ranks(ranks) -> str:
     """Return ``"rank 3"`` or ``"ranks 0-2,5"``."""
     ranks = sorted(int(r) for r in ranks)
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    text = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    text = rank_ranges(ranks)
     return f"rank {text}" if len(ranks) == 1 else f"ranks {text}"
 
 
