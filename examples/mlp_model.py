@@ -31,3 +31,12 @@ def load_data(data_dir=None, seed=0):
     if data_dir:
         return (*load_mnist(data_dir), f"MNIST from {data_dir}")
     return (*load_digits(seed=seed), "scikit-learn digits (8x8)")
+
+
+def worker_data(data_dir, seed, num_workers, task):
+    """Return this worker's shard of the training data, the test data, a description of
+    the source and the number of classes."""
+    from mpiflow.data import shard
+    x_train, y_train, x_test, y_test, source = load_data(data_dir, seed)
+    x_train, y_train = shard((x_train, y_train), num_workers, task)
+    return x_train, y_train, x_test, y_test, source, int(y_test.max()) + 1

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 import mpiflow as mf
-from mlp_model import build_mlp, load_data, loss_and_accuracy
-from mpiflow.data import batches, shard
+from mlp_model import build_mlp, loss_and_accuracy, worker_data
+from mpiflow.data import batches
 
 
 def main(argv=None):
@@ -42,9 +42,8 @@ def main(argv=None):
 
     task = server.task_index
     workers = cluster.num_tasks("worker")
-    x_train, y_train, x_test, y_test, source = load_data(args.data_dir, args.seed)
-    x_train, y_train = shard((x_train, y_train), workers, task)
-    n_classes = int(y_test.max()) + 1
+    x_train, y_train, x_test, y_test, source, n_classes = worker_data(
+        args.data_dir, args.seed, workers, task)
 
     mf.set_random_seed(args.seed)
     with mf.device(mf.train.replica_device_setter(
