@@ -15,7 +15,6 @@ idle rank leaves its core to the ranks beside it.
 from __future__ import annotations
 
 import sys
-import time
 
 import msgpack
 import numpy as np
@@ -211,20 +210,3 @@ class Transport:
             self.comm.Recv([array, MPI.BYTE], source, PAYLOAD_TAG)
             arrays.append(array)
         return Message(source, header, arrays)
-
-    def wait_message(self, timeout: float | None = None) -> Message | None:
-        """Block (with back-off) until a message arrives or ``timeout`` seconds pass."""
-        start = time.monotonic()
-        self.backoff.reset()
-        while True:
-            message = self.poll()
-            if message is not None:
-                return message
-            if timeout is not None and time.monotonic() - start >= timeout:
-                return None
-            # Sends in flight need no help here: the receiver copies the data (MPI's
-            # single-copy path) and completion is noticed on any later poll, so a rank
-            # with sends pending waits like an idle one instead of spinning.
-            if self._pending:
-                self.complete_sends()
-            self.backoff.wait()

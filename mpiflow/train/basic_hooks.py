@@ -105,6 +105,14 @@ class SecondOrStepTimer:
     def last_triggered_step(self):
         return self._last_triggered_step
 
+    def due_step(self, session, global_step, fetched_step):
+        """Return the global step if it is due after a run that saw ``fetched_step``, else
+        None. The step is read again first: other workers may have moved it."""
+        if not self.should_trigger_for_step(int(fetched_step) + 1):
+            return None
+        step = int(session.run(global_step))
+        return step if self.should_trigger_for_step(step) else None
+
 
 class StopAtStepHook(SessionRunHook):
     """Request a stop once the global step reaches ``last_step`` (or start + ``num_steps``)."""
@@ -207,12 +215,11 @@ class CheckpointSaverHook(SessionRunHook):
         return SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
-        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
-            step = int(run_context.session.run(self._global_step))
-            if self._timer.should_trigger_for_step(step):
-                self._timer.update_last_triggered_step(step)
-                if self._save(run_context.session, step):
-                    run_context.request_stop()
+        step = self._timer.due_step(run_context.session, self._global_step, run_values.results)
+        if step is not None:
+            self._timer.update_last_triggered_step(step)
+            if self._save(run_context.session, step):
+                run_context.request_stop()
 
     def end(self, session):
         step = int(session.run(self._global_step))

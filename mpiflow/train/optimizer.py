@@ -332,10 +332,7 @@ def _check_loss(loss) -> Tensor:
     if not isinstance(loss, Tensor):
         raise errors.InvalidArgumentError(
             f"The loss must be a Tensor, got {type(loss).__name__}")
-    if loss.dtype not in _VALID_DTYPES:
-        raise errors.InvalidArgumentError(
-            f"Invalid type {loss.dtype.name} for loss '{loss.name}', expected one of "
-            f"{[d.name for d in _VALID_DTYPES]}")
+    _check_float("loss", loss)
     if loss.shape.ndims not in (None, 0):
         raise errors.InvalidArgumentError(
             f"The loss '{loss.name}' must be a scalar, got shape {loss.shape}: reduce it "
@@ -347,9 +344,13 @@ def _check_variable(v) -> None:
     if not callable(getattr(v, "_ref", None)):
         raise errors.InvalidArgumentError(
             f"Optimizers update Variables, got {type(v).__name__} {v!r}")
-    if v.dtype not in _VALID_DTYPES:
+    _check_float("variable", v)
+
+
+def _check_float(what, value) -> None:
+    if value.dtype not in _VALID_DTYPES:
         raise errors.InvalidArgumentError(
-            f"Invalid type {v.dtype.name} for variable '{v.name}', expected one of "
+            f"Invalid type {value.dtype.name} for {what} '{value.name}', expected one of "
             f"{[d.name for d in _VALID_DTYPES]}")
 
 

@@ -38,12 +38,11 @@ class StepCounterHook(SessionRunHook):
         return SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
-        if self._timer.should_trigger_for_step(int(run_values.results) + 1):
-            step = int(run_context.session.run(self._global_step))
-            if self._timer.should_trigger_for_step(step):
-                elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(step)
-                if elapsed_secs:
-                    self._record(elapsed_steps / elapsed_secs, step)
+        step = self._timer.due_step(run_context.session, self._global_step, run_values.results)
+        if step is not None:
+            elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(step)
+            if elapsed_secs:
+                self._record(elapsed_steps / elapsed_secs, step)
 
     def _record(self, steps_per_sec, step):
         _LOG.info("%s: %g", self._tag, steps_per_sec)
