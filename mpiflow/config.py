@@ -97,6 +97,12 @@ _declare(
     Option("MPIFLOW_TIMEOUT", "float", 300.0, minimum=0,
            doc="seconds any wait (receive, collective, layout gather) may take before it "
                "raises DeadlineExceededError"),
+    Option("MPIFLOW_HEARTBEAT_S", "float", 1.0, minimum=0,
+           doc="seconds between the heartbeats every rank exchanges with rank 0, which "
+               "notice a host that died or dropped off the network; 0 = no heartbeats"),
+    Option("MPIFLOW_PEER_TIMEOUT", "float", 30.0, minimum=0.1,
+           doc="seconds without a heartbeat after which a rank counts as lost: the job "
+               "ends with an error naming its host and ranks"),
     Option("MPIFLOW_LOG_LEVEL", "str", "INFO",
            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
            doc="level of mpiflow's logger"),

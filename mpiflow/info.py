@@ -1,7 +1,8 @@
 """``python -m mpiflow.info``: the layout this launch gives, and what each rank can use.
 
     mpiexec -n 4 python -m mpiflow.info          # or: srun python -m mpiflow.info
-    MPIFLOW_PS=2 MPIFLOW_PS_POLICY=spread mpiexec -n 4 python -m mpiflow.info
+    mpiexec -n 4 python -m mpiflow.info --ps 2 --policy spread
+    MPIFLOW_PS=2 MPIFLOW_PS_POLICY=spread mpiexec -n 4 python -m mpiflow.info   # the same
 
 Rank 0 prints one line per rank (host, node, local rank, role and task, BLAS threads,
 GPU) and then the MPI library, whether it is CUDA-aware, and cupy / NCCL availability.
@@ -26,7 +27,20 @@ def _cuda_aware(MPI) -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def _parse(argv):
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="python -m mpiflow.info",
+        description="Show the layout this launch gives (run under mpiexec or srun).")
+    parser.add_argument("--ps", type=int, default=None,
+                        help="number of ps tasks (default: MPIFLOW_PS, else 1 for 2+ ranks)")
+    parser.add_argument("--policy", choices=("block", "spread"), default=None,
+                        help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
+    return parser.parse_args(argv)
+
+
 def main(argv=None) -> int:
+    args = _parse(argv)
     from mpi4py import MPI
 
     from mpiflow import backend, config
@@ -34,7 +48,8 @@ def main(argv=None) -> int:
 
     comm = MPI.COMM_WORLD
     layout = Layout.from_comm(comm)
-    roles = layout.assign_roles()
+    roles = layout.assign_roles(args.ps, args.policy)
+    policy = args.policy or config.get("MPIFLOW_PS_POLICY")
     threads = config.get("MPIFLOW_CPU_THREADS") or max(
         1, (os.cpu_count() or 1) // layout.local_sizes[layout.rank])
     gpus = 0
@@ -55,7 +70,7 @@ def main(argv=None) -> int:
               f"{layout.local_ranks[r]:>5}  {f'{job}:{task}':<10} {every[r, 0]:>7}  "
               f"{gpu_text}")
     nccl, why = backend.nccl_module()
-    print(f"nodes: {layout.num_nodes}; ps policy {config.get('MPIFLOW_PS_POLICY')}")
+    print(f"nodes: {layout.num_nodes}; ps policy {policy}")
     print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}")
     print(f"CUDA-aware MPI: {_cuda_aware(MPI)}")
     print(f"cupy: {'yes, %d GPU(s)' % gpus if gpus else 'no (' + backend.gpu_reason() + ')'}")

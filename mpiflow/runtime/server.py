@@ -23,7 +23,8 @@ import traceback
 
 from mpiflow import backend, config, errors
 from mpiflow.comm.backoff import Backoff
-from mpiflow.comm.cluster import ranks_on_node
+from mpiflow.comm.cluster import Layout, ranks_on_node
+from mpiflow.comm.liveness import Heartbeat, leave_job
 from mpiflow.comm.rendezvous import MISSING, Rendezvous
 from mpiflow.comm.transport import Transport
 from mpiflow.framework.graph import Graph
@@ -98,6 +99,7 @@ class RankService:
         self.size = self.transport.size
         self.host = socket.gethostname()
         self._peer_pids = _local_peer_pids(comm, self.host)
+        self.hosts = Layout.from_comm(comm, host=self.host).hosts
         self._next_liveness_check = 0.0
         self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
         self.role_names = dict(role_names or {})
@@ -116,6 +118,7 @@ class RankService:
         self._aborted = set()
         self._replies = {}
         self._peers = {r: ACTIVE for r in range(self.size) if r != self.rank}
+        self._dead = set()          # peers found dead (not merely left with a "bye")
         # join() calls made by each peer so far: the n-th join of a rank returns once every
         # other rank has left or made its n-th join too (so joins can be used repeatedly).
         self._joins = 0
@@ -129,6 +132,13 @@ class RankService:
         # loop beside training): every MPI call and every change of this state happens
         # under this lock, and a waiting thread releases it between polls.
         self._lock = threading.RLock()
+        self.heartbeat = None
+        interval = config.get("MPIFLOW_HEARTBEAT_S")
+        if interval > 0 and self.size > 1:
+            self.heartbeat = Heartbeat(
+                comm, self.hosts, self.describe, interval, config.get("MPIFLOW_PEER_TIMEOUT"),
+                on_unhandled=lambda what: leave_job(
+                    f"{self.describe(self.rank)} on {self.host}", what)).start()
 
     # -- naming --------------------------------------------------------------------------
     def describe(self, rank: int) -> str:
@@ -249,23 +259,36 @@ class RankService:
                                      for r, n in self._peer_joins.items()), None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Tell every rank this one is leaving and finish its sends (at process exit)."""
+        """Tell every rank this one is leaving, and leave once they have all left (at exit).
+
+        Waiting for every peer's "bye" means no message is still on its way here when MPI
+        finalizes (UCX warns of each unmatched one); the heartbeats keep running meanwhile,
+        so a peer lost during the wait ends it. A peer still busy after ``timeout`` (or
+        MPIFLOW_TIMEOUT, if shorter) is not waited for any longer.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for rank, state in self._peers.items():
-                if state != GONE:
+            # Every peer gets a "bye", also one that already left: it waits for ours.
+            for rank in self._peers:
+                if rank not in self._dead:
                     self.transport.send(rank, {"k": "bye"})
-            try:
+        try:
+            self._wait_until(lambda: all(s == GONE for s in self._peers.values()),
+                             lambda: "the other ranks to leave", min(timeout, self.timeout))
+            with self._lock:
                 self.transport.flush(timeout)
-            except errors.DeadlineExceededError:
-                pass
+        except errors.OpError:
+            pass    # a lost or stuck peer: leave anyway (its loss was reported elsewhere)
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
 
-    def announce_failure(self, summary: str, grace_s: float = 0.5) -> None:
+    def announce_failure(self, summary: str, grace_s: float = 1.0) -> None:
         """Tell every other rank this one failed (best effort), then give them a moment.
 
-        A rank that hears it prints "aborted because rank R (...) failed" and exits 1.
+        A rank that hears it prints "aborted because rank R (...) failed" and waits for
+        this rank's MPI_Abort (exiting 1 by itself if it never comes).
         """
         try:
             with self._lock:
@@ -274,8 +297,10 @@ class RankService:
                         self.transport.send(rank, {"k": "fatal", "msg": summary,
                                                    "who": self.describe(self.rank),
                                                    "host": self.host})
+                # The whole grace, not only until the sends complete: the others need it
+                # to print their line, and the launcher to forward it, before the abort.
                 deadline = time.monotonic() + grace_s
-                while self.transport.has_pending_sends() and time.monotonic() < deadline:
+                while time.monotonic() < deadline:
                     self.transport.complete_sends()
                     time.sleep(0.01)
         except Exception:   # dying anyway: never mask the original error
@@ -285,6 +310,11 @@ class RankService:
         sys.stderr.write(f"[{self.describe(self.rank)} on {self.host}] aborted because "
                          f"{h['who']} on {h['host']} failed: {h['msg']}\n")
         sys.stderr.flush()
+        # Wait for the failed rank's MPI_Abort to end the job: a rank that left first
+        # would make the launcher kill every rank at once, the failed one before it says
+        # why and others before their lines are forwarded. Leave alone only if it never
+        # comes (the failed rank hangs).
+        time.sleep(_FATAL_WAIT_S)
         os._exit(1)
 
     def _wait_until(self, predicate, describe, timeout=None) -> None:
@@ -316,6 +346,7 @@ class RankService:
             if now >= self._next_liveness_check:
                 self._next_liveness_check = now + _LIVENESS_PERIOD_S
                 self._check_local_peers_alive()
+                self._check_heartbeats()
             if deadline is not None and now >= deadline:
                 raise errors.DeadlineExceededError(
                     f"Rank {self.rank} waited {timeout:g} s for {describe()} (MPIFLOW_TIMEOUT,"
@@ -334,9 +365,29 @@ class RankService:
         for rank, pid in self._peer_pids.items():
             if self._peers.get(rank) != GONE and not _process_alive(pid):
                 self._peers[rank] = GONE
+                self._dead.add(rank)
                 raise errors.UnavailableError(
                     f"{self.describe(rank)} on {self.host} is gone: its process {pid} no "
                     f"longer runs (killed?); rank {self.rank} cannot continue")
+
+    @property
+    def lost_contact(self) -> bool:
+        """Whether the heartbeats found a rank lost (then MPI_Abort may never return)."""
+        return self.heartbeat is not None and self.heartbeat.lost is not None
+
+    def _check_heartbeats(self) -> None:
+        """Raise UnavailableError once the heartbeats have found a host or rank lost."""
+        if self.heartbeat is None or self.heartbeat.lost is None:
+            return
+        for rank in self.heartbeat.lost_ranks:
+            if rank in self._peers:
+                self._peers[rank] = GONE
+                self._dead.add(rank)
+        error = errors.UnavailableError(
+            f"{self.describe(self.rank)} on {self.host} {self.heartbeat.lost}; it cannot "
+            "continue")
+        error.brief = True      # where this rank happened to wait says nothing: no traceback
+        raise error
 
     def watch(self, handle, key) -> None:
         """Poll ``handle.test()`` from the service loop; signal ``key`` once it is done."""
@@ -516,6 +567,7 @@ def _rebuild_error(h):
 
 
 _LIVENESS_PERIOD_S = 0.5
+_FATAL_WAIT_S = 10.0
 
 
 def _local_peer_pids(comm, host) -> dict:

@@ -10,6 +10,7 @@ rank service) on a private duplicate of ``MPI.COMM_WORLD``.
 from __future__ import annotations
 
 import atexit
+import os
 import socket
 import sys
 import traceback
@@ -46,11 +47,14 @@ def _install_abort_hook(service, world):
         if issubclass(exc_type, KeyboardInterrupt):
             previous(exc_type, exc, tb)
         prefix = f"[{service.describe(service.rank)} on {service.host}] "
-        text = "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
+            "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
         sys.stderr.flush()
         # Tell the other ranks who failed, so each prints one line instead of vanishing.
-        service.announce_failure(f"{exc_type.__name__}: {exc}".splitlines()[0][:300])
+        service.announce_failure(f"{exc_type.__name__}: {exc}".splitlines()[0][:500])
+        if service.lost_contact:
+            os._exit(1)     # MPI_Abort could wait forever for the rank it cannot reach
         world.Abort(1)
 
     sys.excepthook = hook

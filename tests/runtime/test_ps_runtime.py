@@ -87,7 +87,7 @@ def test_an_exception_on_one_rank_ends_the_job_fast_naming_it(run_mpi, role, cul
     assert re.search(rf"\[{culprit} on .*\] {re.escape(message)}", err), err
     aborted = re.findall(rf"aborted because {culprit} on \S+ failed: {re.escape(message)}",
                          err)
-    assert len(aborted) >= 1, err
+    assert len(aborted) == 2, err      # every other rank says why it stops
 
 
 def test_a_run_timeout_ends_the_step_naming_what_it_waited_for(run_mpi):
@@ -111,3 +111,28 @@ def test_soak_memory_flat_nothing_outstanding_every_push_applied(run_mpi):
     assert growth < 5.0, out
     assert outstanding == 0, out
 
+
+
+@pytest.mark.parametrize("who,culprit,detector", [
+    ("worker", r"rank 2 \(worker:1\)", r"rank 0 \(ps:0\)"),
+    ("ps", r"rank 0 \(ps:0\)", r"rank [12] \(worker:[01]\)"),
+])
+def test_a_frozen_rank_is_named_within_the_peer_timeout(run_mpi, who, culprit, detector):
+    import time
+    start = time.monotonic()
+    proc = run_mpi(3, PROGS / "frozen_rank.py", who, timeout=60, check=False,
+                   env={"MPIFLOW_HEARTBEAT_S": "0.25", "MPIFLOW_PEER_TIMEOUT": "2"})
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 20, f"the job took {elapsed:.0f} s to end"
+    assert re.search(rf"\[{detector} on \S+\] UnavailableError: {detector} on \S+ lost "
+                     rf"contact with {culprit} on host \S+: no heartbeat for more than 2 s",
+                     proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr     # where the detector waited says nothing
+
+
+def test_ranks_that_leave_early_are_not_taken_for_lost(run_mpi):
+    # Worker 1 leaves at once; the others go on well past the peer timeout.
+    out = run_mpi(3, PROGS / "leave_early.py", timeout=60,
+                  env={"MPIFLOW_HEARTBEAT_S": "0.25", "MPIFLOW_PEER_TIMEOUT": "1"}).stdout
+    assert "worker 0 done after 3 s" in out

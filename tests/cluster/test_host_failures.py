@@ -1,0 +1,119 @@
+"""A host lost mid-training: the job ends, the survivors say which host, training resumes.
+
+Three hosts run two ranks each: ps:0 and worker:0 on node0, ps:1 and worker:1 on node1,
+workers 2 and 3 on node2, which the tests strike while the job trains and checkpoints.
+Heartbeats are sped up (lost after 3 s of silence) so the tests stay short.
+"""
+
+import re
+import time
+
+import pytest
+
+from tests.cluster.conftest import PROGS
+
+PROG = PROGS / "train_checkpointed.py"
+PEER_TIMEOUT = 3.0
+LIVENESS = {"MPIFLOW_HEARTBEAT_S": "0.5", "MPIFLOW_PEER_TIMEOUT": str(PEER_TIMEOUT),
+            "MPIFLOW_TIMEOUT": "120"}
+SURVIVORS = {0: "ps:0", 1: "worker:0", 2: "ps:1", 3: "worker:1"}
+LOST = "host node2 (all its ranks: rank 4 (worker:2), rank 5 (worker:3))"
+
+pytestmark = [pytest.mark.mpi, pytest.mark.multinode]
+
+
+def saved_step(checkpoint_dir) -> int:
+    state = (checkpoint_dir / "checkpoint")
+    if not state.exists():
+        return -1
+    found = re.search(r'^model_checkpoint_path: "model\.ckpt-(\d+)"', state.read_text(), re.M)
+    return int(found.group(1)) if found else -1
+
+
+def train_until_a_checkpoint(launch, checkpoint_dir, step=50):
+    job = launch(PROG, checkpoint_dir, 10**9, 0.02, env=LIVENESS)
+    deadline = time.monotonic() + 120
+    while saved_step(checkpoint_dir) < step:
+        if job.proc.poll() is not None or time.monotonic() > deadline:
+            job.stop()
+            pytest.fail(f"no checkpoint past step {step}\n{job.report()}", pytrace=False)
+        time.sleep(0.05)
+    return job
+
+
+def ranks_running(hosts, names):
+    """PIDs of the training program still running on ``names``."""
+    running = []
+    for name in names:
+        for pid in hosts.pids(name):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if PROG.name.encode() in f.read():
+                        running.append(pid)
+            except FileNotFoundError:
+                pass
+    return running
+
+
+def wait_until_ranks_end(hosts, names, job, timeout):
+    start = time.monotonic()
+    while ranks_running(hosts, names):
+        if time.monotonic() - start > timeout:
+            job.stop()
+            pytest.fail(f"ranks on {names} still run {timeout} s after the fault\n"
+                        f"{job.report()}", pytrace=False)
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def resume_reaches_the_saved_step(launch, checkpoint_dir):
+    """Restart the job from the checkpoint dir: it must start at the last saved step."""
+    saved = saved_step(checkpoint_dir)
+    assert saved >= 50
+    job = launch(PROG, checkpoint_dir, saved + 40, env=LIVENESS)
+    job.wait(120)
+    assert job.returncode == 0, job.report()
+    assert f"Restoring parameters from {checkpoint_dir}/model.ckpt-{saved}" in job.stderr
+    # Ranks share stdout: lines of two ranks may run together, so match, don't split.
+    starts = [int(s) for s in re.findall(r"start (\d+)", job.stdout)]
+    assert len(starts) == 4 and min(starts) >= saved, job.report()
+    assert saved_step(checkpoint_dir) >= saved + 40, job.report()
+
+
+@pytest.mark.parametrize("fault", ["power_off", "cut_link"])
+def test_every_survivor_names_the_silent_host_and_training_resumes(hosts, launch, tmp_path,
+                                                                   fault):
+    """The host vanishes without closing anything (power loss, or its link cut)."""
+    checkpoint_dir = tmp_path / "ckpt"
+    job = train_until_a_checkpoint(launch, checkpoint_dir)
+    getattr(hosts, fault)("node2")
+    took = wait_until_ranks_end(hosts, ["node0", "node1"], job, PEER_TIMEOUT + 30)
+    if fault == "cut_link":
+        # The cut-off ranks hear nothing from rank 0 and end by themselves as well.
+        wait_until_ranks_end(hosts, ["node2"], job, PEER_TIMEOUT + 30)
+    print(f"{fault}: every surviving rank ended {took:.1f} s after the fault")
+    # MPICH's mpiexec itself keeps waiting for node2's proxy, which never answers (its
+    # control sockets have no keep-alive); under a scheduler the allocation ends the step.
+    job.stop()
+    stderr = job.stderr
+    for rank, role in SURVIVORS.items():
+        lines = [line for line in stderr.splitlines()
+                 if line.startswith(f"[rank {rank} ({role}) on node")]
+        assert any(LOST in line for line in lines), f"rank {rank} did not name it\n{stderr}"
+    assert "lost contact with " + LOST in stderr
+    hosts.restore_link("node2")
+    resume_reaches_the_saved_step(launch, checkpoint_dir)
+
+
+def test_every_process_of_a_host_killed_ends_the_job_at_once_and_training_resumes(
+        hosts, launch, tmp_path):
+    """The host's kernel lives on and closes the sockets: MPICH's launcher sees its proxy
+    go and ends the job at once (before any rank could say more than it does)."""
+    checkpoint_dir = tmp_path / "ckpt"
+    job = train_until_a_checkpoint(launch, checkpoint_dir)
+    hosts.kill_host("node2")
+    took = job.wait(PEER_TIMEOUT + 30)
+    print(f"kill_host: the job ended {took:.1f} s after the fault")
+    assert job.returncode != 0
+    wait_until_ranks_end(hosts, hosts.names, job, 10)   # the launcher's proxies kill them
+    resume_reaches_the_saved_step(launch, checkpoint_dir)

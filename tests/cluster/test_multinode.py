@@ -1,0 +1,71 @@
+"""Jobs across simulated hosts: layout, training and collectives as between real nodes."""
+
+import re
+
+import pytest
+
+from tests.cluster.conftest import PROGS
+from tests.comm.test_cluster_mpi import records
+from tests.conftest import REPO_ROOT
+
+RUNTIME_PROGS = REPO_ROOT / "tests" / "runtime" / "progs"
+COMM_PROGS = REPO_ROOT / "tests" / "comm" / "progs"
+INFO = REPO_ROOT / "mpiflow" / "info.py"
+
+pytestmark = [pytest.mark.mpi, pytest.mark.multinode]
+
+
+def test_info_shows_every_rank_on_its_host_with_spread_ps_one_per_host(run_on_hosts):
+    out = run_on_hosts(INFO, "--ps", 3, "--policy", "spread").stdout
+    rows = re.findall(r"^\s*(\d+)\s+(node\d)\s+(\d+)\s+(\d+)\s+(\w+:\d+)", out, re.M)
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        ("0", "node0", "0"), ("1", "node0", "1"), ("2", "node1", "0"),
+        ("3", "node1", "1"), ("4", "node2", "0"), ("5", "node2", "1")], out
+    roles = {r[4]: r[1] for r in rows}
+    assert [roles[f"ps:{t}"] for t in range(3)] == ["node0", "node1", "node2"], out
+    assert "nodes: 3; ps policy spread" in out
+
+
+def test_cluster_spec_from_mpi_spreads_ps_over_hosts(run_on_hosts):
+    job = run_on_hosts(COMM_PROGS / "cluster_layout.py", "--env-only",
+                       env={"MPIFLOW_PS": "3", "MPIFLOW_PS_POLICY": "spread"})
+    found = records(job.stdout, "CLUSTER")
+    ps_hosts = sorted(r["host"] for r in found if r["job"] == "ps")
+    assert ps_hosts == ["node0", "node1", "node2"], job.stdout
+    assert sorted(r["local_rank"] for r in found) == [0, 0, 0, 1, 1, 1]
+
+
+def test_traffic_between_ranks_on_different_hosts_crosses_the_network(hosts, run_on_hosts):
+    before = hosts.bytes_sent("node1")
+    job = run_on_hosts(PROGS / "allreduce_vs_mpi.py", ranks_per_host=1,
+                       on=["node0", "node1"])
+    # Four dtypes x ~1.2 MiB, reduced four ways (MPI and three algorithms): well over 4 MiB
+    # must have left node1 through its link, not through shared memory.
+    assert hosts.bytes_sent("node1") - before > 4 << 20, job.stdout
+
+
+def test_every_allreduce_algorithm_across_hosts_equals_mpi(run_on_hosts):
+    job = run_on_hosts(PROGS / "allreduce_vs_mpi.py")
+    found = records(job.stdout, "ALLREDUCE")
+    assert sorted(r["rank"] for r in found) == list(range(6)), job.stdout
+    assert all(r["checked"] == 48 and r["failures"] == [] for r in found), found
+
+
+def test_async_training_with_ps_on_other_hosts_equals_one_process(run_on_hosts):
+    job = run_on_hosts(RUNTIME_PROGS / "ps_parity.py", "adam", 6, ranks_per_host=1,
+                       env={"MPIFLOW_PS": "2"})
+    assert "OK parity adam: 6 steps" in job.stdout, job.report()
+
+
+def test_async_workers_on_three_hosts_have_every_push_applied_once(run_on_hosts):
+    job = run_on_hosts(RUNTIME_PROGS / "ps_counting.py", 100)
+    reports = re.findall(r"OK worker (\d): 100 updates applied once each", job.stdout)
+    assert sorted(reports) == ["0", "1", "2", "3", "4"], job.report()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_sync_training_across_hosts_equals_one_process(run_on_hosts, optimizer):
+    job = run_on_hosts(RUNTIME_PROGS / "sync_parity.py", optimizer, 6, on=["node0", "node1"],
+                       env={"MPIFLOW_PS": "2", "MPIFLOW_PS_POLICY": "spread"})
+    found = re.findall(rf"OK sync {optimizer}: worker (\d) of 2, 2 ps, 6 steps", job.stdout)
+    assert sorted(found) == ["0", "1"], job.report()
