@@ -36,7 +36,7 @@ else:
     with mf.Session(server.target) as sess:
         if server.is_chief:
             sess.run(v.initializer)
-        while sess.run(v) == 0.0 and not server.is_chief:
+        while not sess.run(mf.is_variable_initialized(v)):
             time.sleep(0.01)
         start = time.monotonic()
         while True:
