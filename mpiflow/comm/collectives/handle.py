@@ -163,8 +163,18 @@ class Handle:
             DeadlineExceededError: naming the collective, the tensor and the ranks not
                 heard from; the errors of ``test()``.
         """
-        poll_until(self.test, timeout, lambda waited: self._deadline_error(waited),
-                   self._backoff)
+        state, seen = self._state, self._state.progress
+
+        def done():
+            nonlocal seen
+            if self.test():
+                return True
+            if state.progress != seen:      # data is moving: poll on, do not sleep
+                seen = state.progress
+                self._backoff.reset()
+            return False
+
+        poll_until(done, timeout, lambda waited: self._deadline_error(waited), self._backoff)
         return self._result
 
     @property
