@@ -38,6 +38,7 @@ from mpiflow.ops.math_ops import (
     logical_not, logical_or, matmul, maximum, minimum, multiply, negative, not_equal, ones_like,
     pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
+from mpiflow.ops.math_ops import clip_by_value
 from mpiflow.ops.math_ops import range_ as range
 from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables
 from mpiflow.ops.partitioners import (
@@ -62,6 +63,19 @@ from mpiflow.runtime.session import ConfigProto, InteractiveSession, RunOptions,
 
 from mpiflow import nn, train  # noqa: E402  (namespaces that use the names above)
 from mpiflow import summary  # noqa: E402
+from mpiflow import app  # noqa: E402
+from mpiflow import tf_logging as logging  # noqa: E402
+from mpiflow import compat  # noqa: E402
+
+flags = app.flags
+
+
+def disable_eager_execution():
+    """Nothing to do: mpiflow only builds graphs (kept so TF2-era v1 scripts run)."""
+
+
+def disable_v2_behavior():
+    """Nothing to do: mpiflow only has TF1 behaviour (kept so scripts run)."""
 
 sub = subtract
 mul = multiply

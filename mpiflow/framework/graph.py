@@ -41,6 +41,7 @@ class GraphKeys:
     LOCAL_INIT_OP = "local_init_op"
     READY_OP = "ready_op"
     SAVERS = "savers"
+    QUEUE_RUNNERS = "queue_runners"
     CONCATENATED_VARIABLES = "concatenated_variables"
 
 

@@ -97,6 +97,12 @@ def bias_add(value, bias, data_format=None, name=None) -> Tensor:
                     name=name).outputs[0]
 
 
+def xw_plus_b(x, weights, biases, name=None) -> Tensor:
+    """Return ``matmul(x, weights) + biases`` (TF1's ``tf.nn.xw_plus_b``)."""
+    with name_scope(name, "xw_plus_b", [x, weights, biases]):
+        return bias_add(math_ops.matmul(x, weights), biases)
+
+
 # -- dropout ------------------------------------------------------------------------------
 
 def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None) -> Tensor:

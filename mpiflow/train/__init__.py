@@ -32,6 +32,7 @@ from mpiflow.train.reporting_hooks import ProgressBarHook, StepCounterHook, Summ
 from mpiflow.train.session_manager import SessionManager, report_uninitialized_variables
 from mpiflow.train.session_run_hook import (
     SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues)
+from mpiflow.train.supervisor import Supervisor
 from mpiflow.train.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
@@ -54,4 +55,5 @@ __all__ += [
     "Scaffold", "SessionCreator", "SingularMonitoredSession", "StepContext",
     "WorkerSessionCreator", "SessionManager", "report_uninitialized_variables",
     "SessionRunArgs", "SessionRunContext", "SessionRunHook", "SessionRunValues",
+    "Supervisor",
 ]

@@ -67,7 +67,30 @@ class ClusterSpec:
                                       f"Duplicate job name {job!r} in cluster",
                                       expected="each job once", got=f"{name!r} twice")
             self._jobs[job] = _job_tasks(job, tasks)
-        self._set_ranks(_ranks_in_job_order(self._jobs))
+        launch = _LAUNCH[0]
+        if launch is not None and set(self._jobs) & set(launch._jobs):
+            self._adopt_launch_ranks(launch)
+        else:
+            self._set_ranks(_ranks_in_job_order(self._jobs))
+
+    def _adopt_launch_ranks(self, launch: ClusterSpec) -> None:
+        """Under ``python -m mpiflow.run``: run each task on the rank the launch gave it.
+
+        A TF1 script builds its cluster from host:port flags; what ties a task to a rank is
+        its job and index, so the shapes must agree (the addresses may be the script's own).
+        """
+        shape = {job: sorted(tasks) for job, tasks in self._jobs.items()}
+        launched = {job: sorted(tasks) for job, tasks in launch._jobs.items()}
+        if shape != launched:
+            raise errors.InvalidArgumentError(
+                f"The script's cluster does not match the launch: the script has "
+                f"{_describe_shape(shape)} ({self.as_dict()}), but mpiflow.run launched "
+                f"{_describe_shape(launched)} ({launch.as_dict()}). Build the cluster from "
+                "the --ps_hosts/--worker_hosts flags (or TF_CONFIG) mpiflow.run passes, or "
+                "launch as many ranks (mpiexec -n) and ps (mpiflow.run --ps) as the script "
+                "expects")
+        self._set_ranks(launch._by_rank)
+        self.layout = launch.layout
 
     @classmethod
     def from_cluster_def(cls, cluster_def: Mapping[str, Any]) -> ClusterSpec:
@@ -251,6 +274,21 @@ class ClusterSpec:
     def __repr__(self) -> str:
         items = ", ".join(f"{job!r}: {tasks!r}" for job, tasks in self.as_dict().items())
         return "ClusterSpec({" + items + "})"
+
+
+# The cluster ``python -m mpiflow.run`` launched, if it did (see ``set_launch_cluster``).
+_LAUNCH: list[ClusterSpec | None] = [None]
+
+
+def set_launch_cluster(cluster: ClusterSpec | None) -> None:
+    """Make ``cluster`` (from the launch layout) the one that clusters built from address
+    lists are mapped onto: their tasks run on the ranks it gave them. None forgets it."""
+    _LAUNCH[0] = cluster
+
+
+def _describe_shape(shape: dict[str, list[int]]) -> str:
+    return ", ".join(f"{len(tasks)} {job}" for job, tasks in sorted(shape.items())) or \
+        "no tasks"
 
 
 def _job_name(name: Any) -> str:

@@ -22,7 +22,7 @@ from mpiflow.train.cluster_spec import ClusterSpec
 _SERVICE = []
 
 
-def _service():
+def rank_service():
     """Return this process's rank service, starting it (and MPI) on first use."""
     if not _SERVICE:
         from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
@@ -86,7 +86,7 @@ class Server:
                  config=None, start=True):
         cluster = server_or_cluster_def if isinstance(server_or_cluster_def, ClusterSpec) \
             else ClusterSpec(server_or_cluster_def)
-        service = _service()
+        service = rank_service()
         rank = service.rank
         if cluster.num_ranks != service.size:
             raise errors.InvalidArgumentError(
@@ -116,7 +116,7 @@ class Server:
     def create_local_server(cls, config=None, start=True) -> "Server":
         """Return a one-task server (job 'localhost') serving only this process."""
         server = cls.__new__(cls)
-        service = _service()
+        service = rank_service()
         cluster = ClusterSpec({"localhost": [f"mpi://{socket.gethostname()}/{service.rank}"]})
         server._setup(service, cluster, "localhost", 0, config)
         return server

@@ -13,6 +13,9 @@ their gradients arrive late, are dropped, and nobody waits for them.
 from __future__ import annotations
 
 import threading
+import time
+
+import numpy as np
 
 from mpiflow import errors
 from mpiflow.framework.graph import GraphKeys, get_default_graph
@@ -22,10 +25,13 @@ from mpiflow.ops.constant_ops import constant
 from mpiflow.ops.registry import apply_op
 from mpiflow.ops.variables import Variable
 from mpiflow.train.optimizer import WrappingOptimizer
+from mpiflow.train.session_manager import report_uninitialized_variables
 from mpiflow.train.session_run_hook import SessionRunHook
 
 
-_RELEASE_ALL = 2 ** 62      # a step no training reaches: releases every waiting worker
+def _release_all_step(dtype):
+    """A step no training reaches (the dtype's largest): releases every waiting worker."""
+    return int(np.iinfo(dtype.np_dtype).max)
 
 
 class SyncReplicasOptimizer(WrappingOptimizer):
@@ -59,6 +65,8 @@ class SyncReplicasOptimizer(WrappingOptimizer):
         self._sync_op = None
         self._local_step = None
         self.local_step_init_op = None
+        self.chief_init_op = None
+        self.ready_for_local_init_op = None
         self._gradients_applied = False
 
     def compute_gradients(self, *args, **kwargs):
@@ -97,6 +105,9 @@ class SyncReplicasOptimizer(WrappingOptimizer):
                                             collections=[GraphKeys.LOCAL_VARIABLES],
                                             name="sync_rep_local_step")
             self.local_step_init_op = state_ops.assign(self._local_step, global_step).op
+            # TF1 names for a Supervisor's local_init_op: the chief needs nothing more (no
+            # token queue to fill), and local init waits for the global variables.
+            self.chief_init_op = self.local_step_init_op
             local_step = self._local_step.value()
             accumulated, averaged = [], []
             for grad, var in pairs:
@@ -120,14 +131,38 @@ class SyncReplicasOptimizer(WrappingOptimizer):
                 # At the end the chief releases every worker still waiting (one that
                 # started a step the others did not join), so none is left hanging.
                 self._release_all_op = apply_op(
-                    "SyncTokenRelease", [constant(_RELEASE_ALL, step_ref.dtype)],
+                    "SyncTokenRelease", [constant(_release_all_step(step_ref.dtype), step_ref.dtype)],
                     {"shared_name": token_name}, name="release_all")
+            self.ready_for_local_init_op = report_uninitialized_variables(
+                graph.get_collection(GraphKeys.GLOBAL_VARIABLES), name="ready_for_local_init")
         return train_op
 
     @property
     def sync_op(self):
         """The chief's step: average, apply, increment the global step, release workers."""
         return self._sync_op
+
+    def get_chief_queue_runner(self):
+        """Return the runner of the chief's sync loop, for ``Supervisor.start_queue_runners``
+        (TF1's way; ``make_session_run_hook`` is the MonitoredTrainingSession one)."""
+        if self._sync_op is None:
+            raise errors.FailedPreconditionError(
+                "get_chief_queue_runner: call apply_gradients (or minimize) first")
+        return _ChiefSyncRunner(self)
+
+    def get_init_tokens_op(self, num_tokens=-1):
+        """Return an op for the chief to run once before training (TF1's token fill).
+
+        Workers here wait for the global step to pass theirs, not for tokens in a queue,
+        so there is nothing to fill: the op does nothing, and exists so TF1 scripts run.
+        """
+        if num_tokens != -1 and num_tokens < 0:
+            raise errors.InvalidArgumentError(
+                f"get_init_tokens_op: num_tokens must be -1 or >= 0, got {num_tokens}")
+        if self._sync_op is None:
+            raise errors.FailedPreconditionError(
+                "get_init_tokens_op: call apply_gradients (or minimize) first")
+        return control_ops.no_op(name="sync_init_tokens")
 
     def make_session_run_hook(self, is_chief, num_tokens=-1):
         """Return the hook that initialises local steps and, on the chief, runs the sync
@@ -176,15 +211,10 @@ class _SyncReplicasHook(SessionRunHook):
             self._thread.start()
 
     def _sync_loop(self):
-        run = self._session.make_callable(self._opt.sync_op)
-        while not self._stop.is_set():
-            try:
-                run()
-            except errors.CancelledError:
-                return
-            except Exception as exc:
-                self._error = exc
-                return
+        try:
+            _run_sync_loop(self._session, self._opt, self._stop.is_set)
+        except Exception as exc:
+            self._error = exc
 
     def before_run(self, run_context):
         if self._error is not None:
@@ -195,6 +225,56 @@ class _SyncReplicasHook(SessionRunHook):
         if self._thread is None:
             return
         self._stop.set()
-        session._cancel_other_thread(self._thread.ident, "sync-replicas loop stopped")
-        self._thread.join(timeout=30)
-        session.run(self._opt._release_all_op)
+        _stop_sync_loop(session, self._opt, self._thread)
+
+
+def _run_sync_loop(session, optimizer, stopping):
+    """Run the chief's ``sync_op`` until ``stopping()``; a cancelled step ends it."""
+    run = session.make_callable(optimizer.sync_op)
+    while not stopping():
+        try:
+            run()
+        except errors.CancelledError:
+            return
+
+
+def _stop_sync_loop(session, optimizer, thread):
+    """End the loop's waiting step (again, should it start another before it sees the
+    stop), then release every worker still waiting for a step."""
+    deadline = time.monotonic() + 30
+    while thread.is_alive() and time.monotonic() < deadline:
+        session._cancel_other_thread(thread.ident, "sync-replicas loop stopped")
+        thread.join(0.1)
+    session.run(optimizer._release_all_op)
+
+
+class _ChiefSyncRunner:
+    """The chief's sync loop as a TF1 queue runner (``create_threads``)."""
+
+    def __init__(self, optimizer):
+        self._opt = optimizer
+
+    def create_threads(self, sess, coord=None, daemon=False, start=False):
+        stopped = coord.should_stop if coord is not None else (lambda: False)
+
+        def loop():
+            if coord is None:
+                _run_sync_loop(sess, self._opt, stopped)
+                return
+            with coord.stop_on_exception():
+                _run_sync_loop(sess, self._opt, stopped)
+
+        looping = threading.Thread(target=loop, name="mpiflow-sync-loop", daemon=daemon)
+        threads = [looping]
+        if coord is not None:
+            def stop_when_asked():
+                coord.wait_for_stop()
+                _stop_sync_loop(sess, self._opt, looping)
+            threads.append(threading.Thread(target=stop_when_asked, daemon=daemon,
+                                            name="mpiflow-sync-loop-stopper"))
+            for thread in threads:
+                coord.register_thread(thread)
+        if start:
+            for thread in threads:
+                thread.start()
+        return threads

@@ -20,6 +20,9 @@ def pos(*shape):
 
 
 GRAD_CASES = [
+    # Values away from the clip bounds (the kink): inside passes the gradient, outside not.
+    GradCase("clip_by_value", lambda a: mf.clip_by_value(a, -0.5, 0.5),
+             [np.array([[-0.9, -0.3, 0.1], [0.35, 0.7, -0.62]])]),
     GradCase("add_broadcast", lambda a, b: a + b, [arr(3, 4), arr(4)]),
     GradCase("add_broadcast_both", lambda a, b: mf.add(a, b), [arr(3, 1), arr(1, 4)]),
     GradCase("sub", lambda a, b: a - b, [arr(2, 3), arr(2, 1)]),
@@ -176,3 +179,11 @@ def test_runtime_shape_mismatch_names_the_op():
     with mf.Session() as sess:
         with pytest.raises(mf.errors.InvalidArgumentError, match="late_add"):
             sess.run(c, {a: np.ones((2, 4)), b: np.ones((3, 4))})
+
+
+def test_clip_by_value_clips_into_the_range_and_keeps_the_dtype():
+    x = np.array([-3.0, -0.5, 0.2, 4.0], np.float32)
+    with mf.Session() as sess:
+        got = sess.run(mf.clip_by_value(x, -1.0, 1.0))
+    np.testing.assert_array_equal(got, np.array([-1.0, -0.5, 0.2, 1.0], np.float32))
+    assert got.dtype == np.float32

@@ -1,0 +1,76 @@
+"""``mf.logging``: TF1's ``tf.logging``, writing through mpiflow's rank-tagged logger.
+
+A script's ``tf.logging.info("step %d", step)`` prints ``[rank R] INFO mpiflow.script:
+step 7``; ``set_verbosity`` sets the level of every mpiflow logger, as TF1's set that of
+TensorFlow's.
+"""
+
+from __future__ import annotations
+
+import logging as _logging
+
+from mpiflow.logger import get_logger
+
+DEBUG, INFO, WARN, WARNING, ERROR, FATAL = (_logging.DEBUG, _logging.INFO, _logging.WARNING,
+                                            _logging.WARNING, _logging.ERROR,
+                                            _logging.CRITICAL)
+_SCRIPT = get_logger("mpiflow.script")
+_counts: dict = {}
+
+
+def set_verbosity(level) -> None:
+    _logging.getLogger("mpiflow").setLevel(level)
+
+
+def get_verbosity() -> int:
+    return _logging.getLogger("mpiflow").getEffectiveLevel()
+
+
+def log(level, msg, *args, **kwargs) -> None:
+    _SCRIPT.log(level, msg, *args, **kwargs)
+
+
+def debug(msg, *args, **kwargs) -> None:
+    _SCRIPT.debug(msg, *args, **kwargs)
+
+
+def info(msg, *args, **kwargs) -> None:
+    _SCRIPT.info(msg, *args, **kwargs)
+
+
+def warning(msg, *args, **kwargs) -> None:
+    _SCRIPT.warning(msg, *args, **kwargs)
+
+
+warn = warning
+
+
+def error(msg, *args, **kwargs) -> None:
+    _SCRIPT.error(msg, *args, **kwargs)
+
+
+def fatal(msg, *args, **kwargs) -> None:
+    _SCRIPT.critical(msg, *args, **kwargs)
+
+
+def vlog(level, msg, *args, **kwargs) -> None:
+    """TF1's verbose log: level 1 and up are DEBUG detail."""
+    _SCRIPT.debug(msg, *args, **kwargs)
+
+
+def log_every_n(level, msg, n, *args) -> None:
+    """Log ``msg`` the 1st, (n+1)-th, ... time this line is reached."""
+    key = ("every", msg)
+    count = _counts.get(key, 0)
+    _counts[key] = count + 1
+    if count % max(1, n) == 0:
+        _SCRIPT.log(level, msg, *args)
+
+
+def log_first_n(level, msg, n, *args) -> None:
+    """Log ``msg`` only the first ``n`` times this line is reached."""
+    key = ("first", msg)
+    count = _counts.get(key, 0)
+    _counts[key] = count + 1
+    if count < n:
+        _SCRIPT.log(level, msg, *args)
