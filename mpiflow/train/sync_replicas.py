@@ -131,7 +131,8 @@ class SyncReplicasOptimizer(WrappingOptimizer):
                 # At the end the chief releases every worker still waiting (one that
                 # started a step the others did not join), so none is left hanging.
                 self._release_all_op = apply_op(
-                    "SyncTokenRelease", [constant(_release_all_step(step_ref.dtype), step_ref.dtype)],
+                    "SyncTokenRelease",
+                    [constant(_release_all_step(step_ref.dtype), step_ref.dtype)],
                     {"shared_name": token_name}, name="release_all")
             self.ready_for_local_init_op = report_uninitialized_variables(
                 graph.get_collection(GraphKeys.GLOBAL_VARIABLES), name="ready_for_local_init")

@@ -39,7 +39,8 @@ def hessian_vector(loss_fn):
 SPARSE_LABELS = np.array([0, 3, 1], dtype=np.int64)
 
 GRAD_CASES = [
-    GradCase("xw_plus_b", lambda x, w, b: mf.nn.xw_plus_b(x, w, b), [arr(3, 4), arr(4, 2), arr(2)]),
+    GradCase("xw_plus_b", lambda x, w, b: mf.nn.xw_plus_b(x, w, b),
+             [arr(3, 4), arr(4, 2), arr(2)]),
     GradCase("bias_add", mf.nn.bias_add, [arr(2, 3, 4), arr(4)]),
     GradCase("bias_add_nchw", lambda v, b: mf.nn.bias_add(v, b, data_format="NCHW"),
              [arr(2, 3, 2, 2), arr(3)]),

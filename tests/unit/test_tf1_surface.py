@@ -16,7 +16,7 @@ from mpiflow.train.cluster_spec import set_launch_cluster
 from tests.conftest import REPO_ROOT
 
 
-# -- python -m mpiflow.run -------------------------------------------------------------------
+# -- python -m mpiflow.run --------------------------------------------------------------------
 
 def test_run_replaces_every_spelling_of_the_cluster_flags():
     rest, found = strip_flags(["--ps_hosts=a:1", "--job_name", "ps", "-task_index=3",
@@ -79,7 +79,7 @@ def test_as_tensorflow_makes_both_tensorflow_imports_give_mpiflow():
     assert out.stdout.strip() == "ok", out.stderr
 
 
-# -- tf.app, tf.flags, tf.logging ----------------------------------------------------------------
+# -- tf.app, tf.flags, tf.logging -------------------------------------------------------------
 
 def test_app_run_parses_known_flags_and_passes_the_rest_to_main():
     mf.app.flags.DEFINE_integer("mf_test_steps", 1, "steps")
@@ -110,7 +110,7 @@ def test_tf_logging_writes_through_mpiflows_logger(caplog):
         mf.logging.set_verbosity(before)
 
 
-# -- Supervisor ------------------------------------------------------------------------------------
+# -- Supervisor -------------------------------------------------------------------------------
 
 def _regression():
     mf.set_random_seed(0)
