@@ -12,6 +12,10 @@ addresses read ``host:port`` with a port per rank on its host; nothing listens o
 the ranks talk over MPI, and a ClusterSpec built from them runs each task on the rank
 the launch gave it. With ``--as-tensorflow``, ``import tensorflow as tf`` and
 ``import tensorflow.compat.v1 as tf`` in the script give mpiflow (only in this process).
+
+The script runs in a child process that a small parent watches (``mpiflow.supervise``):
+a rank killed by a signal (kill -9, the OOM killer) is then named with its role before
+the launcher ends the job, which MPI launchers do not do.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import runpy
 import sys
 
 BASE_PORT = 2222
+_STATUS_FD = "_MPIFLOW_RUN_STATUS_FD"     # set in the supervised child: where to say who it is
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
 
@@ -36,6 +41,9 @@ def _parse(argv):
                         help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
     parser.add_argument("--as-tensorflow", action="store_true",
                         help="make 'import tensorflow' in the script import mpiflow")
+    parser.add_argument("--no-supervise", dest="supervise", action="store_false",
+                        help="run the script in this process, without a watching parent "
+                             "(then a rank killed by a signal is not named)")
     parser.add_argument("script", help="the training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return parser.parse_args(argv)
@@ -97,7 +105,11 @@ def alias_tensorflow() -> None:
 
 
 def main(argv=None) -> int:
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parse(argv)
+    if args.supervise and _STATUS_FD not in os.environ:
+        from mpiflow.supervise import supervise
+        return supervise([sys.executable, "-m", "mpiflow.run", *argv], _STATUS_FD)
     from mpi4py import MPI
 
     from mpiflow import errors
@@ -122,6 +134,10 @@ def main(argv=None) -> int:
     service = rank_service()
     service.role_names.update({r: "{}:{}".format(*cluster.task_of_rank(r))
                                for r in range(world.Get_size())})
+    if _STATUS_FD in os.environ:
+        from mpiflow.supervise import tell_parent
+        tell_parent(os.environ.pop(_STATUS_FD),
+                    f"{service.describe(service.rank)} on {service.host}")
     job, task = cluster.task_of_rank(world.Get_rank())
     set_launch_cluster(cluster)
     flags = [f"--ps_hosts={','.join(addresses.get('ps', []))}",

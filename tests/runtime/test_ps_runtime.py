@@ -136,3 +136,14 @@ def test_ranks_that_leave_early_are_not_taken_for_lost(run_mpi):
     out = run_mpi(3, PROGS / "leave_early.py", timeout=60,
                   env={"MPIFLOW_HEARTBEAT_S": "0.25", "MPIFLOW_PEER_TIMEOUT": "1"}).stdout
     assert "worker 0 done after 3 s" in out
+
+
+def test_a_rank_killed_by_sigkill_is_named_with_its_role(run_mpi):
+    import time
+    start = time.monotonic()
+    proc = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, PROGS / "killed_rank.py", timeout=60,
+                   check=False)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 20
+    assert re.search(r"\[rank 2 \(worker:1\) on \S+\] was killed by SIGKILL \(signal 9\); "
+                     r"the job ends", proc.stderr), proc.stderr

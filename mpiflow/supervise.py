@@ -1,0 +1,87 @@
+"""A parent process that watches one rank and names it if a signal kills it.
+
+MPI launchers end the whole job when a rank dies by a signal, at once and with every
+other rank, so no rank can say which one it was; MPICH's says only "Killed (signal 9)".
+``python -m mpiflow.run`` therefore runs the script in a child and waits: the child tells
+the parent who it is (rank, role, host) through a pipe once it knows, and if the child
+dies by a signal the parent, which no signal touched, prints that before it exits with
+the shell's code for it (128 + signal). The parent never starts MPI: the child is the
+rank (it inherits the launcher's environment), and it dies with the parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+# Launchers' rank variables (MPICH/Hydra, Open MPI, PMIx, Slurm): who we are, until told.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def _die_with_parent():
+    """In the child, before exec: get SIGKILL when the parent dies (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def supervise(command: list[str], status_variable: str) -> int:
+    """Run ``command`` as a child and return its exit code; name it if a signal kills it.
+
+    The child finds in ``status_variable`` the descriptor it writes its name to.
+    """
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    env = dict(os.environ, **{status_variable: str(write_end)})
+    # Every descriptor is inherited: the launcher's own (MPICH's PMI_FD) belong to the rank.
+    child = subprocess.Popen(command, env=env, close_fds=False, preexec_fn=_die_with_parent)
+    os.close(write_end)
+    forwarded = []
+
+    def forward(signum, frame):
+        forwarded.append(signum)
+        child.send_signal(signum)
+
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
+    code = child.wait()
+    name = _last_line(read_end)
+    if code < 0:
+        signum = -code
+        if signum not in forwarded:     # not the launcher stopping the job: say who died
+            who = name or next((f"rank {os.environ[v]}" for v in _RANK_VARIABLES
+                                if os.environ.get(v)), "this rank")
+            sys.stderr.write(f"[{who}] was killed by {signal.Signals(signum).name} (signal "
+                             f"{signum}); the job ends\n")
+            sys.stderr.flush()
+        return 128 + signum
+    return code
+
+
+def tell_parent(descriptor: str, name: str) -> None:
+    """In the child: tell the watching parent this rank's name (e.g. "rank 2 (worker:1)
+    on node3"), through the descriptor it passed."""
+    try:
+        fd = int(descriptor)
+        os.write(fd, (name + "\n").encode())
+        os.close(fd)
+    except (ValueError, OSError):
+        pass            # no parent listening: nothing to tell
+
+
+def _last_line(fd: int) -> str | None:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    lines = b"".join(chunks).decode(errors="replace").split("\n")
+    return next((line for line in reversed(lines) if line.strip()), None)
