@@ -19,7 +19,8 @@ TENSORFLOW_ACCURACY = {
     # TensorFlow's chief then hung waiting for a token after training, as TF1's sync
     # replicas are known to (killed after 120 s); mpiflow's chief releases every worker.
     "replica_supervisor_sync.py": 0.8390,
-    "supervisor_managed_async.py": 0.8130,
+    # Worker 0's figure; TensorFlow's worker 1 did not exit within 120 s (killed).
+    "supervisor_managed_async.py": 0.7950,
 }
 # Asynchronous updates interleave differently in every run, under TensorFlow as here.
 TOLERANCE = 0.02
