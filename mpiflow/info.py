@@ -27,15 +27,21 @@ def _cuda_aware(MPI) -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def add_layout_arguments(parser) -> None:
+    """``--ps`` and ``--policy``, as ``ClusterSpec.from_mpi`` takes them (shared by the
+    commands that lay out a launch)."""
+    parser.add_argument("--ps", type=int, default=None,
+                        help="number of ps tasks (default: MPIFLOW_PS, else 1 for 2+ ranks)")
+    parser.add_argument("--policy", choices=("block", "spread"), default=None,
+                        help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
+
+
 def _parse(argv):
     import argparse
     parser = argparse.ArgumentParser(
         prog="python -m mpiflow.info",
         description="Show the layout this launch gives (run under mpiexec or srun).")
-    parser.add_argument("--ps", type=int, default=None,
-                        help="number of ps tasks (default: MPIFLOW_PS, else 1 for 2+ ranks)")
-    parser.add_argument("--policy", choices=("block", "spread"), default=None,
-                        help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
+    add_layout_arguments(parser)
     return parser.parse_args(argv)
 
 

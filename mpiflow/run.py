@@ -26,6 +26,8 @@ import os
 import runpy
 import sys
 
+from mpiflow.info import add_layout_arguments
+
 BASE_PORT = 2222
 _STATUS_FD = "_MPIFLOW_RUN_STATUS_FD"     # set in the supervised child: where to say who it is
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
@@ -35,10 +37,7 @@ def _parse(argv):
     parser = argparse.ArgumentParser(
         prog="python -m mpiflow.run",
         description="Run a TF1 ps/worker training script on every rank of an MPI launch.")
-    parser.add_argument("--ps", type=int, default=None,
-                        help="number of ps tasks (default: MPIFLOW_PS, else 1 for 2+ ranks)")
-    parser.add_argument("--policy", choices=("block", "spread"), default=None,
-                        help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
+    add_layout_arguments(parser)
     parser.add_argument("--as-tensorflow", action="store_true",
                         help="make 'import tensorflow' in the script import mpiflow")
     parser.add_argument("--no-supervise", dest="supervise", action="store_false",

@@ -113,14 +113,14 @@ def test_soak_memory_flat_nothing_outstanding_every_push_applied(run_mpi):
 
 
 
-@pytest.mark.parametrize("who,culprit,detector", [
-    ("worker", r"rank 2 \(worker:1\)", r"rank 0 \(ps:0\)"),
-    ("ps", r"rank 0 \(ps:0\)", r"rank [12] \(worker:[01]\)"),
+@pytest.mark.parametrize("mode,culprit,detector", [
+    ("freeze-worker", r"rank 2 \(worker:1\)", r"rank 0 \(ps:0\)"),
+    ("freeze-ps", r"rank 0 \(ps:0\)", r"rank [12] \(worker:[01]\)"),
 ])
-def test_a_frozen_rank_is_named_within_the_peer_timeout(run_mpi, who, culprit, detector):
+def test_a_frozen_rank_is_named_within_the_peer_timeout(run_mpi, mode, culprit, detector):
     import time
     start = time.monotonic()
-    proc = run_mpi(3, PROGS / "frozen_rank.py", who, timeout=60, check=False,
+    proc = run_mpi(3, PROGS / "rank_faults.py", mode, timeout=60, check=False,
                    env={"MPIFLOW_HEARTBEAT_S": "0.25", "MPIFLOW_PEER_TIMEOUT": "2"})
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
@@ -133,7 +133,7 @@ def test_a_frozen_rank_is_named_within_the_peer_timeout(run_mpi, who, culprit, d
 
 def test_ranks_that_leave_early_are_not_taken_for_lost(run_mpi):
     # Worker 1 leaves at once; the others go on well past the peer timeout.
-    out = run_mpi(3, PROGS / "leave_early.py", timeout=60,
+    out = run_mpi(3, PROGS / "rank_faults.py", "leave-early", timeout=60,
                   env={"MPIFLOW_HEARTBEAT_S": "0.25", "MPIFLOW_PEER_TIMEOUT": "1"}).stdout
     assert "worker 0 done after 3 s" in out
 
@@ -141,8 +141,8 @@ def test_ranks_that_leave_early_are_not_taken_for_lost(run_mpi):
 def test_a_rank_killed_by_sigkill_is_named_with_its_role(run_mpi):
     import time
     start = time.monotonic()
-    proc = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, PROGS / "killed_rank.py", timeout=60,
-                   check=False)
+    proc = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, PROGS / "rank_faults.py", "kill-worker",
+                   timeout=60, check=False)
     assert proc.returncode != 0
     assert time.monotonic() - start < 20
     assert re.search(r"\[rank 2 \(worker:1\) on \S+\] was killed by SIGKILL \(signal 9\); "
