@@ -59,13 +59,15 @@ from mpiflow.ops.variables import (
     Variable, all_variables, global_variables, global_variables_initializer,
     initialize_all_variables, local_variables, local_variables_initializer,
     model_variables, trainable_variables, variables_initializer)
-from mpiflow.runtime.session import ConfigProto, InteractiveSession, RunOptions, Session
+from mpiflow.runtime.session import (
+    ConfigProto, InteractiveSession, RunMetadata, RunOptions, Session)
 
 from mpiflow import nn, train  # noqa: E402  (namespaces that use the names above)
 from mpiflow import summary  # noqa: E402
 from mpiflow import app  # noqa: E402
 from mpiflow import tf_logging as logging  # noqa: E402
 from mpiflow import compat  # noqa: E402
+from mpiflow import timeline  # noqa: E402
 
 flags = app.flags
 

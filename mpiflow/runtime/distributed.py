@@ -68,8 +68,8 @@ class DistributedPlan:
         self.handles = ctx.service.register(
             {rank_of(task): nodes for task, nodes in parts.nodes.items()})
 
-    def run(self, feed_values, timeout=None):
-        return self._service.run_step(self._local, feed_values, self.handles, timeout)
+    def run(self, feed_values, timeout=None, trace=None):
+        return self._service.run_step(self._local, feed_values, self.handles, timeout, trace)
 
     def close(self):
         self._service.unregister(self.handles)

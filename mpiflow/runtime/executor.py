@@ -17,6 +17,7 @@ import numpy as np
 from mpiflow import backend, config, errors
 from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import Wait, get_op_def
+from mpiflow.runtime import tracing
 
 # Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
 # out-of-range indices) become InvalidArgumentError naming the op.
@@ -136,14 +137,14 @@ class Plan:
         self._steps = _with_frees(steps, set(self.fetch_slots),
                                   set(range(n_tensors, n_tensors + len(refs))))
 
-    def run(self, feed_values, timeout=None):
+    def run(self, feed_values, timeout=None, trace=None):
         """Execute the schedule with ``feed_values`` (ordered as ``feed_tensors``).
 
         An async kernel that must wait (a sync-replicas accumulator, say) blocks this
         thread until another thread's step signals it through the plan's state, for at
         most ``timeout`` seconds (default MPIFLOW_TIMEOUT).
         """
-        steps = self.run_steps(feed_values, None)
+        steps = self.run_steps(feed_values, None, trace)
         state = self._state
         deadline = None
         try:
@@ -168,14 +169,15 @@ class Plan:
         finally:
             steps.close()
 
-    def run_steps(self, feed_values, io):
+    def run_steps(self, feed_values, io, trace=None):
         """Generator running the schedule; yields ``("recv", edge, peer, guard)`` where a
         Recv waits and ``("event", key)`` where an async kernel waits.
 
         The driver resumes it with ``send(value)`` (the received tensor, or None after an
         event); Send steps call ``io.send(edge, peer, value, guard)``. Returns the
         fetched values. The driver may resume it from another thread, so numpy's error
-        state (quiet, as kernels want it) is set per stretch between waits.
+        state (quiet, as kernels want it) is set per stretch between waits. With a
+        ``trace`` list, every kernel, send and receive appends its span to it.
         """
         vals = self._template.copy()
         for slot, value in zip(self.feed_slots, feed_values):
@@ -187,7 +189,8 @@ class Plan:
         quiet = _QuietNumpy()
         quiet.enter()
         try:
-            for index, (fn, ins, out, kind, frees) in enumerate(self._steps):
+            for index, (fn, ins, out, kind, frees) in enumerate(
+                    self._steps if trace is None else self._traced_steps(trace)):
                 if kind == _SINGLE:
                     vals[out] = fn(*[vals[i] for i in ins])
                 elif kind == _MULTI:
@@ -196,10 +199,20 @@ class Plan:
                 elif kind == _NO_OUTPUT:
                     fn(*[vals[i] for i in ins])
                 elif kind == _SEND:
+                    t0 = tracing.now_ns() if trace is not None else 0
                     io.send(fn[0], fn[1], vals[ins[0]], fn[2])
+                    if trace is not None:
+                        trace.append(tracing.event("send", f"Send {fn[0]}", t0,
+                                                   tracing.now_ns(), peer=fn[1],
+                                                   bytes=_nbytes(vals[ins[0]])))
                 elif kind == _RECV:
                     quiet.exit()
+                    t0 = tracing.now_ns() if trace is not None else 0
                     vals[out] = yield ("recv",) + fn
+                    if trace is not None:
+                        trace.append(tracing.event("recv", f"Recv {fn[0]}", t0,
+                                                   tracing.now_ns(), peer=fn[1],
+                                                   bytes=_nbytes(vals[out])))
                     quiet.enter()
                 else:
                     args = [vals[i] for i in ins]
@@ -235,6 +248,20 @@ class Plan:
         finally:
             quiet.exit()
         return [_fetch_value(vals[s]) for s in self.fetch_slots]
+
+
+    def _traced_steps(self, trace):
+        """The schedule with every kernel timed into ``trace`` (built per traced run)."""
+        traced = []
+        for (fn, ins, out, kind, frees), op in zip(self._steps, self.ops):
+            if kind not in (_SEND, _RECV):
+                fn = tracing.timed_kernel(fn, op, trace, kind in (_ASYNC, _ASYNC_MULTI))
+            traced.append((fn, ins, out, kind, frees))
+        return traced
+
+
+def _nbytes(value):
+    return int(getattr(value, "nbytes", 0))
 
 
 class _QuietNumpy:

@@ -31,6 +31,7 @@ from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
 from mpiflow.ops.registry import registered_op_types
 from mpiflow.runtime.executor import Plan
+from mpiflow.runtime import tracing
 from mpiflow.runtime.resources import ResourceStore
 
 ACTIVE, GONE = "active", "gone"
@@ -132,6 +133,7 @@ class RankService:
         # loop beside training): every MPI call and every change of this state happens
         # under this lock, and a waiting thread releases it between polls.
         self._lock = threading.RLock()
+        tracing.TRACER.describe = lambda: f"{self.describe(self.rank)} on {self.host}"
         self.heartbeat = None
         interval = config.get("MPIFLOW_HEARTBEAT_S")
         if interval > 0 and self.size > 1:
@@ -180,9 +182,11 @@ class RankService:
                 if self._peers.get(rank) != GONE:
                     self.transport.send(rank, {"k": "close", "c": self.rank, "h": handle})
 
-    def run_step(self, local_plan, feed_values, handles: dict, timeout=None):
+    def run_step(self, local_plan, feed_values, handles: dict, timeout=None, trace=None):
         """Run one step: the remote partitions in ``handles`` and ``local_plan`` here,
-        waiting at most ``timeout`` seconds (default MPIFLOW_TIMEOUT) for other ranks."""
+        waiting at most ``timeout`` seconds (default MPIFLOW_TIMEOUT) for other ranks.
+        With a ``trace`` list, this rank's part is timed into it and the other ranks
+        time theirs into their own ``TRACER``."""
         client_step = _ClientStep(handles)
 
         def done(result):
@@ -198,9 +202,11 @@ class RankService:
             client_step.thread = threading.get_ident()
             for rank, handle in handles.items():
                 self._check_peer(rank, "run a step on")
-                self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step})
+                self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step,
+                                           "tr": int(trace is not None)})
             local = _Step(self.rank, step, None,
-                          local_plan.run_steps(feed_values, StepIO(self, self.rank, step)),
+                          local_plan.run_steps(feed_values, StepIO(self, self.rank, step),
+                                               trace),
                           done, failed)
             client_step.local = local
         try:
@@ -499,7 +505,11 @@ class RankService:
             self._forget_step(client, step)
             self._send_error(client, step, handle, exc)
 
-        st = _Step(client, step, handle, plan.run_steps((), StepIO(self, client, step)),
+        trace = None
+        if h["tr"]:
+            trace = []
+            done = _then_keep_trace(done, trace)
+        st = _Step(client, step, handle, plan.run_steps((), StepIO(self, client, step), trace),
                    done, failed)
         self._remote_steps[key] = st
         self._advance(st)
@@ -555,6 +565,14 @@ class RankService:
             "tb": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))})
 
 
+def _then_keep_trace(done, trace):
+    """``done``, after which a traced partition's events join this process's TRACER."""
+    def finished(result):
+        tracing.TRACER.extend(trace)
+        done(result)
+    return finished
+
+
 def _rebuild_error(h):
     """Turn an ``err`` message into the same mpiflow error class, naming the remote rank."""
     cls = getattr(errors, str(h.get("cls")), None)
@@ -607,7 +625,7 @@ MESSAGE_SCHEMA = {
     "t": ({"c": _INT, "s": _INT, "e": _STR}, 1),
     "reg": ({"c": _INT, "h": _INT, "n": (list,)}, 0),
     "reg_ok": ({"h": _INT}, 0),
-    "run": ({"c": _INT, "h": _INT, "s": _INT}, 0),
+    "run": ({"c": _INT, "h": _INT, "s": _INT, "tr": _INT}, 0),
     "done": ({"s": _INT}, 0),
     "err": ({"s": _OPT_INT, "h": _OPT_INT, "cls": _STR, "msg": _STR, "rank": _INT,
              "who": _STR, "host": _STR, "tb": _STR}, 0),

@@ -16,6 +16,7 @@ import numpy as np
 from mpiflow import backend, errors
 from mpiflow.framework import graph as graph_module
 from mpiflow.framework.graph import Operation, Tensor, get_default_graph
+from mpiflow.runtime import tracing
 from mpiflow.runtime.distributed import DistributedPlan, make_placer, resolve_target
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.resources import ResourceStore
@@ -64,6 +65,16 @@ class RunOptions:
                 f"{sorted(self._FIELDS)}")
         for key, default in self._FIELDS.items():
             setattr(self, key, kwargs.get(key, default))
+
+
+class RunMetadata:
+    """What a traced ``Session.run`` reports (TensorFlow's name): ``step_stats``, the
+    spans of this rank's part of the step (kernels, sends, receives, collectives), which
+    ``mf.timeline.Timeline`` turns into a Chrome trace."""
+
+    def __init__(self):
+        self.step_stats: list[dict] = []
+        self.partition_graphs: list = []
 
 
 class _FetchMapper:
@@ -172,7 +183,12 @@ class BaseSession:
         mapper = _FetchMapper(self._graph, fetches)
         feed_tensors, feed_values = self._feeds(feed_dict)
         plan = self._plan(mapper.elements, feed_tensors)
-        values = plan.run(feed_values, self._timeout(options))
+        trace = [] if options is not None and getattr(options, "trace_level", 0) else None
+        values = plan.run(feed_values, self._timeout(options), trace)
+        if trace is not None:
+            tracing.TRACER.extend(trace)
+            if run_metadata is not None:
+                run_metadata.step_stats.extend(trace)
         per_element = values[:len(mapper.elements)]
         return mapper.build(per_element)
 
@@ -300,8 +316,8 @@ class _ElementPlan:
         tensor_pos = {t: i for i, t in enumerate(plan.fetch_tensors)}
         self._pick = [tensor_pos.get(e) if isinstance(e, Tensor) else None for e in elements]
 
-    def run(self, feed_values, timeout=None):
-        values = self._plan.run(feed_values, timeout)
+    def run(self, feed_values, timeout=None, trace=None):
+        values = self._plan.run(feed_values, timeout, trace)
         return [values[i] if i is not None else None for i in self._pick]
 
     def close(self):

@@ -147,3 +147,27 @@ def test_a_rank_killed_by_sigkill_is_named_with_its_role(run_mpi):
     assert time.monotonic() - start < 20
     assert re.search(r"\[rank 2 \(worker:1\) on \S+\] was killed by SIGKILL \(signal 9\); "
                      r"the job ends", proc.stderr), proc.stderr
+
+
+def test_a_traced_run_gives_one_chrome_trace_with_every_rank(run_mpi, tmp_path):
+    import json
+    path = tmp_path / "trace.json"
+    out = run_mpi(3, PROGS / "traced_run.py", path, timeout=90).stdout
+    assert len(re.findall(r"worker \d: \d+ events in its part of a step", out)) == 2, out
+    trace = json.loads(path.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    assert set(names) == {0, 1, 2}
+    assert names[0].startswith("rank 0 (ps:0) on ") and names[2].startswith("rank 2 (worker:1)")
+    spans = [e for e in trace if e["ph"] == "X"]
+    by_rank = {pid: {e["cat"] for e in spans if e["pid"] == pid} for pid in (0, 1, 2)}
+    for pid, cats in by_rank.items():    # the ps computes the update and sends the weights
+        assert "op" in cats and ({"send", "recv"} & cats), (pid, cats)
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    applies = [e for e in spans if e["pid"] == 0 and "ApplyGradientDescent" in
+               e["args"].get("type", "")]
+    assert len(applies) == 4            # 2 traced steps x 2 workers, on the ps
+
+
+def test_a_traced_allreduce_is_a_collective_span(run_mpi):
+    out = run_mpi(2, PROGS / "traced_allreduce.py", timeout=60).stdout
+    assert out.count("[('collective', 'CollectiveAllReduce')]") == 2, out

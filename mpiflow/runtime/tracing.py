@@ -1,0 +1,65 @@
+"""What a traced step records, and the per-process buffer a timeline is made from.
+
+``Session.run(..., options=RunOptions(trace_level=FULL_TRACE), run_metadata=md)`` runs the
+step with every kernel, send, receive and collective timed (``Plan.run_steps`` with a
+trace list). The step's events on this rank go to ``md.step_stats``; every rank that ran
+a part of the step (a ps serving it, say) keeps its events in ``TRACER``, from which
+``mf.timeline.write_chrome_trace`` builds one trace of the whole job. Untraced steps run
+the plain schedule: tracing costs nothing until asked for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+now_ns = time.perf_counter_ns     # CLOCK_MONOTONIC: one clock for every process of a host
+
+
+class Tracer:
+    """The events this process recorded in traced steps, and its name in a timeline."""
+
+    def __init__(self):
+        self.events: list[dict] = []
+        self.describe = lambda: "this process"    # the rank service names its rank here
+        self._lock = threading.Lock()
+
+    def extend(self, events) -> None:
+        with self._lock:
+            self.events.extend(events)
+
+    def take(self) -> list[dict]:
+        """Return the events recorded so far and forget them."""
+        with self._lock:
+            events, self.events = self.events, []
+        return events
+
+
+TRACER = Tracer()
+
+
+def event(cat: str, name: str, start_ns: int, end_ns: int, **args) -> dict:
+    """One span: ``cat`` is "op", "send", "recv" or "collective"."""
+    return {"cat": cat, "name": name, "ts": start_ns, "dur": end_ns - start_ns,
+            "tid": threading.get_ident(), "args": args}
+
+
+def timed_kernel(fn, op, trace: list, waits: bool):
+    """Wrap a kernel so each run appends its span to ``trace``. A kernel that ``waits``
+    (an async collective, polled until done) is one span from its first call to its
+    result."""
+    from mpiflow.ops.registry import Wait
+    cat = "collective" if waits else "op"
+    started = []
+
+    def run(*args):
+        t0 = now_ns()
+        result = fn(*args)
+        if waits and type(result) is Wait:
+            if not started:
+                started.append(t0)
+            return result
+        begin = started.pop() if started else t0
+        trace.append(event(cat, op.name, begin, now_ns(), type=op.type))
+        return result
+    return run
