@@ -28,9 +28,23 @@ class _FallbackHandler(logging.StreamHandler):
             super().emit(record)
 
 
-def _rank_prefix() -> str:
-    rank = next((os.environ[v] for v in _RANK_VARIABLES if os.environ.get(v)), None)
-    return f"[rank {rank}] " if rank is not None else ""
+def _launch_rank():
+    return next((os.environ[v] for v in _RANK_VARIABLES if os.environ.get(v)), None)
+
+
+# The tag of every line: "[r3] " from the launcher's rank variable, "[worker:1 r3] " once
+# the rank has a role (set_role, called when its Server is made).
+_TAG = [f"[r{_launch_rank()}] " if _launch_rank() is not None else ""]
+
+
+def set_role(job: str, task: int, rank: int) -> None:
+    """Tag this process's log lines with its role, e.g. ``[worker:1 r3]``."""
+    _TAG[0] = f"[{job}:{task} r{rank}] "
+
+
+class _TaggedFormatter(logging.Formatter):
+    def format(self, record):
+        return _TAG[0] + super().format(record)
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -38,8 +52,7 @@ def get_logger(name: str) -> logging.Logger:
     root = logging.getLogger(_ROOT_NAME)
     if not any(isinstance(h, _FallbackHandler) for h in root.handlers):
         handler = _FallbackHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(
-            _rank_prefix() + "%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_TaggedFormatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
         root.setLevel(config.get("MPIFLOW_LOG_LEVEL"))
     return logging.getLogger(name)

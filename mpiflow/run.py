@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         return supervise([sys.executable, "-m", "mpiflow.run", *argv], _STATUS_FD)
     from mpi4py import MPI
 
-    from mpiflow import errors
+    from mpiflow import errors, logger
     from mpiflow.train.cluster_spec import ClusterSpec, set_launch_cluster
 
     world = MPI.COMM_WORLD
@@ -138,6 +138,7 @@ def main(argv=None) -> int:
         tell_parent(os.environ.pop(_STATUS_FD),
                     f"{service.describe(service.rank)} on {service.host}")
     job, task = cluster.task_of_rank(world.Get_rank())
+    logger.set_role(job, task, world.Get_rank())
     set_launch_cluster(cluster)
     flags = [f"--ps_hosts={','.join(addresses.get('ps', []))}",
              f"--worker_hosts={','.join(addresses.get('worker', []))}",

@@ -71,6 +71,8 @@ def main(_):
             if sv.is_chief and step % 100 == 0:
                 sv.summary_computed(sess, summary, global_step=step)
                 tf.logging.info("step %d", step)
+        tf.logging.info("worker %d stopped training at global step %d", FLAGS.task_index,
+                        step)
         acc = sess.run(accuracy, feed_dict={x: x_test, y_: y_test})
         print("worker %d: test accuracy %.4f at step %d" % (FLAGS.task_index, acc, step))
 

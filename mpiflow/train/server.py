@@ -15,7 +15,7 @@ import socket
 import sys
 import traceback
 
-from mpiflow import errors
+from mpiflow import errors, logger
 from mpiflow.runtime.distributed import ClusterContext, register_target
 from mpiflow.train.cluster_spec import ClusterSpec
 
@@ -100,6 +100,7 @@ class Server:
                 f"{cluster.as_dict()}")
         service.role_names.update(
             {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
+        logger.set_role(job, task, rank)
         _join_job_group(service, cluster, job)
         self._setup(service, cluster, job, task, config)
 

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.mpi
 
 @pytest.mark.parametrize("script", sorted(TENSORFLOW_ACCURACY))
 def test_tf1_script_runs_unmodified_and_matches_tensorflow(run_mpi, script, tmp_path):
-    out = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, "--as-tensorflow", SCRIPTS / script,
-                  timeout=240).stdout
+    proc = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, "--as-tensorflow", SCRIPTS / script,
+                   timeout=240)
+    out = proc.stdout
     accuracies = [float(a) for a in re.findall(r"worker \d: test accuracy (\d\.\d+)", out)]
     assert len(accuracies) == 2, out                      # both workers finished
     assert min(accuracies) >= TENSORFLOW_ACCURACY[script] - TOLERANCE, out
@@ -59,3 +60,12 @@ def test_a_script_that_hard_codes_another_cluster_is_stopped_naming_both(run_mpi
     assert proc.returncode != 0
     assert "the script has 2 ps, 1 worker" in proc.stderr, proc.stderr
     assert "mpiflow.run launched 1 ps, 2 worker" in proc.stderr
+
+
+def test_script_log_lines_are_tagged_with_role_and_rank(run_mpi):
+    proc = run_mpi(3, "-m", "mpiflow.run", "--ps", 1, "--as-tensorflow",
+                   SCRIPTS / "supervisor_managed_async.py", "--train_steps", 200, timeout=120)
+    for task, rank in ((0, 1), (1, 2)):       # under --ps 1, worker t is rank t + 1
+        assert re.search(rf"^\[worker:{task} r{rank}\] INFO mpiflow.script: worker {task} "
+                         r"stopped training at global step \d+$", proc.stderr, re.M), \
+            proc.stderr
