@@ -17,3 +17,11 @@ def test_info_prints_the_layout_of_the_launch(run_mpi):
     assert [r[4] for r in rows] == ["ps:0", "worker:0", "worker:1"], out
     assert [r[3] for r in rows] == ["0", "1", "2"], out       # one host: local = rank
     assert "MPI: " in out and "CUDA-aware MPI: " in out and "NCCL: " in out
+
+
+@pytest.mark.mpi
+def test_info_takes_the_ps_count_on_its_command_line(run_mpi):
+    out = run_mpi(4, INFO, "--ps", 1, timeout=60).stdout
+    roles = re.findall(r"^\s*\d+\s+\S+\s+\d+\s+\d+\s+(\w+:\d+)", out, re.M)
+    assert roles == ["ps:0", "worker:0", "worker:1", "worker:2"], out
+    assert "ps policy block" in out

@@ -1,0 +1,39 @@
+"""The batch scripts of slurm/, submitted with sbatch --wait to a real one-node Slurm."""
+
+import re
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPTS = REPO_ROOT / "slurm"
+TINY = ("--nodes=1", "--ntasks-per-node=3", "--time=00:05:00")
+
+pytestmark = pytest.mark.mpi
+
+
+def assert_layout_shown(output, roles):
+    rows = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\w+:\d+)", output, re.M)
+    assert [r[4] for r in rows] == roles, output
+
+
+def test_ps_script_trains_with_one_ps_per_node(slurm):
+    code, output = slurm.sbatch(SCRIPTS / "ps.sbatch", *TINY, EXAMPLE_ARGS="--epochs 2")
+    assert code == 0, output
+    assert_layout_shown(output, ["ps:0", "worker:0", "worker:1"])
+    accuracies = re.findall(r"worker \d: global step \d+, test accuracy (\d\.\d+)", output)
+    assert len(accuracies) == 2 and min(map(float, accuracies)) > 0.8, output
+
+
+@pytest.mark.parametrize("script,mode,roles", [
+    ("allreduce.sbatch", "allreduce", ["worker:0", "worker:1", "worker:2"]),
+    ("hybrid.sbatch", "hybrid", ["ps:0", "worker:0", "worker:1"]),
+])
+def test_embedding_scripts_train_in_their_mode(slurm, script, mode, roles):
+    code, output = slurm.sbatch(SCRIPTS / script, *TINY,
+                                EXAMPLE_ARGS="--vocab 5000 --steps 30")
+    assert code == 0, output
+    assert_layout_shown(output, roles)
+    found = re.search(rf"^{mode}: [\d.]+ steps/s .* test loss ([\d.]+) -> ([\d.]+)$",
+                      output, re.M)
+    assert found and float(found[2]) < float(found[1]), output
