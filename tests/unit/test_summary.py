@@ -161,3 +161,22 @@ def test_importing_mpiflow_does_not_import_tensorboardx():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_tensorboard_itself_reads_the_logged_scalars(tmp_path):
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="TensorBoard is in the test extra: pip install '.[test]'")
+    x = mf.placeholder(mf.float32, [])
+    mf.summary.scalar("loss", x)
+    merged = mf.summary.merge_all()
+    writer = mf.summary.FileWriter(str(tmp_path))
+    with mf.Session() as sess:
+        for step in range(3):
+            writer.add_summary(sess.run(merged, {x: 1.5 * step}), step)
+    writer.close()
+    events = accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert events.Tags()["scalars"] == ["loss"]
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 0.0), (1, 1.5),
+                                                                   (2, 3.0)]
