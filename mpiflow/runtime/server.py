@@ -90,11 +90,11 @@ class RankService:
             config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
         ranks_here = ranks_on_node(comm)
         self.cpu_threads = backend.share_cpu_cores(ranks_here)
+        # Yielding polls keep replies at microseconds and give the core to any rank that
+        # needs it, even on a crowded node: 3-4 ranks on 2 cores stepped a small model
+        # 2.6x faster with 2000 us than with 50 us, and a big one no slower
+        # (benchmarks/peers/ps_mlp.py). An idle rank still backs off to sleeps.
         spin_us = config.get("MPIFLOW_POLL_SPIN_US")
-        if spin_us is None:
-            # With a core per rank, polling a little longer costs nobody anything and keeps
-            # replies at microseconds; on a crowded node it would take a core from a peer.
-            spin_us = 2000 if ranks_here <= (os.cpu_count() or 1) else 50
         self.transport = Transport(comm, Backoff(spin_s=spin_us * 1e-6, max_s=max_sleep))
         self.rank = self.transport.rank
         self.size = self.transport.size

@@ -1,0 +1,260 @@
+"""Run mpiflow's benchmarks beside its peers and write BENCHMARKS.md with plots.
+
+    python -m benchmarks.report [--size quick|full] [--out BENCHMARKS.md]
+
+Needs the bench extra (``pip install ".[mpich,bench]"``: TensorFlow, PyTorch CPU,
+matplotlib); a missing peer is reported as skipped. Every figure comes from this run on
+this machine, each comparison measured back to back in the same environment:
+
+- ps mode: the same TF1 script (benchmarks/peers/ps_mlp.py) under TensorFlow's
+  ps/worker over gRPC and under mpiflow (mpiexec + mpiflow.run), async and sync, and async
+  at 1, 2 and 3 workers (scaling);
+- allreduce mode: mpiflow's AllreduceOptimizer (benchmarks/allreduce_step.py --hidden 512)
+  against PyTorch DDP with gloo (benchmarks/peers/torch_ddp.py) on the same MLP;
+- allreduce bandwidth: mpiflow's ring / mpi / auto and MPI's own Allreduce
+  (benchmarks/allreduce_bw.py) against torch.distributed's gloo all_reduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+SIZES = {"quick": {"steps": 100, "ddp_steps": 60, "budget": 0.5, "workers": (1, 2, 3)},
+         "full": {"steps": 400, "ddp_steps": 200, "budget": 1.5, "workers": (1, 2, 3)}}
+
+
+def _run(cmd, timeout=900):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({done.returncode}):\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    if "SKIPPED" in text:
+        return None
+    raise RuntimeError(f"no JSON result in:\n{text[-2000:]}")
+
+
+def _mpiexec():
+    return str(Path(sys.executable).parent / "mpiexec")
+
+
+def ps_mode(size, log):
+    rows = []
+    for mode in ("async", "sync"):
+        for framework in ("mpiflow", "tensorflow"):
+            workers = (1, 2, 3) if mode == "async" else (2,)
+            for w in workers:
+                log(f"ps {mode} {framework} {w} workers")
+                out = _run([sys.executable, BENCH / "peers" / "ps_mlp.py", "--framework",
+                            framework, "--workers", str(w), "--steps", str(size["steps"]),
+                            "--json"] + (["--sync"] if mode == "sync" else []))
+                result = _last_json(out)
+                rows.append(result or {"framework": framework, "mode": mode, "workers": w,
+                                       "steps_per_s": None})
+    return rows
+
+
+def allreduce_training(size, log):
+    rows = []
+    for w in (2, 3):
+        log(f"allreduce training {w} workers")
+        mine = _last_json(_run([_mpiexec(), "-n", str(w), sys.executable,
+                                BENCH / "allreduce_step.py", "--hidden", "512", "--steps",
+                                str(size["ddp_steps"]), "--json"]))
+        torch = _last_json(_run([sys.executable, BENCH / "peers" / "torch_ddp.py",
+                                 "--workers", str(w), "--steps", str(size["ddp_steps"]),
+                                 "--json"]))
+        rows.append({"workers": w, "mpiflow": mine["overlapped buckets"],
+                     "torch": torch["steps_per_s"] if torch else None})
+    return rows
+
+
+def bandwidth(size, log):
+    tables = {}
+    for w in (2, 4):
+        log(f"allreduce bandwidth {w} ranks")
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            _run([_mpiexec(), "-n", str(w), sys.executable, BENCH / "allreduce_bw.py",
+                  "--json", f.name, "--budget", str(size["budget"])])
+            mine = json.load(open(f.name))
+        torch = _last_json(_run([sys.executable, BENCH / "peers" / "torch_ddp.py",
+                                 "--workers", str(w), "--bandwidth", "--json"]))
+        tables[w] = [{"bytes": row["bytes"], **{k: row["bus_MBps"][k]
+                                                for k in ("MPI", "mpi", "ring", "auto")},
+                      "torch": torch["bus_MBps"][str(row["bytes"])] if torch else None}
+                     for row in mine["bandwidth"]]
+    return tables
+
+
+def _fmt(value, digits=1):
+    return "skipped" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(a, b):
+    return "-" if a is None or b is None or not b else f"{a / b:.2f}x"
+
+
+def plots(results, out_dir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
+
+    ps = results["ps"]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    labels, mine, theirs = [], [], []
+    for mode, w in (("async", 2), ("sync", 2)):
+        labels.append(f"ps {mode}, {w} workers")
+        mine.append(_pick(ps, "mpiflow", mode, w) or 0)
+        theirs.append(_pick(ps, "tensorflow", mode, w) or 0)
+    for row in results["allreduce"]:
+        labels.append(f"allreduce, {row['workers']} workers")
+        mine.append(row["mpiflow"] or 0)
+        theirs.append(row["torch"] or 0)
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], mine, 0.4, label="mpiflow")
+    ax.bar([x + 0.2 for x in xs], theirs, 0.4, label="TensorFlow (ps) / PyTorch DDP (allreduce)")
+    ax.set_xticks(list(xs), labels, rotation=15, fontsize=8)
+    ax.set_ylabel("steps/s (MLP 784-512-512-10, batch 128)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files["steps"] = out_dir / "steps_per_second.png"
+    fig.savefig(files["steps"], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(results["bandwidth"]), figsize=(9, 3.6), sharey=True)
+    for ax, (w, rows) in zip(axes, sorted(results["bandwidth"].items())):
+        sizes = [r["bytes"] for r in rows]
+        for key, label in (("MPI", "MPI Allreduce"), ("ring", "mpiflow ring"),
+                           ("auto", "mpiflow auto"), ("torch", "torch gloo")):
+            values = [r[key] for r in rows]
+            if all(v is not None for v in values):
+                ax.plot(sizes, values, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{w} ranks")
+        ax.set_xlabel("bytes")
+    axes[0].set_ylabel("bus bandwidth, MB/s")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    files["bandwidth"] = out_dir / "allreduce_bandwidth.png"
+    fig.savefig(files["bandwidth"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for framework in ("mpiflow", "tensorflow"):
+        points = [(r["workers"], r["steps_per_s"]) for r in ps
+                  if r["framework"] == framework and r["mode"] == "async" and r["steps_per_s"]]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=framework)
+    ax.set_xlabel("workers (plus 1 ps)")
+    ax.set_ylabel("async steps/s of the job")
+    ax.set_xticks([1, 2, 3])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    files["scaling"] = out_dir / "ps_scaling.png"
+    fig.savefig(files["scaling"], dpi=110)
+    plt.close(fig)
+    return files
+
+
+def _pick(rows, framework, mode, workers):
+    for r in rows:
+        if (r["framework"], r["mode"], r["workers"]) == (framework, mode, workers):
+            return r["steps_per_s"]
+    return None
+
+
+def markdown(results, files, size, elapsed):
+    ps, lines = results["ps"], []
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python "
+               f"{platform.python_version()}, {platform.system()}")
+    lines += ["# Benchmarks", "",
+              f"Written by `python -m benchmarks.report --size {size}` in {elapsed:.0f} s on "
+              f"one machine ({machine}); every rank and every peer process on the same "
+              "cores, so these are ratios of the same work on the same hardware, not "
+              "cluster figures. Rerun it on your machine.", "",
+              "## ps mode: mpiflow vs TensorFlow's ps/worker (gRPC)", "",
+              "The same TF1 script (`benchmarks/peers/ps_mlp.py`: MLP 784-512-512-10, batch "
+              "128, SGD, 1 ps), run by TensorFlow as a process per task over gRPC and by "
+              "mpiflow under `mpiexec` with `python -m mpiflow.run`.", "",
+              "| mode | workers | mpiflow steps/s | TensorFlow steps/s | mpiflow / TF |",
+              "| --- | --- | --- | --- | --- |"]
+    for mode, workers in (("async", 1), ("async", 2), ("async", 3), ("sync", 2)):
+        a, b = _pick(ps, "mpiflow", mode, workers), _pick(ps, "tensorflow", mode, workers)
+        lines.append(f"| {mode} | {workers} | {_fmt(a)} | {_fmt(b)} | {_ratio(a, b)} |")
+    lines += ["", f"![steps/s]({files['steps'].relative_to(ROOT)})",
+              f"![scaling]({files['scaling'].relative_to(ROOT)})", "",
+              "## allreduce mode: mpiflow vs PyTorch DDP (gloo)", "",
+              "MLP 784-512-512-10 without biases, batch 128, SGD; mpiflow's "
+              "`AllreduceOptimizer` with overlapped 1 MiB buckets "
+              "(`benchmarks/allreduce_step.py --hidden 512`), PyTorch's "
+              "`DistributedDataParallel` over gloo (`benchmarks/peers/torch_ddp.py`).", "",
+              "| workers | mpiflow steps/s | PyTorch DDP steps/s | mpiflow / DDP |",
+              "| --- | --- | --- | --- |"]
+    for row in results["allreduce"]:
+        lines.append(f"| {row['workers']} | {_fmt(row['mpiflow'])} | {_fmt(row['torch'])} | "
+                     f"{_ratio(row['mpiflow'], row['torch'])} |")
+    lines += ["", "## allreduce bandwidth", "",
+              "Bus bandwidth `2 (n-1)/n * bytes / time` in MB/s, float32: MPI's own "
+              "Allreduce (the floor of what transport can do here), mpiflow's strategies "
+              "(`benchmarks/allreduce_bw.py`, with the cross-rank check) and "
+              "torch.distributed's gloo `all_reduce`.", ""]
+    for w, rows in sorted(results["bandwidth"].items()):
+        lines += [f"{w} ranks:", "",
+                  "| bytes | MPI | mpiflow mpi | mpiflow ring | mpiflow auto | torch gloo | "
+                  "auto / torch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            size_text = (f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20
+                         else f"{r['bytes'] >> 10} KiB")
+            lines.append(f"| {size_text} | {r['MPI']:.0f} | {r['mpi']:.0f} | {r['ring']:.0f} "
+                         f"| {r['auto']:.0f} | {_fmt(r['torch'], 0)} | "
+                         f"{_ratio(r['auto'], r['torch'])} |")
+        lines.append("")
+    lines += [f"![bandwidth]({files['bandwidth'].relative_to(ROOT)})", ""]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="quick")
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--plots", default=str(BENCH / "plots"))
+    args = parser.parse_args()
+    size = SIZES[args.size]
+    start = time.monotonic()
+
+    def log(what):
+        print(f"[{time.monotonic() - start:6.0f} s] {what}", flush=True)
+
+    results = {"ps": ps_mode(size, log), "allreduce": allreduce_training(size, log),
+               "bandwidth": bandwidth(size, log)}
+    files = plots(results, Path(args.plots))
+    Path(args.out).write_text(markdown(results, files, args.size, time.monotonic() - start))
+    json_path = Path(args.plots) / "results.json"
+    json_path.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=1,
+                                    default=str))
+    log(f"wrote {args.out}, {', '.join(str(f) for f in files.values())}, {json_path}")
+
+
+if __name__ == "__main__":
+    main()
