@@ -57,20 +57,30 @@ def _mpiexec():
     return str(Path(sys.executable).parent / "mpiexec")
 
 
+PS_RUNS = [("example", "async", 1), ("example", "async", 2), ("example", "async", 3),
+           ("example", "sync", 2), ("mlp512", "async", 2), ("mlp512", "sync", 2)]
+
+
 def ps_mode(size, log):
     rows = []
-    for mode in ("async", "sync"):
+    for model, mode, w in PS_RUNS:
         for framework in ("mpiflow", "tensorflow"):
-            workers = (1, 2, 3) if mode == "async" else (2,)
-            for w in workers:
-                log(f"ps {mode} {framework} {w} workers")
-                out = _run([sys.executable, BENCH / "peers" / "ps_mlp.py", "--framework",
-                            framework, "--workers", str(w), "--steps", str(size["steps"]),
-                            "--json"] + (["--sync"] if mode == "sync" else []))
-                result = _last_json(out)
-                rows.append(result or {"framework": framework, "mode": mode, "workers": w,
-                                       "steps_per_s": None})
+            log(f"ps {model} {mode} {framework} {w} workers")
+            steps = size["steps"] if model == "example" else size["ddp_steps"]
+            out = _run([sys.executable, BENCH / "peers" / "ps_mlp.py", "--framework",
+                        framework, "--model", model, "--workers", str(w), "--steps",
+                        str(steps), "--timeout", "180", "--json"] +
+                       (["--sync"] if mode == "sync" else []))
+            rows.append(_last_json(out) or {"framework": framework, "model": model,
+                                            "mode": mode, "workers": w, "steps_per_s": None})
     return rows
+
+
+def transfers(size, log):
+    log("ps pull/push vs raw MPI Send/Recv")
+    out = _run([_mpiexec(), "-n", "2", sys.executable, BENCH / "ps_throughput.py",
+                "--sizes-mib", "1", "16", "--repeats", "5", "--seconds", "2", "--json"])
+    return _last_json(out)["bandwidth"]
 
 
 def allreduce_training(size, log):
@@ -121,22 +131,15 @@ def plots(results, out_dir):
     files = {}
 
     ps = results["ps"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    labels, mine, theirs = [], [], []
-    for mode, w in (("async", 2), ("sync", 2)):
-        labels.append(f"ps {mode}, {w} workers")
-        mine.append(_pick(ps, "mpiflow", mode, w) or 0)
-        theirs.append(_pick(ps, "tensorflow", mode, w) or 0)
-    for row in results["allreduce"]:
-        labels.append(f"allreduce, {row['workers']} workers")
-        mine.append(row["mpiflow"] or 0)
-        theirs.append(row["torch"] or 0)
-    xs = range(len(labels))
-    ax.bar([x - 0.2 for x in xs], mine, 0.4, label="mpiflow")
-    ax.bar([x + 0.2 for x in xs], theirs, 0.4, label="TensorFlow (ps) / PyTorch DDP (allreduce)")
-    ax.set_xticks(list(xs), labels, rotation=15, fontsize=8)
-    ax.set_ylabel("steps/s (MLP 784-512-512-10, batch 128)")
-    ax.legend(fontsize=8)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    groups = [(f"{model}\n{mode}, {w}w", _pick(ps, "mpiflow", mode, w, model),
+               _pick(ps, "tensorflow", mode, w, model)) for model, mode, w in PS_RUNS]
+    _bars(left, groups, "TensorFlow ps/worker (gRPC)",
+          "ps mode: the same TF1 script")
+    _bars(right, [(f"{r['workers']} workers", r["mpiflow"], r["torch"])
+                  for r in results["allreduce"]], "PyTorch DDP (gloo)",
+          "allreduce mode: MLP 784-512-512-10")
+    left.set_ylabel("steps/s of the job")
     fig.tight_layout()
     files["steps"] = out_dir / "steps_per_second.png"
     fig.savefig(files["steps"], dpi=110)
@@ -163,11 +166,13 @@ def plots(results, out_dir):
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for framework in ("mpiflow", "tensorflow"):
         points = [(r["workers"], r["steps_per_s"]) for r in ps
-                  if r["framework"] == framework and r["mode"] == "async" and r["steps_per_s"]]
+                  if r["framework"] == framework and r["mode"] == "async" and
+                  r["model"] == "example" and r["steps_per_s"]]
         if points:
             ax.plot(*zip(*points), marker="o", label=framework)
     ax.set_xlabel("workers (plus 1 ps)")
     ax.set_ylabel("async steps/s of the job")
+    ax.set_title("ps mode, examples/mnist_ps.py's model, 2 cores", fontsize=9)
     ax.set_xticks([1, 2, 3])
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -177,9 +182,19 @@ def plots(results, out_dir):
     return files
 
 
-def _pick(rows, framework, mode, workers):
+def _bars(ax, groups, peer, title):
+    xs = range(len(groups))
+    ax.bar([x - 0.2 for x in xs], [g[1] or 0 for g in groups], 0.4, label="mpiflow")
+    ax.bar([x + 0.2 for x in xs], [g[2] or 0 for g in groups], 0.4, label=peer)
+    ax.set_xticks(list(xs), [g[0] for g in groups], fontsize=7)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _pick(rows, framework, mode, workers, model="example"):
     for r in rows:
-        if (r["framework"], r["mode"], r["workers"]) == (framework, mode, workers):
+        if (r["framework"], r["model"], r["mode"], r["workers"]) == \
+                (framework, model, mode, workers):
             return r["steps_per_s"]
     return None
 
@@ -194,14 +209,31 @@ def markdown(results, files, size, elapsed):
               "cores, so these are ratios of the same work on the same hardware, not "
               "cluster figures. Rerun it on your machine.", "",
               "## ps mode: mpiflow vs TensorFlow's ps/worker (gRPC)", "",
-              "The same TF1 script (`benchmarks/peers/ps_mlp.py`: MLP 784-512-512-10, batch "
-              "128, SGD, 1 ps), run by TensorFlow as a process per task over gRPC and by "
-              "mpiflow under `mpiexec` with `python -m mpiflow.run`.", "",
-              "| mode | workers | mpiflow steps/s | TensorFlow steps/s | mpiflow / TF |",
-              "| --- | --- | --- | --- | --- |"]
-    for mode, workers in (("async", 1), ("async", 2), ("async", 3), ("sync", 2)):
-        a, b = _pick(ps, "mpiflow", mode, workers), _pick(ps, "tensorflow", mode, workers)
-        lines.append(f"| {mode} | {workers} | {_fmt(a)} | {_fmt(b)} | {_ratio(a, b)} |")
+              "The same TF1 script (`benchmarks/peers/ps_mlp.py`, 1 ps), run by TensorFlow as "
+              "a process per task over gRPC and by mpiflow under `mpiexec` with `python -m "
+              "mpiflow.run`. `example` is the model of `examples/mnist_ps.py` (64-128-10, "
+              "batch 32, Adam): small steps, where the runtime's per-step cost decides; "
+              "`mlp512` is 784-512-512-10 at batch 128 with SGD, where compute weighs more. "
+              "Every process gets the same share of the cores. Steps/s of the job, from "
+              "the moment every worker has arrived.", "",
+              "| model | mode | workers | mpiflow steps/s | TensorFlow steps/s | mpiflow / TF |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for model, mode, workers in PS_RUNS:
+        a = _pick(ps, "mpiflow", mode, workers, model)
+        b = _pick(ps, "tensorflow", mode, workers, model)
+        lines.append(f"| {model} | {mode} | {workers} | {_fmt(a)} | {_fmt(b)} | "
+                     f"{_ratio(a, b)} |")
+    lines += ["", "With more processes than cores (here 2) adding workers adds no "
+              "throughput: every process gets less CPU. On a cluster each rank has its own "
+              "cores; rerun there for scaling.", "",
+              "ps transfers against the MPI library's own Send/Recv between the same two "
+              "ranks (`benchmarks/ps_throughput.py`), MiB/s:", "",
+              "| MiB | raw pull | mpiflow pull | ratio | raw push | mpiflow push | ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results["transfers"]:
+        lines.append(f"| {r['MiB']} | {r['raw_pull']:.0f} | {r['mpiflow_pull']:.0f} | "
+                     f"{r['pull_ratio']:.2f} | {r['raw_push']:.0f} | {r['mpiflow_push']:.0f} | "
+                     f"{r['push_ratio']:.2f} |")
     lines += ["", f"![steps/s]({files['steps'].relative_to(ROOT)})",
               f"![scaling]({files['scaling'].relative_to(ROOT)})", "",
               "## allreduce mode: mpiflow vs PyTorch DDP (gloo)", "",
@@ -246,8 +278,8 @@ def main():
     def log(what):
         print(f"[{time.monotonic() - start:6.0f} s] {what}", flush=True)
 
-    results = {"ps": ps_mode(size, log), "allreduce": allreduce_training(size, log),
-               "bandwidth": bandwidth(size, log)}
+    results = {"ps": ps_mode(size, log), "transfers": transfers(size, log),
+               "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log)}
     files = plots(results, Path(args.plots))
     Path(args.out).write_text(markdown(results, files, args.size, time.monotonic() - start))
     json_path = Path(args.plots) / "results.json"

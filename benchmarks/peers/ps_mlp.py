@@ -69,6 +69,10 @@ def train(tf, args) -> None:
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
                                                                               logits=logits))
         step = tf.train.get_or_create_global_step()
+        # A start line on the ps: every worker times from the moment all have arrived (a
+        # TF1 worker may first wait 30 s for the chief's init, then would train alone).
+        arrived = tf.Variable(0, name="arrived", trainable=False)
+        arrive = arrived.assign_add(1)
         opt = optimizer(tf)
         if args.sync:
             opt = tf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=len(workers),
@@ -83,6 +87,9 @@ def train(tf, args) -> None:
                                            hooks=hooks, config=config) as sess:
         for _ in range(args.warmup):
             sess.run(train_op, {x: xb, y: yb})
+        sess.run(arrive)
+        while sess.run(arrived) < len(workers):
+            time.sleep(0.001)
         start = time.time()        # wall clock: the workers' spans are compared
         for _ in range(args.steps):
             sess.run(train_op, {x: xb, y: yb})
@@ -111,6 +118,16 @@ def _collect(procs, timeout) -> list[dict]:
     for reader in readers:
         reader.join(max(0.0, deadline - time.monotonic()))
     return list(results)
+
+
+def _results_in(text) -> list[dict]:
+    """Every ``RESULT {...}`` in ``text``, also where mpiexec ran two ranks' lines together."""
+    decoder, found, pos = json.JSONDecoder(), [], text.find("RESULT ")
+    while pos != -1:
+        obj, end = decoder.raw_decode(text, pos + len("RESULT "))
+        found.append(obj)
+        pos = text.find("RESULT ", end)
+    return found
 
 
 def _free_ports(count):
@@ -156,8 +173,7 @@ def launch(args) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-        results = [json.loads(line[7:]) for line in out.splitlines()
-                   if line.startswith("RESULT ")]
+        results = _results_in(out)
     if len(results) != args.workers:
         raise SystemExit(f"{args.framework}: {len(results)} of {args.workers} workers "
                          "reported")
