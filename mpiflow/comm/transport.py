@@ -14,6 +14,7 @@ idle rank leaves its core to the ranks beside it.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import msgpack
@@ -43,7 +44,7 @@ class BufferPool:
 
     def empty(self, shape, dtype):
         """Return an array of ``shape`` and ``dtype`` that nobody else references."""
-        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.min_bytes:
             return np.empty(shape, dtype)
         key = (shape, dtype.str)
@@ -112,7 +113,7 @@ def decode_header(raw: bytes, source: int, rank: int):
             if not all(type(d) is int and d >= 0 for d in shape) or \
                     dtype.kind not in _PAYLOAD_KINDS or dtype.hasobject:
                 raise ValueError(spec)
-            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
+            nbytes = dtype.itemsize * math.prod(shape)   # exact: Python ints
             if nbytes > _MAX_PAYLOAD_BYTES:
                 raise ValueError(spec)
         except (TypeError, ValueError):

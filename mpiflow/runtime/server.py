@@ -261,8 +261,19 @@ class RankService:
             for rank, state in self._peers.items():
                 if state != GONE:
                     self.transport.send(rank, {"k": "join", "n": self._joins})
-        self._wait_until(lambda: all(self._peers[r] == GONE or n >= self._joins
-                                     for r, n in self._peer_joins.items()), None)
+        # The predicate runs at every poll: drop each peer once it is done, so a serving
+        # rank checks one peer per poll, not all of them.
+        pending = [r for r in self._peer_joins]
+
+        def everyone_joined():
+            while pending:
+                rank = pending[-1]
+                if self._peers[rank] != GONE and self._peer_joins[rank] < self._joins:
+                    return False
+                pending.pop()
+            return True
+
+        self._wait_until(everyone_joined, None)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Tell every rank this one is leaving, and leave once they have all left (at exit).
