@@ -67,12 +67,17 @@ def ps_mode(size, log):
         for framework in ("mpiflow", "tensorflow"):
             log(f"ps {model} {mode} {framework} {w} workers")
             steps = size["steps"] if model == "example" else size["ddp_steps"]
-            out = _run([sys.executable, BENCH / "peers" / "ps_mlp.py", "--framework",
-                        framework, "--model", model, "--workers", str(w), "--steps",
-                        str(steps), "--timeout", "180", "--json"] +
-                       (["--sync"] if mode == "sync" else []))
-            rows.append(_last_json(out) or {"framework": framework, "model": model,
-                                            "mode": mode, "workers": w, "steps_per_s": None})
+            try:
+                out = _run([sys.executable, BENCH / "peers" / "ps_mlp.py", "--framework",
+                            framework, "--model", model, "--workers", str(w), "--steps",
+                            str(steps), "--timeout", "180", "--json"] +
+                           (["--sync"] if mode == "sync" else []))
+                result = _last_json(out)
+            except RuntimeError as exc:      # a run that hangs or fails: say so, go on
+                log(f"  failed: {str(exc).splitlines()[-1]}")
+                result = None
+            rows.append(result or {"framework": framework, "model": model, "mode": mode,
+                                   "workers": w, "steps_per_s": None})
     return rows
 
 
@@ -116,7 +121,7 @@ def bandwidth(size, log):
 
 
 def _fmt(value, digits=1):
-    return "skipped" if value is None else f"{value:.{digits}f}"
+    return "skipped or failed" if value is None else f"{value:.{digits}f}"
 
 
 def _ratio(a, b):
