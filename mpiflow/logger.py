@@ -28,13 +28,14 @@ class _FallbackHandler(logging.StreamHandler):
             super().emit(record)
 
 
-def _launch_rank():
+def launch_rank() -> str | None:
+    """This process's rank as the launcher's variables give it, without starting MPI."""
     return next((os.environ[v] for v in _RANK_VARIABLES if os.environ.get(v)), None)
 
 
 # The tag of every line: "[r3] " from the launcher's rank variable, "[worker:1 r3] " once
 # the rank has a role (set_role, called when its Server is made).
-_TAG = [f"[r{_launch_rank()}] " if _launch_rank() is not None else ""]
+_TAG = [f"[r{launch_rank()}] " if launch_rank() is not None else ""]
 
 
 def set_role(job: str, task: int, rank: int) -> None:

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         return supervise([sys.executable, "-m", "mpiflow.run", *argv], _STATUS_FD)
     from mpi4py import MPI
 
-    from mpiflow import errors, logger
+    from mpiflow import errors
     from mpiflow.train.cluster_spec import ClusterSpec, set_launch_cluster
 
     world = MPI.COMM_WORLD
@@ -129,16 +129,14 @@ def main(argv=None) -> int:
         return 2
     # The rank service now, not at the script's first Server: an error anywhere in the
     # script then ends the whole job at once, printed with its rank and role.
-    from mpiflow.train.server import rank_service
+    from mpiflow.train.server import name_roles, rank_service
     service = rank_service()
-    service.role_names.update({r: "{}:{}".format(*cluster.task_of_rank(r))
-                               for r in range(world.Get_size())})
+    name_roles(service, cluster)
     if _STATUS_FD in os.environ:
         from mpiflow.supervise import tell_parent
         tell_parent(os.environ.pop(_STATUS_FD),
                     f"{service.describe(service.rank)} on {service.host}")
     job, task = cluster.task_of_rank(world.Get_rank())
-    logger.set_role(job, task, world.Get_rank())
     set_launch_cluster(cluster)
     flags = [f"--ps_hosts={','.join(addresses.get('ps', []))}",
              f"--worker_hosts={','.join(addresses.get('worker', []))}",

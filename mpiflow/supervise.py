@@ -17,10 +17,10 @@ import signal
 import subprocess
 import sys
 
+from mpiflow.logger import launch_rank
+
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
-# Launchers' rank variables (MPICH/Hydra, Open MPI, PMIx, Slurm): who we are, until told.
-_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
 def _die_with_parent():
@@ -55,8 +55,8 @@ def supervise(command: list[str], status_variable: str) -> int:
     if code < 0:
         signum = -code
         if signum not in forwarded:     # not the launcher stopping the job: say who died
-            who = name or next((f"rank {os.environ[v]}" for v in _RANK_VARIABLES
-                                if os.environ.get(v)), "this rank")
+            rank = launch_rank()      # who we are, until the child told us more
+            who = name or (f"rank {rank}" if rank is not None else "this rank")
             sys.stderr.write(f"[{who}] was killed by {signal.Signals(signum).name} (signal "
                              f"{signum}); the job ends\n")
             sys.stderr.flush()

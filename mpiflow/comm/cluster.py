@@ -49,17 +49,6 @@ def local_ranks(nodes: Sequence[Hashable]) -> tuple[list[int], list[int]]:
     return ranks, [counts[key] for key in nodes]
 
 
-def ranks_on_node(comm) -> int:
-    """Return how many ranks of ``comm`` share this rank's node (collective)."""
-    from mpi4py import MPI  # noqa: PLC0415  (importing mpi4py.MPI initialises MPI)
-
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        return node.Get_size()
-    finally:
-        node.Free()
-
-
 def _block_ps(nodes: list[int], num_ps: int) -> list[int]:
     return list(range(num_ps))
 

@@ -23,7 +23,7 @@ import traceback
 
 from mpiflow import backend, config, errors
 from mpiflow.comm.backoff import Backoff
-from mpiflow.comm.cluster import Layout, ranks_on_node
+from mpiflow.comm.cluster import Layout
 from mpiflow.comm.liveness import Heartbeat, leave_job
 from mpiflow.comm.rendezvous import MISSING, Rendezvous
 from mpiflow.comm.transport import Transport
@@ -88,8 +88,12 @@ class RankService:
     def __init__(self, comm, role_names=None, timeout=None, max_sleep_s=None):
         max_sleep = max_sleep_s if max_sleep_s is not None else \
             config.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6
-        ranks_here = ranks_on_node(comm)
-        self.cpu_threads = backend.share_cpu_cores(ranks_here)
+        self.host = socket.gethostname()
+        # One gathering of the layout serves the core share, the local liveness checks
+        # and the heartbeats' host names.
+        layout = Layout.from_comm(comm, host=self.host)
+        self.hosts = layout.hosts
+        self.cpu_threads = backend.share_cpu_cores(layout.local_size)
         # Yielding polls keep replies at microseconds and give the core to any rank that
         # needs it, even on a crowded node: 3-4 ranks on 2 cores stepped a small model
         # 2.6x faster with 2000 us than with 50 us, and a big one no slower
@@ -98,9 +102,7 @@ class RankService:
         self.transport = Transport(comm, Backoff(spin_s=spin_us * 1e-6, max_s=max_sleep))
         self.rank = self.transport.rank
         self.size = self.transport.size
-        self.host = socket.gethostname()
-        self._peer_pids = _local_peer_pids(comm, self.host)
-        self.hosts = Layout.from_comm(comm, host=self.host).hosts
+        self._peer_pids = _local_peer_pids(comm, layout)
         self._next_liveness_check = 0.0
         self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
         self.role_names = dict(role_names or {})
@@ -599,17 +601,13 @@ _LIVENESS_PERIOD_S = 0.5
 _FATAL_WAIT_S = 10.0
 
 
-def _local_peer_pids(comm, host) -> dict:
-    """Return {rank: pid} of the other ranks on this host (collective over ``comm``)."""
-    import zlib
-
+def _local_peer_pids(comm, layout) -> dict:
+    """Return {rank: pid} of the other ranks on this node (collective over ``comm``)."""
     import numpy as np
-    mine = np.array([os.getpid(), zlib.crc32(host.encode())], dtype=np.int64)
-    every = np.empty((comm.Get_size(), 2), dtype=np.int64)
-    comm.Allgather(mine, every)
-    rank = comm.Get_rank()
-    return {r: int(pid) for r, (pid, h) in enumerate(every)
-            if r != rank and h == mine[1]}
+    pids = np.empty(comm.Get_size(), dtype=np.int64)
+    comm.Allgather(np.array([os.getpid()], dtype=np.int64), pids)
+    return {r: int(pid) for r, pid in enumerate(pids)
+            if r != layout.rank and layout.nodes[r] == layout.node}
 
 
 def _process_alive(pid: int) -> bool:

@@ -35,6 +35,14 @@ def rank_service():
     return _SERVICE[0]
 
 
+def name_roles(service, cluster) -> None:
+    """Name every rank by its task in errors ("rank 2 (worker:1)") and this process's log
+    lines by its own ("[worker:1 r2]")."""
+    service.role_names.update(
+        {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
+    logger.set_role(*cluster.task_of_rank(service.rank), service.rank)
+
+
 def _install_abort_hook(service, world):
     """Make an uncaught exception end the whole MPI job at once, printed with its rank.
 
@@ -98,9 +106,7 @@ class Server:
                 f"Rank {rank} runs /job:{job}/task:{task} in the launch layout, but the "
                 f"script asked for job_name={job_name!r}, task_index={task_index!r}: "
                 f"{cluster.as_dict()}")
-        service.role_names.update(
-            {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
-        logger.set_role(job, task, rank)
+        name_roles(service, cluster)
         _join_job_group(service, cluster, job)
         self._setup(service, cluster, job, task, config)
 
