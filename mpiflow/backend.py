@@ -1,8 +1,16 @@
-"""The one place that chooses numpy or cupy for a device.
+"""The one place that chooses numpy or cupy for a device, binds a rank's GPU and moves
+arrays between host and device.
 
 Kernels receive ``xp`` from here and never import an array library themselves; no module
 but this one imports cupy. On a machine without cupy (or without a GPU) nothing of cupy
-is imported and asking for a GPU array module is an error that says why.
+is imported and asking for a GPU array module is an error that says why; a job that
+places nothing on a GPU never imports cupy at all (binding is lazy).
+
+GPU binding: each rank takes GPU ``local_rank % gpus`` of its node (``MPIFLOW_GPU``
+overrides) as its ``/device:GPU:0``; ``/device:GPU:K`` is the K-th GPU after it, so one
+rank per node with several GPUs addresses them all as TensorFlow does, and several ranks
+per node each get their own. The CUDA device is per thread, so whoever runs kernels calls
+``activate_gpu`` first (a cheap check when it is already current).
 """
 
 from __future__ import annotations
@@ -75,6 +83,117 @@ def is_device_array(array) -> bool:
     return _cupy is not None and isinstance(array, _cupy.ndarray)
 
 
+# -- GPU binding -------------------------------------------------------------------------
+
+_local_rank = [0, 1]       # this rank's local rank, and the ranks on its node
+
+
+def set_local_rank(local_rank: int, local_size: int = 1) -> None:
+    """Record this rank's place on its node (the rank service calls this once at start).
+
+    Nothing of CUDA is touched here: the binding is applied when a GPU is first used.
+    """
+    _local_rank[:] = [int(local_rank), max(int(local_size), 1)]
+
+
+def bound_gpu() -> int | None:
+    """Return the GPU (among those this process sees) bound as ``/device:GPU:0``, or None
+    where there is none."""
+    count = gpu_count()
+    if not count:
+        return None
+    forced = config.get("MPIFLOW_GPU")
+    if forced is not None:
+        if forced >= count:
+            raise errors.PlacementError(
+                f"MPIFLOW_GPU={forced} names a GPU this process does not have: it sees "
+                f"{count} GPU(s) (0..{count - 1}; CUDA_VISIBLE_DEVICES narrows what it sees)")
+        return forced
+    return _local_rank[0] % count
+
+
+def describe_binding() -> str:
+    """One line saying which GPU this rank binds and why (for ``mpiflow.info``)."""
+    count = gpu_count()
+    if not count:
+        return f"none ({gpu_reason() or 'no GPU'})"
+    gpu = bound_gpu()
+    why = ("MPIFLOW_GPU" if config.get("MPIFLOW_GPU") is not None
+           else f"local rank {_local_rank[0]} % {count} GPU(s)")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f", CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+    return f"GPU {gpu} ({why}{seen})"
+
+
+def physical_gpu(index: int) -> int:
+    """Return the GPU that ``/device:GPU:index`` means on this rank."""
+    count = gpu_count()
+    if index >= count:
+        raise errors.PlacementError(
+            f"/device:GPU:{index} does not exist here: this rank sees {count} GPU(s)")
+    return (bound_gpu() + index) % count
+
+
+def activate_gpu(physical: int) -> None:
+    """Make GPU ``physical`` current in the calling thread (CUDA keeps one per thread)."""
+    runtime = _cupy.cuda.runtime
+    if runtime.getDevice() != physical:
+        runtime.setDevice(physical)
+
+
+def device_index(device: str) -> int:
+    """Return K of ``/device:GPU:K`` in a canonical device string (0 when absent)."""
+    tail = (device or "").rsplit("/device:GPU:", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+
+
+# -- moving arrays ------------------------------------------------------------------------
+
+def to_device(array, physical: int):
+    """Return ``array`` on GPU ``physical`` (itself when it is already there)."""
+    cupy = _cupy
+    if isinstance(array, cupy.ndarray) and array.device.id == physical:
+        return array
+    with cupy.cuda.Device(physical):
+        return cupy.asarray(array)
+
+
+def staged_for_send(array):
+    """Return a host copy of device ``array`` in pinned memory, ready for MPI.
+
+    The copy is complete when this returns (the stream that wrote ``array`` is waited
+    for), so MPI may read it at once. Pinned pages are recycled by cupy's pinned pool
+    when the returned array (which holds them) is dropped after the send completes.
+    """
+    cupy = _cupy
+    nbytes = array.nbytes
+    memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    host = numpy.frombuffer(memory, dtype=array.dtype, count=array.size).reshape(array.shape)
+    stream = cupy.cuda.get_current_stream()
+    cupy.ascontiguousarray(array).get(out=host, stream=stream)
+    stream.synchronize()
+    return host
+
+
+def ready_for_mpi(array):
+    """Return contiguous device ``array`` once its producing kernels are done (MPI reads
+    device memory outside CUDA's stream order, so the stream must be drained first)."""
+    array = _cupy.ascontiguousarray(array)
+    _cupy.cuda.get_current_stream().synchronize()
+    return array
+
+
+def device_empty(shape, dtype):
+    """Return an uninitialised array on the current GPU."""
+    return _cupy.empty(shape, dtype)
+
+
+def synchronize() -> None:
+    """Wait for the current GPU's work (timers and fetches need finished results)."""
+    if _cupy is not None:
+        _cupy.cuda.get_current_stream().synchronize()
+
+
 _nccl = []
 
 
@@ -96,6 +215,12 @@ def nccl_module():
             else:
                 _nccl[:] = [nccl, ""]
     return _nccl[0], _nccl[1]
+
+
+def nccl_usable() -> bool:
+    """Whether algorithm 'auto' may take NCCL for GPU tensors: it imports, a GPU is
+    visible, and no two ranks of this node share a GPU (NCCL refuses that)."""
+    return nccl_module()[0] is not None and _local_rank[1] <= gpu_count()
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

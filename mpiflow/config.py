@@ -135,6 +135,14 @@ _declare(
                "a crowded node, because every rank of a collective is active at once and a "
                "sleeping rank stalls the others (4 ranks on 2 cores: 1 MiB allreduce 2.5x "
                "slower with 50)"),
+    Option("MPIFLOW_GPU", "int", None, minimum=0,
+           doc="the GPU (of those the process sees) that this rank binds as its "
+               "/device:GPU:0; unset = the rank's local rank (from the node split of the "
+               "job) modulo the GPUs the node shows"),
+    Option("MPIFLOW_CUDA_AWARE_MPI", "str", "auto", choices=("auto", "0", "1"),
+           doc="whether MPI takes GPU buffers directly: auto = ask the MPI library "
+               "(MPIX_Query_cuda_support), 1 = yes, 0 = no (GPU tensors go through pinned "
+               "host buffers)"),
     Option("MPIFLOW_FUSION_THRESHOLD_BYTES", "int", 64 << 20, minimum=0,
            doc="size of the fusion buffers that FusedAllreduce packs small tensors into "
                "(one allreduce per buffer); a tensor larger than this is its own bucket; "

@@ -17,16 +17,6 @@ import sys
 import numpy as np
 
 
-def _cuda_aware(MPI) -> str:
-    query = getattr(MPI, "Query_cuda_support", None)
-    if query is None:
-        return "unknown (this mpi4py cannot ask)"
-    try:
-        return "yes" if query() else "no"
-    except Exception as exc:  # an MPI without the MPIX extension
-        return f"unknown ({type(exc).__name__})"
-
-
 def add_layout_arguments(parser) -> None:
     """``--ps`` and ``--policy``, as ``ClusterSpec.from_mpi`` takes them (shared by the
     commands that lay out a launch)."""
@@ -50,6 +40,7 @@ def main(argv=None) -> int:
     from mpi4py import MPI
 
     from mpiflow import backend, config
+    from mpiflow.comm import cuda_aware
     from mpiflow.comm.cluster import Layout
 
     comm = MPI.COMM_WORLD
@@ -58,10 +49,9 @@ def main(argv=None) -> int:
     policy = args.policy or config.get("MPIFLOW_PS_POLICY")
     threads = config.get("MPIFLOW_CPU_THREADS") or max(
         1, (os.cpu_count() or 1) // layout.local_sizes[layout.rank])
-    gpus = 0
-    if backend.gpu_available():
-        gpus = backend.gpu_count()
-    gpu = layout.local_ranks[layout.rank] % gpus if gpus else -1
+    backend.set_local_rank(layout.local_rank, layout.local_size)   # as the rank service does
+    gpus = backend.gpu_count()
+    gpu = backend.bound_gpu() if gpus else -1
     mine = np.array([threads, gpu], dtype=np.int64)
     every = np.empty((layout.size, 2), dtype=np.int64)
     comm.Allgather(mine, every)
@@ -78,7 +68,11 @@ def main(argv=None) -> int:
     nccl, why = backend.nccl_module()
     print(f"nodes: {layout.num_nodes}; ps policy {policy}")
     print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}")
-    print(f"CUDA-aware MPI: {_cuda_aware(MPI)}")
+    print(f"CUDA-aware MPI: {cuda_aware.describe()}")
+    if gpus:
+        print(f"GPU binding: /device:GPU:0 of each rank is the GPU in the table (local "
+              f"rank % {gpus} GPU(s) per node, MPIFLOW_GPU overrides); rank 0: "
+              f"{backend.describe_binding()}")
     print(f"cupy: {'yes, %d GPU(s)' % gpus if gpus else 'no (' + backend.gpu_reason() + ')'}")
     print(f"NCCL: {'yes' if nccl is not None else 'no (' + why + ')'}")
     unknown = config.default().unknown_variables()

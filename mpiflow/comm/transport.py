@@ -5,7 +5,9 @@ by the payload buffers it announces on ``PAYLOAD_TAG``. The receiver probes for 
 from any source, then takes that many payloads from the same source; MPI keeps messages
 of one (source, tag) in order, so concurrent senders cannot interleave. Arrays are sent
 from and received into their own memory (buffer-based uppercase calls): no copy on either
-side. Sends are non-blocking; a buffer that must not change while in flight can be
+side. GPU arrays go to MPI as they are where MPI is CUDA-aware, else through pinned host
+memory (``backend``); a message for a GPU consumer says so, and a CUDA-aware receiver lands
+it in device memory. Sends are non-blocking; a buffer that must not change while in flight can be
 guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer runs.
 
 Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), so an
@@ -21,12 +23,14 @@ import msgpack
 import numpy as np
 from mpi4py import MPI
 
-from mpiflow import errors
+from mpiflow import backend, errors
 from mpiflow.comm.backoff import Backoff, poll_until
+from mpiflow.comm.cuda_aware import cuda_aware_mpi
 
 HEADER_TAG = 7101
 PAYLOAD_TAG = 7102
 _BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
+_TO_GPU_KEY = "_gpu"     # header field: the payloads are wanted in GPU memory
 
 
 class BufferPool:
@@ -60,6 +64,9 @@ class BufferPool:
 
 
 def _contiguous(value):
+    if backend.is_device_array(value):
+        return backend.ready_for_mpi(value) if cuda_aware_mpi() else \
+            backend.staged_for_send(value)
     array = np.asarray(value)
     return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
@@ -138,16 +145,20 @@ class Transport:
         self._pool = BufferPool()
 
     # -- sending ---------------------------------------------------------------------------
-    def send(self, dest: int, header: dict, arrays=(), guard: str | None = None) -> None:
+    def send(self, dest: int, header: dict, arrays=(), guard: str | None = None,
+             to_gpu: bool = False) -> None:
         """Send ``header`` and ``arrays`` to ``dest`` without waiting for delivery.
 
         The arrays must not change until the send completes: pass ``guard`` (a name) for
         arrays that a later writer may change, and call ``wait_guard(name)`` before it does.
+        ``to_gpu`` says the receiver consumes them on a GPU.
         """
         arrays = [_contiguous(a) for a in arrays]
         if arrays:
             header = dict(header)
             header[_BUFFERS_KEY] = [[a.dtype.str, list(a.shape)] for a in arrays]
+            if to_gpu:
+                header[_TO_GPU_KEY] = True
         packed = msgpack.packb(header, use_bin_type=True)
         requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
         for a in arrays:
@@ -205,9 +216,11 @@ class Transport:
         raw = bytearray(status.Get_count(MPI.BYTE))
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
         header, specs = decode_header(bytes(raw), source, self.rank)
+        on_gpu = header.pop(_TO_GPU_KEY, False) is True and cuda_aware_mpi()
         arrays = []
         for shape, dtype in specs:
-            array = self._pool.empty(shape, dtype)
+            array = backend.device_empty(shape, dtype) if on_gpu else \
+                self._pool.empty(shape, dtype)
             self.comm.Recv([array, MPI.BYTE], source, PAYLOAD_TAG)
             arrays.append(array)
         return Message(source, header, arrays)

@@ -13,8 +13,8 @@ from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.reduction_ops import reduce_sum
 from mpiflow.ops.registry import (
-    OpDef, apply_op, is_float, is_numeric, normalize_axis, register_op, require_dtype,
-    same_dtype)
+    OpDef, apply_op, fused_elementwise, is_float, is_numeric, normalize_axis, register_op,
+    require_dtype, same_dtype)
 
 class _Elementwise(OpDef):
     """Shape rule of activations and their gradient kernels: same dtype, same shape."""
@@ -52,6 +52,7 @@ class ReluOp(_Elementwise):
 @register_op("ReluGrad")
 class ReluGradOp(_Elementwise):
     """``gradients * (outputs > 0)``."""
+    gpu_forward = fused_elementwise("mf_relu_grad", "T g, T y", "out = y > (T)0 ? g : (T)0")
 
     allowed = staticmethod(is_numeric)
 
@@ -75,6 +76,8 @@ class Relu6Op(_Elementwise):
 @register_op("Relu6Grad")
 class Relu6GradOp(_Elementwise):
     """``gradients * (0 < features < 6)``."""
+    gpu_forward = fused_elementwise(
+        "mf_relu6_grad", "T g, T x", "out = (x > (T)0 && x < (T)6) ? g : (T)0")
 
     def forward(self, xp, ctx, g, x):
         return g * ((x > 0) & (x < 6))
@@ -105,6 +108,7 @@ class LeakyReluGradOp(_Elementwise):
 
 @register_op("Elu")
 class EluOp(_Elementwise):
+    gpu_forward = fused_elementwise("mf_elu", "T x", "out = x > (T)0 ? x : (T)expm1(min(x, (T)0))")
     def forward(self, xp, ctx, x):
         return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
 
@@ -115,6 +119,8 @@ class EluOp(_Elementwise):
 @register_op("EluGrad")
 class EluGradOp(_Elementwise):
     """``gradients`` where outputs > 0, else ``gradients * (outputs + 1)``."""
+    gpu_forward = fused_elementwise(
+        "mf_elu_grad", "T g, T y", "out = y > (T)0 ? g : g * (y + (T)1)")
 
     def forward(self, xp, ctx, g, y):
         return xp.where(y > 0, g, g * (y + 1))
@@ -134,6 +140,8 @@ def _stable_sigmoid(xp, x):
 
 @register_op("Sigmoid")
 class SigmoidOp(_Elementwise):
+    gpu_forward = fused_elementwise("mf_sigmoid", "T x",
+        "T z = exp(-abs(x)); out = x >= (T)0 ? (T)1 / ((T)1 + z) : z / ((T)1 + z)")
     def forward(self, xp, ctx, x):
         return _stable_sigmoid(xp, x)
 
@@ -144,6 +152,7 @@ class SigmoidOp(_Elementwise):
 @register_op("SigmoidGrad")
 class SigmoidGradOp(_Elementwise):
     """``dy * y * (1 - y)`` with inputs (y, dy), TensorFlow's order."""
+    gpu_forward = fused_elementwise("mf_sigmoid_grad", "T y, T dy", "out = dy * y * ((T)1 - y)")
 
     def forward(self, xp, ctx, y, dy):
         return dy * y * (1 - y)
@@ -166,6 +175,7 @@ class TanhOp(_Elementwise):
 @register_op("TanhGrad")
 class TanhGradOp(_Elementwise):
     """``dy * (1 - y^2)`` with inputs (y, dy), TensorFlow's order."""
+    gpu_forward = fused_elementwise("mf_tanh_grad", "T y, T dy", "out = dy * ((T)1 - y * y)")
 
     def forward(self, xp, ctx, y, dy):
         return dy * (1 - y * y)
@@ -177,6 +187,8 @@ class TanhGradOp(_Elementwise):
 
 @register_op("Softplus")
 class SoftplusOp(_Elementwise):
+    gpu_forward = fused_elementwise(
+        "mf_softplus", "T x", "out = max(x, (T)0) + log1p(exp(-abs(x)))")
     def forward(self, xp, ctx, x):
         # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large |x|.
         return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
@@ -188,6 +200,8 @@ class SoftplusOp(_Elementwise):
 @register_op("SoftplusGrad")
 class SoftplusGradOp(_Elementwise):
     """``gradients * sigmoid(features)``."""
+    gpu_forward = fused_elementwise("mf_softplus_grad", "T g, T x",
+        "T z = exp(-abs(x)); out = g * (x >= (T)0 ? (T)1 / ((T)1 + z) : z / ((T)1 + z))")
 
     def forward(self, xp, ctx, g, x):
         return g * _stable_sigmoid(xp, x)

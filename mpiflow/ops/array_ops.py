@@ -69,6 +69,8 @@ def runtime_axis(ctx, axis: int, ndims: int) -> int:
 
 @register_op("Reshape")
 class ReshapeOp(OpDef):
+    host_inputs = (1,)       # the shape
+    host_inputs = (1,)       # the shape
     aliases_input = True
 
     def infer(self, b):
@@ -156,7 +158,8 @@ class ConcatOp(OpDef):
 @register_op("ConcatGrad", attrs={"axis": 0})
 class ConcatGradOp(OpDef):
     """Split a concat's gradient back into pieces of the inputs' runtime shapes."""
-
+    host_inputs = range(1, 1 << 20)   # the inputs' shapes
+    host_inputs = range(1, 1 << 20)   # the inputs' shapes
     tuple_outputs = True
 
     def infer(self, b):
@@ -418,6 +421,8 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tens
 
 @register_op("Size", attrs={"out_type": dtypes.int32})
 class SizeOp(OpDef):
+    host_outputs = True
+    host_outputs = True
     gradient = None
 
     def infer(self, b):
@@ -429,6 +434,8 @@ class SizeOp(OpDef):
 
 @register_op("Rank")
 class RankOp(OpDef):
+    host_outputs = True
+    host_outputs = True
     gradient = None
 
     def infer(self, b):

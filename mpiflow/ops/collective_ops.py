@@ -19,6 +19,7 @@ _OPS = ("sum", "average")
 
 
 class _Collective(OpDef):
+    gpu_kernel = "nccl"
     stateful = True
     async_kernel = True
 
@@ -131,6 +132,7 @@ def _fusion(ctx):
 class FusedAddOp(OpDef):
     """Put one gradient into its fusion bucket; the bucket's allreduce starts as soon as
     the bucket is full, while the backward pass goes on (scheduled as early as ready)."""
+    gpu_kernel = "nccl"
 
     stateful = True
     schedule_early = True

@@ -1,8 +1,9 @@
 """_Send and _Recv: the ops the partitioner puts on each edge that crosses ranks.
 
-They carry the edge key and the peer rank as attrs; the executor runs them itself (a Send
-hands its input to the transport, a Recv suspends the step until the tensor arrives), so
-their OpDefs have shape functions but no kernels of their own.
+They carry the edge key and the peer rank as attrs (a Send also whether its Recv sits on
+a GPU, so a CUDA-aware MPI can land the tensor in device memory); the executor runs them
+itself (a Send hands its input to the transport, a Recv suspends the step until the
+tensor arrives), so their OpDefs have shape functions but no kernels of their own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class _Transfer(OpDef):
                               "Transfer ops are run by the executor, not as kernels", ctx.op)
 
 
-@register_op("_Send", attrs={"edge": REQUIRED, "peer": REQUIRED})
+@register_op("_Send", attrs={"edge": REQUIRED, "peer": REQUIRED, "to_gpu": False})
 class SendOp(_Transfer):
     transfer = "send"
 

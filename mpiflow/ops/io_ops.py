@@ -43,6 +43,8 @@ class SaveShardOp(OpDef):
     Output: the shard's manifest (UTF-8 JSON bytes as uint8), which the Saver turns into
     the checkpoint's index.
     """
+    gpu_kernel = False
+    gpu_kernel = False
 
     stateful = True
     gradient = None
@@ -91,6 +93,8 @@ class SaveShardOp(OpDef):
 class RestoreSliceOp(OpDef):
     """Return slice ``slice`` ("" = whole) of checkpoint tensor ``name``, however it was
     saved (whole, or as slices of another partitioning)."""
+    gpu_kernel = False
+    gpu_kernel = False
 
     stateful = True
     gradient = None

@@ -23,6 +23,8 @@ from mpiflow.ops.registry import (
 
 @register_op("Shape", attrs={"out_type": dtypes.int32})
 class ShapeOp(OpDef):
+    host_outputs = True
+    host_outputs = True
     gradient = None
 
     def infer(self, b):
@@ -45,6 +47,8 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
 @register_op("SumToShape")
 class SumToShapeOp(OpDef):
     """Sum a broadcast gradient back down to ``shape`` (the inverse of BroadcastTo)."""
+    host_inputs = (1,)
+    host_inputs = (1,)
 
     def infer(self, b):
         value = shape_from_tensor(b.inputs[1])
@@ -65,6 +69,8 @@ class SumToShapeOp(OpDef):
 
 @register_op("BroadcastTo")
 class BroadcastToOp(OpDef):
+    host_inputs = (1,)
+    host_inputs = (1,)
     aliases_input = True
 
     def infer(self, b):
@@ -429,6 +435,8 @@ def add_n(inputs, name=None) -> Tensor:
 @register_op("Range")
 class RangeOp(OpDef):
     """``[start, start + delta, ...)`` below ``limit`` (numpy's arange), from scalars."""
+    host_inputs = (0, 1, 2)
+    host_inputs = (0, 1, 2)
 
     gradient = None
 

@@ -147,6 +147,8 @@ class AvgPoolOp(_PoolBase):
 @register_op("AvgPoolGrad", attrs=_POOL_ATTRS)
 class AvgPoolGradOp(_PoolBase):
     """Inputs (orig_input_shape, grad): spread each window's gradient over its inputs."""
+    host_inputs = (0,)
+    host_inputs = (0,)
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "orig_input_shape")

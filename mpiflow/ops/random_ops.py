@@ -19,6 +19,7 @@ from mpiflow.ops.registry import OpDef, apply_op, register_op, require_dtype
 
 class _Random(OpDef):
     stateful = True
+    host_inputs = (0,)
     gradient = None
     attrs = {"dtype": dtypes.float32, "seed": 0, "seed2": 0}
 
@@ -66,6 +67,8 @@ class RandomUniformOp(_Random):
 
 @register_op("Fill")
 class FillOp(OpDef):
+    host_inputs = (0,)
+    host_inputs = (0,)
     def infer(self, b):
         require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "dims")
         if b.shape(1).ndims not in (None, 0):

@@ -35,6 +35,16 @@ class OpDef:
         aliases_state: the output may share memory with variable/constant storage.
         tuple_outputs: the kernel returns a tuple (one array per output) rather than
             one array; set by ops with a variable or plural number of outputs.
+        host_inputs: input indices the kernel reads as host (numpy) arrays wherever it
+            runs: shapes, axes and counts it turns into Python values (TF's HostMemory),
+            so a GPU kernel never waits on the device to learn a shape.
+        host_outputs: the kernel returns host arrays wherever it runs (Shape, Size).
+        gpu_kernel: False for ops that always run on the host (files, queues, tokens);
+            placed on a GPU they run on the host of the same task, inputs copied there.
+            "nccl" for collectives: on a GPU only when their algorithm is NCCL ("auto"
+            where NCCL is usable), else their tensors are reduced in host memory.
+        gpu_forward: the kernel used on a GPU instead of ``forward`` (a fused cupy kernel,
+            see ``fused_elementwise``); None = ``forward`` with cupy as ``xp``.
         gradient: a method ``gradient(self, op, *output_grads) -> [grad per input]``, or
             None when the op has no gradient on purpose.
     """
@@ -50,6 +60,10 @@ class OpDef:
     async_kernel = False     # forward may return Wait(key) to be run again after key fires
     passes_sparse_gradients = False   # gradient accepts IndexedSlices (else densified)
     schedule_early = False   # run as soon as ready (starts communication to overlap)
+    host_inputs = ()
+    host_outputs = False
+    gpu_kernel = True
+    gpu_forward = None
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):
@@ -66,6 +80,43 @@ class OpDef:
     @property
     def differentiable(self) -> bool:
         return self.gradient is not None
+
+
+def fused_elementwise(name: str, in_params: str, body: str, out_params: str = "T out"):
+    """Return a ``gpu_forward``: the op's whole elementwise formula as one GPU kernel.
+
+    ``in_params`` and ``out_params`` follow cupy's ElementwiseKernel ("T g, T y"; T is
+    the inputs' dtype); ``body`` is the C expression per element. The numpy ``forward``
+    stays the reference the GPU tests compare this with.
+    """
+    def gpu_forward(self, xp, ctx, *inputs):
+        if inputs[0].dtype.char == "e":      # float16: the array calls (cupy's own half math)
+            return self.forward(xp, ctx, *inputs)
+        return elementwise_kernel(xp, name, in_params, out_params, body)(*inputs)
+    return gpu_forward
+
+
+_fused_kernels = {}
+
+
+def elementwise_kernel(xp, name: str, in_params: str, out_params: str, body: str):
+    """Return the GPU array module's ElementwiseKernel for ``body``, compiled once.
+
+    One launch does a whole chain of elementwise arithmetic, where the same chain written
+    with array calls launches a kernel per call and moves every intermediate through GPU
+    memory. ``xp`` is the module the executor handed the kernel (cupy on a GPU), so op
+    modules never import an array library themselves.
+    """
+    kernel = _fused_kernels.get(name)
+    if kernel is None:
+        kernel = _fused_kernels[name] = xp.ElementwiseKernel(in_params, out_params, body,
+                                                             name)
+    return kernel
+
+
+def has_fused_kernels(xp) -> bool:
+    """Whether ``xp`` compiles elementwise kernels (cupy does, numpy does not)."""
+    return hasattr(xp, "ElementwiseKernel")
 
 
 class Wait:

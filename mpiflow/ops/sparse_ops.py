@@ -66,6 +66,7 @@ class GatherOp(OpDef):
 @register_op("GatherRowShape")
 class GatherRowShapeOp(OpDef):
     """Shape [-1] + g.shape[indices.ndim:]: the values shape of gather's sparse gradient."""
+    host_outputs = True
 
     gradient = None
 
@@ -81,6 +82,8 @@ class GatherRowShapeOp(OpDef):
 @register_op("GatherDenseGrad", attrs={"axis": 0})
 class GatherDenseGradOp(OpDef):
     """Scatter-add gather's gradient into a dense zero tensor (for axis != 0)."""
+    host_inputs = (2,)
+    host_inputs = (2,)
 
     def infer(self, b):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[2]))]
@@ -109,6 +112,8 @@ def gather(params, indices, axis=0, name=None, validate_indices=None, batch_dims
 
 @register_op("UnsortedSegmentSum")
 class UnsortedSegmentSumOp(OpDef):
+    host_inputs = (2,)
+    host_inputs = (2,)
     def infer(self, b):
         require_dtype(b, 1, is_index, "segment_ids")
         d, s = b.shape(0), b.shape(1)

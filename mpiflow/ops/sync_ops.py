@@ -66,6 +66,7 @@ class StepTokens:
 
 
 class _AccumulatorOp(OpDef):
+    gpu_kernel = False    # the accumulator lives in host memory beside its queue
     stateful = True
     gradient = None
 
@@ -148,6 +149,7 @@ class AccumulatorTakeIndexedSlicesOp(_AccumulatorOp):
 
 
 class _TokenOp(OpDef):
+    gpu_kernel = False
     stateful = True
     gradient = None
 

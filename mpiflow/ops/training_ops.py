@@ -8,6 +8,10 @@ to their live buffers, casts the hyperparameters to the var's dtype and, for spa
 sums the values of duplicate indices first (the semantics of TF's optimizers). A sparse
 op that updates only the touched rows reuses its dense op's update on those rows.
 
+On a GPU each dense update is one fused kernel (``FusedUpdate``): every slot and the
+var are read and written once per step, where the array form launches a kernel per
+arithmetic call and moves each intermediate through device memory.
+
 The optimizers in ``mpiflow.train`` build these ops; a parameter server applies pushed
 gradients with them. Must not import runtime, gradients or train.
 """
@@ -18,12 +22,34 @@ from mpiflow import errors
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import convert_to_tensor
-from mpiflow.ops.registry import OpDef, apply_op, get_op_def, is_index, register_op
+from mpiflow.ops.registry import (
+    OpDef, apply_op, elementwise_kernel, get_op_def, has_fused_kernels, is_index, register_op)
 from mpiflow.ops.state_ops import VARIABLE_OP_TYPES
 
 # Input roles by TF's input names: buffers written in place, and the gradient.
 _STATE_INPUTS = frozenset({"var", "accum", "m", "v", "ms", "mom", "mg"})
 _GRAD_INPUTS = frozenset({"grad", "delta"})
+
+
+class FusedUpdate:
+    """An update as one GPU kernel: C statements over the op's inputs by TF's names.
+
+    ``reads`` are the inputs the body reads only; ``writes`` the buffers it updates in
+    place (the var and its slots). ``variant(attrs)`` picks the body by the op's attrs.
+    """
+
+    def __init__(self, reads, writes, bodies, variant=lambda attrs: 0):
+        self.reads, self.writes = tuple(reads), tuple(writes)
+        self.bodies, self.variant = bodies, variant
+
+    def run(self, xp, op_def, ctx, values) -> None:
+        which = self.variant(ctx.attrs)
+        kernel = elementwise_kernel(
+            xp, f"mf_{op_def.type_name.lower()}_{which}",
+            ", ".join(f"T {n}" for n in self.reads), ", ".join(f"T {n}" for n in self.writes),
+            self.bodies[which])
+        by_name = dict(zip(op_def.inputs, values))
+        kernel(*[by_name[n] for n in self.reads + self.writes])
 
 
 class _ApplyOp(OpDef):
@@ -34,6 +60,7 @@ class _ApplyOp(OpDef):
     gradient = None
     inputs = ()          # TF's input names, in order; input 0 is "var"
     sparse = False
+    fused = None         # FusedUpdate: the same update as one GPU kernel
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -106,7 +133,14 @@ class _ApplyOp(OpDef):
         if grad.shape != var.shape:
             raise _run_error(ctx, f"Input '{self.inputs[self._grad]}' does not match the "
                              "var's shape", list(var.shape), list(grad.shape))
-        self.update(xp, ctx, *values)
+        self.apply_update(xp, ctx, *values)
+
+    def apply_update(self, xp, ctx, *values):
+        """``update``, or its fused kernel where the var is a float32/64 GPU array."""
+        if self.fused is not None and has_fused_kernels(xp) and values[0].dtype.char in "fd":
+            self.fused.run(xp, self, ctx, values)
+        else:
+            self.update(xp, ctx, *values)
 
     def update(self, xp, ctx, *values):
         """Apply the update in place; ``values`` follow ``inputs``, slots as buffers."""
@@ -161,7 +195,7 @@ class _RowwiseSparseOp(_SparseApplyOp):
         indices = values[self._indices]
         rows = {i: values[i][indices] for i in self.ref_inputs}
         dense_values = [rows.get(i, v) for i, v in enumerate(values) if i != self._indices]
-        get_op_def(self.dense).update(xp, ctx, *dense_values)
+        get_op_def(self.dense).apply_update(xp, ctx, *dense_values)
         for i, r in rows.items():
             values[i][indices] = r
 
@@ -201,6 +235,7 @@ class ApplyGradientDescentOp(_ApplyOp):
     """var -= alpha * delta."""
 
     inputs = ("var", "alpha", "delta")
+    fused = FusedUpdate(("alpha", "delta"), ("var",), ["var -= alpha * delta"])
 
     def update(self, xp, ctx, var, alpha, delta):
         var -= alpha * delta
@@ -224,6 +259,11 @@ class ApplyMomentumOp(_ApplyOp):
     var -= lr * grad + lr * momentum * accum)."""
 
     inputs = ("var", "accum", "lr", "grad", "momentum")
+    fused = FusedUpdate(
+        ("lr", "grad", "momentum"), ("var", "accum"),
+        ["accum = accum * momentum + grad; var -= accum * lr",
+         "accum = accum * momentum + grad; var -= grad * lr + accum * (lr * momentum)"],
+        lambda attrs: int(bool(attrs["use_nesterov"])))
 
     def update(self, xp, ctx, var, accum, lr, grad, momentum):
         accum *= momentum
@@ -245,6 +285,11 @@ class ApplyAdagradOp(_ApplyOp):
     """accum += grad^2; var -= lr * grad / sqrt(accum)."""
 
     inputs = ("var", "accum", "lr", "grad")
+    fused = FusedUpdate(
+        ("lr", "grad"), ("var", "accum"),
+        ["var -= lr * grad / sqrt(accum)",
+         "accum += grad * grad; var -= lr * grad / sqrt(accum)"],
+        lambda attrs: int(bool(attrs["update_slots"])))
 
     def update(self, xp, ctx, var, accum, lr, grad):
         if ctx.attrs["update_slots"]:
@@ -266,6 +311,10 @@ class ApplyRMSPropOp(_ApplyOp):
     var -= mom."""
 
     inputs = ("var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad")
+    fused = FusedUpdate(
+        ("lr", "rho", "momentum", "epsilon", "grad"), ("var", "ms", "mom"),
+        ["ms = rho * ms + ((T)1 - rho) * grad * grad; "
+         "mom = momentum * mom + lr * grad / sqrt(ms + epsilon); var -= mom"])
 
     def update(self, xp, ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
         _moving_average(ms, rho, xp.square(grad))
@@ -278,6 +327,10 @@ class ApplyCenteredRMSPropOp(_ApplyOp):
     ms as RMSProp; mom = momentum * mom + lr * grad / sqrt(ms - mg^2 + eps); var -= mom."""
 
     inputs = ("var", "mg", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad")
+    fused = FusedUpdate(
+        ("lr", "rho", "momentum", "epsilon", "grad"), ("var", "mg", "ms", "mom"),
+        ["mg = rho * mg + ((T)1 - rho) * grad; ms = rho * ms + ((T)1 - rho) * grad * grad; "
+         "mom = momentum * mom + lr * grad / sqrt(ms - mg * mg + epsilon); var -= mom"])
 
     def update(self, xp, ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
         _moving_average(mg, rho, grad.copy())
@@ -320,6 +373,16 @@ class ApplyAdamOp(_ApplyOp):
 
     inputs = ("var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2",
               "epsilon", "grad")
+    fused = FusedUpdate(
+        ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"),
+        ("var", "m", "v"),
+        ["m = beta1 * m + ((T)1 - beta1) * grad; v = beta2 * v + ((T)1 - beta2) * grad * grad; "
+         "var -= lr * sqrt((T)1 - beta2_power) / ((T)1 - beta1_power) * m "
+         "/ (sqrt(v) + epsilon)",
+         "m = beta1 * m + ((T)1 - beta1) * grad; v = beta2 * v + ((T)1 - beta2) * grad * grad; "
+         "var -= lr * sqrt((T)1 - beta2_power) / ((T)1 - beta1_power) "
+         "* (beta1 * m + ((T)1 - beta1) * grad) / (sqrt(v) + epsilon)"],
+        lambda attrs: int(bool(attrs["use_nesterov"])))
 
     def update(self, xp, ctx, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon,
                grad):

@@ -57,7 +57,7 @@ class DistributedPlan:
             return ranks[task]
 
         parts = partition(order, placer.task_of, self.feed_tensors, self.fetch_tensors,
-                          client, rank_of)
+                          client, rank_of, placer.device_of)
         local_graph = Graph()
         import_graph_def({"node": parts.nodes.pop(client)}, name="", graph=local_graph,
                          known_op_types=set(registered_op_types()))

@@ -86,6 +86,26 @@ class Plan:
             return slots[tensor]
 
         self.feed_slots = [slot_of(t) for t in self.feed_tensors]
+        # Where each slot's value lives (None: host memory; an int: that GPU). Values cross
+        # between host and GPU only through copy steps added here, one per (tensor, place).
+        where = {}
+        copies = {}
+        gpus = set()
+        kernel_place = {}
+
+        def slot_at(tensor, place):
+            slot = slot_of(tensor)
+            if where.get(slot) == place:
+                return slot
+            key = (slot, place)
+            if key not in copies:
+                copies[key] = slot_of(("copy", tensor, place))
+                mover = backend.to_host if place is None else \
+                    functools.partial(backend.to_device, physical=place)
+                steps.append((mover, [slot], [copies[key]], _SINGLE))
+                self.ops.append(op)
+            return copies[key]
+
         refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
         steps = []
         self.ops = []
@@ -100,29 +120,46 @@ class Plan:
             op_def = get_op_def(op.type)
             if op.outputs and not op_def.stateful and all(t in fed for t in op.outputs):
                 continue        # fed in full (a placeholder): nothing to compute
+            device = _kernel_device(op, op_def)
+            xp = xp_for(device)
+            place = None if backend.device_type(device) == "CPU" else \
+                backend.physical_gpu(backend.device_index(device))
+            if place is not None:
+                gpus.add(place)
             ins = []
             for i, t in enumerate(op.inputs):
                 if i in op_def.ref_inputs:
                     refs.append(state.ref(t.op))
                     ins.append(-len(refs))
                 else:
-                    ins.append(slot_of(t))
+                    ins.append(slot_at(t, None if i in op_def.host_inputs else place))
             # A fed output keeps the fed value: the op's own result goes to a shadow slot.
             outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
+            for s in outs:
+                where[s] = None if op_def.host_outputs else place
             if op_def.transfer is not None:
                 self.has_transfers = True
                 kind = _SEND if op_def.transfer == "send" else _RECV
-                guard = _variable_aliased(op.inputs[0]) if kind == _SEND else None
-                steps.append(((op.get_attr("edge"), op.get_attr("peer"), guard), ins, outs,
+                if kind == _SEND:
+                    detail = (_variable_aliased(op.inputs[0]), op.get_attr("to_gpu"))
+                else:
+                    detail = (None, place)
+                steps.append(((op.get_attr("edge"), op.get_attr("peer")) + detail, ins, outs,
                               kind))
             else:
-                ctx = KernelContext(op, xp_for(op.device), state)
+                ctx = KernelContext(op, xp, state)
+                if place is not None:
+                    backend.activate_gpu(place)     # what prepare puts on the GPU goes there
                 op_def.prepare(ctx)
                 if op_def.async_kernel:
                     kind = _ASYNC_MULTI if op_def.tuple_outputs else _ASYNC
                 else:
                     kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
-                steps.append((functools.partial(op_def.forward, ctx.xp, ctx), ins, outs, kind))
+                forward = op_def.gpu_forward if place is not None and \
+                    op_def.gpu_forward is not None else op_def.forward
+                kernel = functools.partial(forward, ctx.xp, ctx)
+                steps.append((kernel, ins, outs, kind))
+                kernel_place[id(kernel)] = place
             self.ops.append(op)
             for t in op.outputs:
                 if t in snapshot and t not in fed:
@@ -130,6 +167,13 @@ class Plan:
                     self.ops.append(op)
         self.fetch_slots = [slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
                             for t in self.fetch_tensors]
+        # The GPU a thread running this plan makes current; a plan spanning several GPUs
+        # switches before each kernel instead.
+        self.gpu = min(gpus) if gpus else None
+        if len(gpus) > 1:
+            steps = [(_on_gpu(fn, kernel_place.get(id(fn))), ins, outs, kind)
+                     if kind not in (_SEND, _RECV) else (fn, ins, outs, kind)
+                     for fn, ins, outs, kind in steps]
         n_tensors = len(slots)
         steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, kind)
                  for fn, ins, outs, kind in steps]
@@ -186,9 +230,12 @@ class Plan:
         # Collectives started earlier in this step advance only when polled: between
         # kernels, while any is in flight.
         progress = self._state.progress if self._state is not None else None
+        gpu = self.gpu
         quiet = _QuietNumpy()
         quiet.enter()
         try:
+            if gpu is not None:
+                backend.activate_gpu(gpu)
             for index, (fn, ins, out, kind, frees) in enumerate(
                     self._steps if trace is None else self._traced_steps(trace)):
                 if kind == _SINGLE:
@@ -200,7 +247,7 @@ class Plan:
                     fn(*[vals[i] for i in ins])
                 elif kind == _SEND:
                     t0 = tracing.now_ns() if trace is not None else 0
-                    io.send(fn[0], fn[1], vals[ins[0]], fn[2])
+                    io.send(fn[0], fn[1], vals[ins[0]], fn[2], fn[3])
                     if trace is not None:
                         trace.append(tracing.event("send", f"Send {fn[0]}", t0,
                                                    tracing.now_ns(), peer=fn[1],
@@ -208,7 +255,10 @@ class Plan:
                 elif kind == _RECV:
                     quiet.exit()
                     t0 = tracing.now_ns() if trace is not None else 0
-                    vals[out] = yield ("recv",) + fn
+                    value = yield ("recv", fn[0], fn[1], fn[2])
+                    if gpu is not None:     # resumed maybe by another thread
+                        backend.activate_gpu(gpu)
+                    vals[out] = value if fn[3] is None else backend.to_device(value, fn[3])
                     if trace is not None:
                         trace.append(tracing.event("recv", f"Recv {fn[0]}", t0,
                                                    tracing.now_ns(), peer=fn[1],
@@ -221,6 +271,8 @@ class Plan:
                         quiet.exit()
                         yield ("event", result.key)
                         quiet.enter()
+                        if gpu is not None:
+                            backend.activate_gpu(gpu)
                         result = fn(*args)
                     if kind == _ASYNC_MULTI:
                         for s, v in zip(out, result):
@@ -285,6 +337,31 @@ class _QuietNumpy:
 
 def _copy(value):
     return value.copy()
+
+
+def _kernel_device(op, op_def) -> str:
+    """The device whose kernel runs ``op``: a writer runs where its variable lives, and an
+    op without a GPU kernel runs on its task's host."""
+    anchor = op.inputs[op_def.ref_inputs[0]].op if op_def.ref_inputs else op
+    device = anchor.device
+    if backend.device_type(device) != "GPU" or op_def.gpu_kernel is True:
+        return device
+    if op_def.gpu_kernel == "nccl":
+        algorithm = op._attrs.get("algorithm", "auto")
+        if algorithm == "nccl" or (algorithm == "auto" and backend.nccl_usable()):
+            return device
+    return ""
+
+
+def _on_gpu(fn, place):
+    """``fn`` run with GPU ``place`` current (for plans that span several GPUs)."""
+    if place is None:
+        return fn
+
+    def run(*args):
+        backend.activate_gpu(place)
+        return fn(*args)
+    return run
 
 
 def _fetch_value(value):

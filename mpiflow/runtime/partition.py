@@ -5,7 +5,10 @@ Each tensor that a task needs from another task crosses once (one _Send/_Recv pa
 crosses tasks becomes a tiny token sent the same way. Every piece lists its nodes in the
 order of one global topological order of the whole step, which is what lets each rank
 run its piece front to back without deadlock. Feeds enter the client's piece as
-placeholders; fetches computed elsewhere are sent to it.
+placeholders; fetches computed elsewhere are sent to it. Ops keep their devices (CPU or
+GPU): a Send sits on its tensor's device and a Recv on its first consumer's, so a GPU
+tensor goes to MPI from the GPU and arrives for a GPU consumer; within one rank, values
+cross between host and GPU through copies the executor adds where it compiles a piece.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ class Partitions:
     fetch_names: list           # client-piece tensor names holding each fetch
 
 
-def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of) -> Partitions:
+def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of,
+              device_of=None) -> Partitions:
     """Split ``order`` (ops in a global topological order) into per-task node lists.
 
     Args:
@@ -40,8 +44,9 @@ def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of)
         fetch_tensors: tensors the client fetches, in fetch order.
         client_task: the (job, task) of the process running the step.
         rank_of: ``(job, task) -> MPI rank``.
+        device_of: ``op -> DeviceSpec`` of its placed device (default: its task's CPU).
     """
-    builder = _Builder(order, task_of, client_task, rank_of)
+    builder = _Builder(order, task_of, client_task, rank_of, device_of)
     feed_names = builder.add_feeds(feed_tensors)
     for op in order:
         builder.add_op(op)
@@ -50,12 +55,14 @@ def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of)
 
 
 class _Builder:
-    def __init__(self, order, task_of, client_task, rank_of):
+    def __init__(self, order, task_of, client_task, rank_of, device_of):
         self.task_of = task_of
+        self.device_of = device_of
         self.client_task = client_task
         self.rank_of = rank_of
         self.nodes = {client_task: []}
         self.located = {}           # tensor -> (task, name) where its value is produced
+        self.devices = {}           # tensor name -> device string of its producer
         self.received = {}          # (name, task) -> local name of the received copy
         taken = {op.name for op in order}
         prefix = "mpiflow_transfer"
@@ -67,8 +74,14 @@ class _Builder:
     def _piece(self, task):
         return self.nodes.setdefault(task, [])
 
-    def _device(self, task):
-        return f"/job:{task[0]}/replica:0/task:{task[1]}/device:CPU:0"
+    def _device(self, task, kind="CPU", index=0):
+        return f"/job:{task[0]}/replica:0/task:{task[1]}/device:{kind}:{index}"
+
+    def _op_device(self, op, task):
+        if self.device_of is None:
+            return self._device(task)
+        spec = self.device_of(op)
+        return self._device(task, spec.device_type or "CPU", spec.device_index or 0)
 
     def _fresh(self, kind):
         self.count += 1
@@ -90,22 +103,24 @@ class _Builder:
     def add_op(self, op):
         task = self.task_of(op)
         node = node_def(op)
-        node["device"] = self._device(task)
-        node["input"] = [self.tensor_on(t, task) for t in op.inputs] + \
+        node["device"] = self._op_device(op, task)
+        node["input"] = [self.tensor_on(t, task, node["device"]) for t in op.inputs] + \
             ["^" + self._control_on(c, task) for c in op.control_inputs]
         self._piece(task).append(node)
         for t in op.outputs:
             self.located.setdefault(t, (task, t.name))
+            self.devices.setdefault(t.name, node["device"])
 
-    def tensor_on(self, tensor, task) -> str:
-        """Name of ``tensor``'s value on ``task``, adding a Send/Recv pair if it crosses."""
+    def tensor_on(self, tensor, task, device=None) -> str:
+        """Name of ``tensor``'s value on ``task``, adding a Send/Recv pair if it crosses
+        (the Recv on ``device``, the consumer's)."""
         src_task, name = self.located[tensor]
         if src_task == task:
             return name
         key = (name, task)
         if key not in self.received:
             self.received[key] = self._transfer(name, src_task, task, tensor.dtype,
-                                                tensor.shape)
+                                                tensor.shape, device)
         return self.received[key]
 
     def _control_on(self, op, task) -> str:
@@ -125,14 +140,17 @@ class _Builder:
             self.received[key] = recv.rsplit(":", 1)[0]
         return self.received[key]
 
-    def _transfer(self, name, src_task, dst_task, dtype, shape) -> str:
+    def _transfer(self, name, src_task, dst_task, dtype, shape, dst_device=None) -> str:
         edge = self._fresh("edge")
         send, recv = self._fresh("send"), self._fresh("recv")
+        dst_device = dst_device or self._device(dst_task)
         self._piece(src_task).append({
-            "name": send, "op": "_Send", "input": [name], "device": self._device(src_task),
-            "attr": {"edge": edge, "peer": self.rank_of(dst_task)}, "output": []})
+            "name": send, "op": "_Send", "input": [name],
+            "device": self.devices.get(name, self._device(src_task)),
+            "attr": {"edge": edge, "peer": self.rank_of(dst_task),
+                     "to_gpu": "/device:GPU:" in dst_device}, "output": []})
         self._piece(dst_task).append({
-            "name": recv, "op": "_Recv", "input": [], "device": self._device(dst_task),
+            "name": recv, "op": "_Recv", "input": [], "device": dst_device,
             "attr": {"edge": edge, "peer": self.rank_of(src_task),
                      "dtype": encode_attr(dtype), "shape": encode_attr(shape)},
             "output": [{"dtype": dtype.name, "shape": shape.dims}]})

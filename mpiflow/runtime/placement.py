@@ -3,14 +3,15 @@
 Rules, in order: an op in a colocation group (``loc:@name``) takes the device of the op it
 names; an op that writes a variable in place takes the variable's device; everything else
 keeps what device scopes and functions gave it, with unspecified fields filled from the
-session's own task (job, replica 0, task, CPU:0).
+session's own task (job, replica 0, task, CPU:0). GPU devices are kept: the rank that
+runs the op binds its GPU (``backend``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from mpiflow import errors
+from mpiflow import backend, errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.ops.registry import get_op_def
 
@@ -89,11 +90,11 @@ class Placer:
                 f"{self._cluster.as_dict()}", op)
         index = spec.device_index or 0
         if spec.device_type == "GPU":
-            if not self._soft:
-                raise errors.PlacementError(
-                    f"Cannot place op '{op.name}' ({op.type}) on {op.device}: distributed "
-                    "sessions run ops on CPUs (set ConfigProto(allow_soft_placement=True) to "
-                    "fall back)", op)
+            # The rank that runs the op binds its GPUs; one without raises PlacementError
+            # there, naming the device. Soft placement falls back to the CPU when this
+            # process sees no GPU (the ranks of a job are assumed alike).
+            if not self._soft or backend.gpu_available():
+                return DeviceSpec(job, spec.replica or 0, task, "GPU", index)
             index = 0
         return DeviceSpec(job, spec.replica or 0, task, "CPU", index)
 

@@ -1,0 +1,148 @@
+"""What the GPU tests run: every op test module's gradient cases, plus forward cases for
+the ops that have no gradient, built on a device of choice.
+
+Building needs no GPU, so the coverage check (every op type runs on a GPU in some case,
+or is named here as host-only) runs on every machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+
+import mpiflow as mf
+from tests import ops as ops_tests
+
+R = np.random.default_rng(11)
+
+
+def grad_cases():
+    cases = []
+    for info in pkgutil.iter_modules(ops_tests.__path__):
+        if info.name.startswith("test_"):
+            module = importlib.import_module(f"tests.ops.{info.name}")
+            cases.extend(getattr(module, "GRAD_CASES", []))
+    return cases
+
+
+def _floats(*shape):
+    return R.uniform(-2, 2, size=shape)
+
+
+def _labels():
+    return np.array([1, 0, 3, 3], dtype=np.int64)
+
+
+def _unknown_shape(a):
+    """``a`` without its static shape (so Size and Rank run instead of folding)."""
+    return mf.placeholder_with_default(a, [None] * a.shape.ndims)
+
+
+def _variables(a, b):
+    v = mf.Variable(np.arange(12.0).reshape(4, 3), name="v")
+    ops = [mf.assign(v, a), mf.assign_add(v, a), mf.assign_sub(v, a * 0.5),
+           mf.scatter_add(v, [0, 2, 0], b), mf.scatter_sub(v, [1], b[:1]),
+           mf.scatter_update(v, [3], b[1:2])]
+    with mf.control_dependencies(ops):
+        return mf.identity(v) + mf.cast(mf.is_variable_initialized(v), mf.float64)
+
+
+# name -> (build(*placeholders) -> tensor or list of tensors, inputs)
+FORWARD_CASES = {
+    "argmax_argmin": (lambda a: [mf.argmax(a, axis=1), mf.argmin(a, axis=0)], [_floats(4, 5)]),
+    "comparisons": (lambda a, b: [mf.equal(a, b), mf.not_equal(a, b), mf.less_equal(a, b)],
+                    [np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 0.0, 3.5, 4.0])]),
+    "logic": (lambda a, b: [mf.logical_and(a, b), mf.logical_or(a, b), mf.logical_not(a)],
+              [np.array([True, False, True, False]), np.array([True, True, False, False])]),
+    "floor_finite_nan": (lambda a: [mf.floor(a), mf.is_finite(a), mf.is_nan(a)],
+                         [np.array([1.5, -0.5, np.inf, np.nan, -np.inf, 2.0])]),
+    "in_top_k": (lambda a, k: mf.nn.in_top_k(a, k, 2), [_floats(4, 5), _labels()]),
+    "one_hot": (lambda k: mf.one_hot(k, 5, on_value=2.0, off_value=-1.0), [_labels()]),
+    "random_seeded": (lambda a: [mf.random_normal([3, 4], dtype=mf.float64, seed=3) + a,
+                                 mf.random_uniform([3, 4], dtype=mf.float64, seed=4) + a,
+                                 mf.truncated_normal([3, 4], dtype=mf.float64, seed=5) + a],
+                      [_floats(3, 4)]),
+    "shape_size_rank": (lambda a: [mf.shape(a), mf.size(_unknown_shape(a)),
+                                   mf.rank(_unknown_shape(a)),
+                                   mf.reshape(a, mf.shape(a)[::-1]),
+                                   mf.cast(mf.shape(a), mf.float64) * 2.0],
+                        [_floats(3, 4)]),
+    "no_op": (lambda a: [mf.no_op(), a * 2.0][1], [_floats(2)]),
+    "variables_and_scatter": (_variables, [_floats(4, 3), _floats(3, 3)]),
+    "float16_elementwise": (lambda a: [mf.nn.relu(a) * a, mf.nn.sigmoid(a), mf.tanh(a)],
+                            [_floats(5, 7).astype(np.float16)]),
+    "float32_matmul_softmax": (
+        lambda a, b: mf.nn.softmax(mf.matmul(a, b)),
+        [_floats(8, 16).astype(np.float32), _floats(16, 4).astype(np.float32)]),
+}
+
+# Ops no single-process GPU case runs, and why.
+NOT_RUN_ON_GPU = {
+    "_Send": "transfer between ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "_Recv": "transfer between ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "Placeholder": "fed, never run",
+    "SaveShard": "host only (gpu_kernel = False)",
+    "RestoreSlice": "host only (gpu_kernel = False)",
+    "AccumulatorApplyGradient": "host only (gpu_kernel = False)",
+    "AccumulatorApplyIndexedSlices": "host only (gpu_kernel = False)",
+    "AccumulatorTakeGradient": "host only (gpu_kernel = False)",
+    "AccumulatorTakeIndexedSlices": "host only (gpu_kernel = False)",
+    "SyncTokenRelease": "host only (gpu_kernel = False)",
+    "SyncTokenWait": "host only (gpu_kernel = False)",
+    "CollectiveAllReduce": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "CollectiveBroadcast": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "CollectiveAllGather": "needs ranks (tests/gpu/test_gpu_collectives.py)",
+    "CollectiveFusedAllReduce": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "CollectiveFusedAdd": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    "CollectiveFusedWait": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+}
+
+OPTIMIZERS = {
+    "sgd": lambda: mf.train.GradientDescentOptimizer(0.1),
+    "momentum": lambda: mf.train.MomentumOptimizer(0.05, 0.9),
+    "nesterov": lambda: mf.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True),
+    "adagrad": lambda: mf.train.AdagradOptimizer(0.1),
+    "rmsprop": lambda: mf.train.RMSPropOptimizer(0.01, momentum=0.5),
+    "rmsprop_centered": lambda: mf.train.RMSPropOptimizer(0.01, momentum=0.5, centered=True),
+    "adam": lambda: mf.train.AdamOptimizer(0.01),
+}
+
+
+def build_training(device, optimizer, dtype=np.float64, seed=5, sparse=False):
+    """A small model (embedding + 2 dense layers) trained by ``optimizer`` on ``device``.
+
+    Returns (graph, train_op, loss, variables, feeds). The variables start from fixed
+    values, so a CPU and a GPU build start alike.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((16, 6)).astype(dtype)
+    ids = rng.integers(0, 10, size=16)
+    y = rng.integers(0, 3, size=16)
+    graph = mf.Graph()
+    with graph.as_default(), mf.device(device):
+        xs = mf.placeholder(mf.as_dtype(dtype), [16, 6])
+        ix = mf.placeholder(mf.int64, [16])
+        ys = mf.placeholder(mf.int64, [16])
+        table = mf.Variable(rng.standard_normal((10, 4)).astype(dtype), name="table")
+        w1 = mf.Variable(rng.standard_normal((10, 8)).astype(dtype) * 0.3, name="w1")
+        b1 = mf.Variable(np.zeros(8, dtype), name="b1")
+        w2 = mf.Variable(rng.standard_normal((8, 3)).astype(dtype) * 0.3, name="w2")
+        emb = mf.gather(table, ix) if sparse else mf.matmul(mf.one_hot(ix, 10, dtype=xs.dtype),
+                                                            table)
+        h = mf.nn.relu(mf.matmul(mf.concat([xs, emb], axis=1), w1) + b1)
+        logits = mf.matmul(mf.nn.sigmoid(h) * mf.tanh(h), w2)
+        loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=ys, logits=logits))
+        train = optimizer().minimize(loss)
+        init = mf.global_variables_initializer()
+    return graph, init, train, loss, [table, w1, b1, w2], {xs: x, ix: ids, ys: y}
+
+
+def train_and_read(device, optimizer, steps=5, **kwargs):
+    graph, init, train, loss, variables, feeds = build_training(device, optimizer, **kwargs)
+    with graph.as_default(), mf.Session(graph=graph) as sess:
+        sess.run(init)
+        losses = [sess.run([train, loss], feeds)[1] for _ in range(steps)]
+        return losses, sess.run(variables)

@@ -1,0 +1,161 @@
+"""Every op on a GPU (cupy) computes what it computes on the CPU (numpy): forward values
+and gradients of every op test module's gradient cases, forward values of the ops with
+no gradient, each optimizer's fused update, float16 matmul accumulation, and a training
+run. Inputs are fed from the host, so every case also crosses host -> GPU -> host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.gradients import densify
+from mpiflow.ops.registry import registered_op_types
+from tests.gpu import gpu_cases
+
+needs_gpu = pytest.mark.gpu
+GPU = "/device:GPU:0"
+
+
+def _evaluate(build, inputs, device, with_gradients):
+    """Run ``build`` with its ops on ``device``; return (outputs, gradients, op types)."""
+    graph = mf.Graph()
+    with graph.as_default():
+        phs = [mf.placeholder(mf.as_dtype(np.asarray(v).dtype), np.shape(v), name=f"in{i}")
+               for i, v in enumerate(inputs)]
+        before = len(graph.get_operations())
+        with mf.device(device):
+            out = build(*phs)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            grads = []
+            if with_gradients:
+                wrt = [p for p, v in zip(phs, inputs) if np.asarray(v).dtype.kind == "f"]
+                weights = np.random.default_rng(1).standard_normal(
+                    [d if d is not None else 1 for d in outs[0].shape.as_list()])
+                loss = mf.reduce_sum(outs[0] * mf.constant(weights, dtype=outs[0].dtype))
+                grads = [densify(g) for g in mf.gradients(loss, wrt) if g is not None]
+            init = mf.global_variables_initializer()
+        ops = graph.get_operations()[before:]
+        with mf.Session(graph=graph) as sess:
+            sess.run(init)
+            values = sess.run(list(outs) + grads, dict(zip(phs, inputs)))
+    return values[:len(outs)], values[len(outs):], ops
+
+
+def _compare(name, build, inputs, with_gradients, rtol=1e-7, atol=1e-9):
+    want, want_grads, _ = _evaluate(build, inputs, "/device:CPU:0", with_gradients)
+    got, got_grads, ops = _evaluate(build, inputs, GPU, with_gradients)
+    on_gpu = [op.name for op in ops if "GPU" not in op.device]
+    assert not on_gpu, f"{name}: ops not placed on the GPU: {on_gpu}"
+    assert len(got_grads) == len(want_grads)
+    for k, (g, w) in enumerate(zip(got + got_grads, want + want_grads)):
+        what = f"{name}: {'output' if k < len(got) else 'gradient'} {k}"
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs " \
+            f"{w.dtype}{w.shape}"
+        if g.dtype.kind in "fc":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=what)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=what)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", gpu_cases.grad_cases(), ids=repr)
+def test_op_and_its_gradient_on_gpu_equal_cpu(case):
+    _compare(case.name, case.build, case.inputs, with_gradients=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", sorted(gpu_cases.FORWARD_CASES))
+def test_op_without_gradient_on_gpu_equals_cpu(name):
+    build, inputs = gpu_cases.FORWARD_CASES[name]
+    tol = {"rtol": 2e-3, "atol": 2e-3} if "float16" in name else \
+        {"rtol": 1e-5, "atol": 1e-6} if "float32" in name else {}
+    _compare(name, build, inputs, with_gradients=False, **tol)
+
+
+def test_every_op_type_runs_on_a_gpu_in_some_case_or_says_why_not():
+    covered = set()
+
+    def note(build, inputs):
+        graph = mf.Graph()
+        with graph.as_default():
+            phs = [mf.placeholder(mf.as_dtype(np.asarray(v).dtype), np.shape(v))
+                   for v in inputs]
+            out = build(*phs)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            mf.gradients(mf.reduce_sum(mf.cast(outs[0], mf.float64)),
+                         [p for p in phs if p.dtype.is_floating])
+        covered.update(op.type for op in graph.get_operations())
+
+    for case in gpu_cases.grad_cases():
+        note(case.build, case.inputs)
+    for build, inputs in gpu_cases.FORWARD_CASES.values():
+        note(build, inputs)
+    for optimizer in gpu_cases.OPTIMIZERS.values():
+        for sparse in (False, True):
+            graph = gpu_cases.build_training("", optimizer, sparse=sparse)[0]
+            covered.update(op.type for op in graph.get_operations())
+    missing = sorted(set(registered_op_types()) - covered - set(gpu_cases.NOT_RUN_ON_GPU))
+    assert not missing, f"op types no GPU case runs: {missing}"
+
+
+@needs_gpu
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("optimizer", sorted(gpu_cases.OPTIMIZERS))
+def test_fused_optimizer_updates_on_gpu_equal_cpu(optimizer, sparse):
+    make = gpu_cases.OPTIMIZERS[optimizer]
+    want_loss, want = gpu_cases.train_and_read("/device:CPU:0", make, sparse=sparse)
+    got_loss, got = gpu_cases.train_and_read(GPU, make, sparse=sparse)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-9, atol=1e-12)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+@needs_gpu
+def test_float32_training_run_on_gpu_matches_cpu():
+    make = gpu_cases.OPTIMIZERS["adam"]
+    want_loss, want = gpu_cases.train_and_read("/device:CPU:0", make, steps=30,
+                                               dtype=np.float32)
+    got_loss, got = gpu_cases.train_and_read(GPU, make, steps=30, dtype=np.float32)
+    assert got_loss[-1] < got_loss[0]
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-4)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+@needs_gpu
+def test_float16_matmul_accumulates_in_float32():
+    # K = 8192 products of values in [0, 1): summed in float16 the running sum (about
+    # 2000) has a spacing of 2, so the error would be hundreds of ulps of the result;
+    # summed in float32 and rounded once, it is within one float16 ulp.
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0, 1, (16, 8192)).astype(np.float16)
+    b = rng.uniform(0, 1, (8192, 8)).astype(np.float16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    graph = mf.Graph()
+    with graph.as_default(), mf.device(GPU):
+        out = mf.matmul(mf.constant(a), mf.constant(b))
+        with mf.Session() as sess:
+            got = sess.run(out)
+    assert got.dtype == np.float16
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert np.max(np.abs(got.astype(np.float64) - exact) / ulp) <= 1.0
+
+
+@needs_gpu
+def test_gpu_tensors_cross_to_host_ops_and_back():
+    """An op without a GPU kernel (or a CPU-placed op) between GPU ops gets copies."""
+    graph = mf.Graph()
+    with graph.as_default():
+        x = mf.placeholder(mf.float32, [4])
+        with mf.device(GPU):
+            a = x * 2.0
+        with mf.device("/device:CPU:0"):
+            b = a + 1.0
+        with mf.device(GPU):
+            c = mf.reshape(b * a, mf.shape(b))       # host shape input, GPU data
+        with mf.Session() as sess:
+            got = sess.run([a, b, c], {x: np.arange(4, dtype=np.float32)})
+    np.testing.assert_allclose(got[2], (np.arange(4) * 2 + 1) * np.arange(4) * 2)
+    assert all(isinstance(v, np.ndarray) for v in got)
