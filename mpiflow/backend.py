@@ -150,12 +150,55 @@ def device_index(device: str) -> int:
 # -- moving arrays ------------------------------------------------------------------------
 
 def to_device(array, physical: int):
-    """Return ``array`` on GPU ``physical`` (itself when it is already there)."""
+    """Return ``array`` on GPU ``physical`` (itself when it is already there).
+
+    A host array goes through a pinned staging buffer and an asynchronous copy: a copy
+    from pageable memory would make the host wait for every kernel queued before it, so
+    each step's Python could not run ahead of the GPU's work.
+    """
     cupy = _cupy
-    if isinstance(array, cupy.ndarray) and array.device.id == physical:
-        return array
+    if isinstance(array, cupy.ndarray):
+        if array.device.id == physical:
+            return array
+        with cupy.cuda.Device(physical):
+            return cupy.asarray(array)
+    array = numpy.asarray(array)
+    if array.nbytes < _STAGE_MIN_BYTES:
+        with cupy.cuda.Device(physical):
+            return cupy.asarray(array)
     with cupy.cuda.Device(physical):
-        return cupy.asarray(array)
+        return _staging.upload(cupy, array)
+
+
+_STAGE_MIN_BYTES = 1 << 14
+
+
+class _PinnedStaging:
+    """Pinned host buffers for uploads, each reused once its copy's event has passed."""
+
+    def __init__(self, per_key=4):
+        self.per_key = per_key
+        self.buffers = {}          # (nbytes, device) -> [[host uint8 array, event or None]]
+
+    def upload(self, cupy, array):
+        key = (array.nbytes, cupy.cuda.Device().id)
+        slots = self.buffers.setdefault(key, [])
+        slot = next((s for s in slots if s[1] is None or s[1].done), None)
+        if slot is None:
+            memory = cupy.cuda.alloc_pinned_memory(array.nbytes)
+            slot = [numpy.frombuffer(memory, numpy.uint8, array.nbytes), None]
+            if len(slots) < self.per_key:
+                slots.append(slot)
+        host = slot[0].view(array.dtype).reshape(array.shape)
+        numpy.copyto(host, array)
+        stream = cupy.cuda.get_current_stream()
+        device = cupy.empty(array.shape, array.dtype)
+        device.set(host, stream=stream)
+        slot[1] = stream.record()
+        return device
+
+
+_staging = _PinnedStaging()
 
 
 def staged_for_send(array):
@@ -170,7 +213,7 @@ def staged_for_send(array):
     memory = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
     host = numpy.frombuffer(memory, dtype=array.dtype, count=array.size).reshape(array.shape)
     stream = cupy.cuda.get_current_stream()
-    cupy.ascontiguousarray(array).get(out=host, stream=stream)
+    _contiguous(array).get(out=host, stream=stream)
     stream.synchronize()
     return host
 
@@ -178,9 +221,14 @@ def staged_for_send(array):
 def ready_for_mpi(array):
     """Return contiguous device ``array`` once its producing kernels are done (MPI reads
     device memory outside CUDA's stream order, so the stream must be drained first)."""
-    array = _cupy.ascontiguousarray(array)
+    array = _contiguous(array)
     _cupy.cuda.get_current_stream().synchronize()
     return array
+
+
+def _contiguous(array):
+    # ascontiguousarray would turn a 0-d array into shape (1,)
+    return array if array.flags.c_contiguous else _cupy.ascontiguousarray(array)
 
 
 def device_empty(shape, dtype):

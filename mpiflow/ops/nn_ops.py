@@ -312,6 +312,25 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
         backprop[rows, flat_labels] -= 1
         return loss.reshape(labels.shape), backprop.reshape(logits.shape)
 
+    def gpu_forward(self, xp, ctx, logits, labels):
+        """As TensorFlow's GPU kernel: no range check (reading the labels back would stall
+        the GPU every step); a label outside [0, classes) gives NaN loss and gradient."""
+        classes = logits.shape[-1]
+        if labels.shape != logits.shape[:-1]:
+            return self.forward(xp, ctx, logits, labels)     # raises, naming the shapes
+        flat_labels = labels.reshape(-1)
+        valid = (flat_labels >= 0) & (flat_labels < classes)
+        safe = xp.where(valid, flat_labels, 0)
+        log_probs = _log_softmax(xp, logits.reshape(-1, classes), 1)
+        rows = xp.arange(flat_labels.size)
+        loss = -log_probs[rows, safe]
+        backprop = xp.exp(log_probs)
+        backprop[rows, safe] -= 1
+        nan = xp.asarray(float("nan"), dtype=logits.dtype)
+        loss = xp.where(valid, loss, nan)
+        backprop = xp.where(valid[:, None], backprop, nan)
+        return loss.reshape(labels.shape), backprop.reshape(logits.shape)
+
     def gradient(self, op, grad_loss, grad_backprop):
         logits = op.inputs[0]
         d_logits = _expand_to(grad_loss, logits, -1) * op.outputs[1]

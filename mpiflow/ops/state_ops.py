@@ -134,7 +134,7 @@ class ScatterAddOp(_Scatter):
 @register_op("ScatterSub", attrs={"use_locking": False})
 class ScatterSubOp(_Scatter):
     def apply(self, xp, var, indices, updates):
-        xp.subtract.at(var, indices, updates)
+        xp.add.at(var, indices, -updates)      # cupy has no subtract.at for floats
 
 
 @register_op("ScatterUpdate", attrs={"use_locking": True})

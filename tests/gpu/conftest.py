@@ -13,6 +13,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"needs cupy and a GPU ({backend.gpu_reason()})")
     for item in items:
-        if "tests/gpu/" in str(item.fspath).replace("\\", "/") and \
-                "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)

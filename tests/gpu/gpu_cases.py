@@ -65,7 +65,7 @@ FORWARD_CASES = {
                                  mf.truncated_normal([3, 4], dtype=mf.float64, seed=5) + a],
                       [_floats(3, 4)]),
     "shape_size_rank": (lambda a: [mf.shape(a), mf.size(_unknown_shape(a)),
-                                   mf.rank(_unknown_shape(a)),
+                                   mf.rank(mf.placeholder_with_default(a, None)),
                                    mf.reshape(a, mf.shape(a)[::-1]),
                                    mf.cast(mf.shape(a), mf.float64) * 2.0],
                         [_floats(3, 4)]),

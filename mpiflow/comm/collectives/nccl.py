@@ -45,7 +45,9 @@ class _NcclInit(Stage):
             return   # made, or being made by an operation issued before this one
         uid = np.zeros(_UNIQUE_ID_BYTES, dtype=np.int8)
         if self.state.rank == 0:
-            uid[:] = self.nccl.get_unique_id()
+            raw = self.nccl.get_unique_id()     # bytes (cupy 14) or a tuple of ints
+            uid[:] = np.frombuffer(raw, np.int8) if isinstance(raw, (bytes, bytearray)) \
+                else raw
         extras["nccl_init"] = (uid, self.state.data_comm.Ibcast([uid, MPI.INT8_T], 0))
 
     def test(self) -> bool:
@@ -58,8 +60,12 @@ class _NcclInit(Stage):
         # NCCL binds the communicator to the device that is current now, at creation
         # (ChainerMN creates it lazily for the same reason): bind the rank's GPU
         # (backend) before the first collective, and keep it current afterwards.
-        extras["nccl"] = self.nccl.NcclCommunicator(
-            self.state.size, tuple(int(v) for v in uid), self.state.rank)
+        try:
+            extras["nccl"] = self.nccl.NcclCommunicator(
+                self.state.size, tuple(int(v) for v in uid), self.state.rank)
+        except TypeError:       # cupy 14 takes the id as bytes
+            extras["nccl"] = self.nccl.NcclCommunicator(
+                self.state.size, uid.tobytes(), self.state.rank)
         extras["nccl_device"] = _cupy().cuda.Device().id
         del extras["nccl_init"]
         return True
