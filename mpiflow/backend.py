@@ -43,10 +43,15 @@ def gpu_available() -> bool:
     return _load_cupy() is not None
 
 
+_gpu_count = []
+
+
 def gpu_count() -> int:
-    """Return the number of GPUs cupy sees (0 without cupy or a GPU)."""
-    cupy = _load_cupy()
-    return 0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount())
+    """Return the number of GPUs cupy sees (0 without cupy or a GPU); asked once."""
+    if not _gpu_count:
+        cupy = _load_cupy()
+        _gpu_count.append(0 if cupy is None else int(cupy.cuda.runtime.getDeviceCount()))
+    return _gpu_count[0]
 
 
 def gpu_reason() -> str:

@@ -22,8 +22,8 @@ from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.control_ops import stop_gradient
 from mpiflow.ops.reduction_ops import reduce_mean, reduce_sum
 from mpiflow.ops.registry import (
-    OpDef, apply_op, is_float, is_index, is_numeric, normalize_axis, register_op,
-    require_dtype, same_dtype)
+    OpDef, apply_op, elementwise_kernel, is_float, is_index, is_numeric, normalize_axis,
+    register_op, require_dtype, same_dtype)
 
 
 def _op(type_name, *inputs, **attrs):
@@ -326,9 +326,9 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
         loss = -log_probs[rows, safe]
         backprop = xp.exp(log_probs)
         backprop[rows, safe] -= 1
-        nan = xp.asarray(float("nan"), dtype=logits.dtype)
-        loss = xp.where(valid, loss, nan)
-        backprop = xp.where(valid[:, None], backprop, nan)
+        or_nan = elementwise_kernel(xp, "mf_or_nan", "T x, bool valid", "T out",
+                                    'out = valid ? x : (T)nan("")')
+        loss, backprop = or_nan(loss, valid), or_nan(backprop, valid[:, None])
         return loss.reshape(labels.shape), backprop.reshape(logits.shape)
 
     def gradient(self, op, grad_loss, grad_backprop):

@@ -100,9 +100,17 @@ class Plan:
             key = (slot, place)
             if key not in copies:
                 copies[key] = slot_of(("copy", tensor, place))
-                mover = backend.to_host if place is None else \
-                    functools.partial(backend.to_device, physical=place)
-                steps.append((mover, [slot], [copies[key]], _SINGLE))
+                if tensor.op.type == "Const" and tensor not in fed:
+                    # A constant is copied once, here, not every step (shapes, axes).
+                    value = tensor.op.get_attr("value")
+                    if place is not None:
+                        value = backend.to_device(value, place)
+                    steps.append((functools.partial(_constant, value), [], [copies[key]],
+                                  _SINGLE))
+                else:
+                    mover = backend.to_host if place is None else \
+                        functools.partial(backend.to_device, physical=place)
+                    steps.append((mover, [slot], [copies[key]], _SINGLE))
                 self.ops.append(op)
             return copies[key]
 
@@ -337,6 +345,10 @@ class _QuietNumpy:
 
 def _copy(value):
     return value.copy()
+
+
+def _constant(value):
+    return value
 
 
 def _kernel_device(op, op_def) -> str:
