@@ -7,24 +7,12 @@ or is named here as host-only) runs on every machine.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 import numpy as np
 
 import mpiflow as mf
-from tests import ops as ops_tests
+from tests.ops.test_gradient_coverage import _all_cases as grad_cases  # noqa: F401
 
 R = np.random.default_rng(11)
-
-
-def grad_cases():
-    cases = []
-    for info in pkgutil.iter_modules(ops_tests.__path__):
-        if info.name.startswith("test_"):
-            module = importlib.import_module(f"tests.ops.{info.name}")
-            cases.extend(getattr(module, "GRAD_CASES", []))
-    return cases
 
 
 def _floats(*shape):
