@@ -146,12 +146,6 @@ def activate_gpu(physical: int) -> None:
         runtime.setDevice(physical)
 
 
-def device_index(device: str) -> int:
-    """Return K of ``/device:GPU:K`` in a canonical device string (0 when absent)."""
-    tail = (device or "").rsplit("/device:GPU:", 1)
-    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
-
-
 # -- moving arrays ------------------------------------------------------------------------
 
 def to_device(array, physical: int):
@@ -162,17 +156,13 @@ def to_device(array, physical: int):
     each step's Python could not run ahead of the GPU's work.
     """
     cupy = _cupy
-    if isinstance(array, cupy.ndarray):
-        if array.device.id == physical:
-            return array
-        with cupy.cuda.Device(physical):
-            return cupy.asarray(array)
-    array = numpy.asarray(array)
-    if array.nbytes < _STAGE_MIN_BYTES:
-        with cupy.cuda.Device(physical):
-            return cupy.asarray(array)
+    on_device = isinstance(array, cupy.ndarray)
+    if on_device and array.device.id == physical:
+        return array
     with cupy.cuda.Device(physical):
-        return _staging.upload(cupy, array)
+        if on_device or numpy.asarray(array).nbytes < _STAGE_MIN_BYTES:
+            return cupy.asarray(array)
+        return _staging.upload(cupy, numpy.asarray(array))
 
 
 _STAGE_MIN_BYTES = 1 << 14

@@ -53,8 +53,9 @@ def cuda_aware_mpi() -> bool:
 def describe() -> str:
     """One line for ``mpiflow.info``."""
     choice = config.get("MPIFLOW_CUDA_AWARE_MPI")
+    answer = "yes" if cuda_aware_mpi() else "no"
     if choice != "auto":
-        return f"{'yes' if choice == '1' else 'no'} (MPIFLOW_CUDA_AWARE_MPI={choice})"
-    return ("yes (MPIX_Query_cuda_support)" if query_library() else
+        return f"{answer} (MPIFLOW_CUDA_AWARE_MPI={choice})"
+    return ("yes (MPIX_Query_cuda_support)" if answer == "yes" else
             "no (the library says so, or cannot be asked): GPU tensors are staged through "
             "pinned host memory")

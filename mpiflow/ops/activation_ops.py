@@ -109,6 +109,7 @@ class LeakyReluGradOp(_Elementwise):
 @register_op("Elu")
 class EluOp(_Elementwise):
     gpu_forward = fused_elementwise("mf_elu", "T x", "out = x > (T)0 ? x : (T)expm1(min(x, (T)0))")
+
     def forward(self, xp, ctx, x):
         return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
 
@@ -142,6 +143,7 @@ def _stable_sigmoid(xp, x):
 class SigmoidOp(_Elementwise):
     gpu_forward = fused_elementwise("mf_sigmoid", "T x",
         "T z = exp(-abs(x)); out = x >= (T)0 ? (T)1 / ((T)1 + z) : z / ((T)1 + z)")
+
     def forward(self, xp, ctx, x):
         return _stable_sigmoid(xp, x)
 
@@ -189,6 +191,7 @@ class TanhGradOp(_Elementwise):
 class SoftplusOp(_Elementwise):
     gpu_forward = fused_elementwise(
         "mf_softplus", "T x", "out = max(x, (T)0) + log1p(exp(-abs(x)))")
+
     def forward(self, xp, ctx, x):
         # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large |x|.
         return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))

@@ -70,7 +70,6 @@ def runtime_axis(ctx, axis: int, ndims: int) -> int:
 @register_op("Reshape")
 class ReshapeOp(OpDef):
     host_inputs = (1,)       # the shape
-    host_inputs = (1,)       # the shape
     aliases_input = True
 
     def infer(self, b):
@@ -158,7 +157,6 @@ class ConcatOp(OpDef):
 @register_op("ConcatGrad", attrs={"axis": 0})
 class ConcatGradOp(OpDef):
     """Split a concat's gradient back into pieces of the inputs' runtime shapes."""
-    host_inputs = range(1, 1 << 20)   # the inputs' shapes
     host_inputs = range(1, 1 << 20)   # the inputs' shapes
     tuple_outputs = True
 
@@ -422,7 +420,6 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tens
 @register_op("Size", attrs={"out_type": dtypes.int32})
 class SizeOp(OpDef):
     host_outputs = True
-    host_outputs = True
     gradient = None
 
     def infer(self, b):
@@ -434,7 +431,6 @@ class SizeOp(OpDef):
 
 @register_op("Rank")
 class RankOp(OpDef):
-    host_outputs = True
     host_outputs = True
     gradient = None
 

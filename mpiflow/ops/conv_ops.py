@@ -70,7 +70,6 @@ class Conv2DOp(_ConvBase):
 class Conv2DBackpropInputOp(_ConvBase):
     """Inputs (input_sizes, filter, out_backprop): d conv2d / d input."""
     host_inputs = (0,)
-    host_inputs = (0,)
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "input_sizes")
@@ -105,7 +104,6 @@ class Conv2DBackpropInputOp(_ConvBase):
 @register_op("Conv2DBackpropFilter", attrs=_CONV_ATTRS)
 class Conv2DBackpropFilterOp(_ConvBase):
     """Inputs (input, filter_sizes, out_backprop): d conv2d / d filter."""
-    host_inputs = (1,)
     host_inputs = (1,)
 
     def infer(self, b):

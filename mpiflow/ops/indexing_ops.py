@@ -112,7 +112,6 @@ class StridedSliceOp(OpDef):
 class StridedSliceGradOp(OpDef):
     """Write a strided slice's gradient into zeros of the sliced input's runtime shape."""
     host_inputs = (1,)
-    host_inputs = (1,)
 
     def infer(self, b):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[1]))]

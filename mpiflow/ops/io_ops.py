@@ -44,7 +44,6 @@ class SaveShardOp(OpDef):
     the checkpoint's index.
     """
     gpu_kernel = False
-    gpu_kernel = False
 
     stateful = True
     gradient = None
@@ -93,7 +92,6 @@ class SaveShardOp(OpDef):
 class RestoreSliceOp(OpDef):
     """Return slice ``slice`` ("" = whole) of checkpoint tensor ``name``, however it was
     saved (whole, or as slices of another partitioning)."""
-    gpu_kernel = False
     gpu_kernel = False
 
     stateful = True

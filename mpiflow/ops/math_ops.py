@@ -24,7 +24,6 @@ from mpiflow.ops.registry import (
 @register_op("Shape", attrs={"out_type": dtypes.int32})
 class ShapeOp(OpDef):
     host_outputs = True
-    host_outputs = True
     gradient = None
 
     def infer(self, b):
@@ -48,7 +47,6 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
 class SumToShapeOp(OpDef):
     """Sum a broadcast gradient back down to ``shape`` (the inverse of BroadcastTo)."""
     host_inputs = (1,)
-    host_inputs = (1,)
 
     def infer(self, b):
         value = shape_from_tensor(b.inputs[1])
@@ -69,7 +67,6 @@ class SumToShapeOp(OpDef):
 
 @register_op("BroadcastTo")
 class BroadcastToOp(OpDef):
-    host_inputs = (1,)
     host_inputs = (1,)
     aliases_input = True
 
@@ -435,7 +432,6 @@ def add_n(inputs, name=None) -> Tensor:
 @register_op("Range")
 class RangeOp(OpDef):
     """``[start, start + delta, ...)`` below ``limit`` (numpy's arange), from scalars."""
-    host_inputs = (0, 1, 2)
     host_inputs = (0, 1, 2)
 
     gradient = None

@@ -148,7 +148,6 @@ class AvgPoolOp(_PoolBase):
 class AvgPoolGradOp(_PoolBase):
     """Inputs (orig_input_shape, grad): spread each window's gradient over its inputs."""
     host_inputs = (0,)
-    host_inputs = (0,)
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "orig_input_shape")

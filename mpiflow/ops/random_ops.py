@@ -68,7 +68,7 @@ class RandomUniformOp(_Random):
 @register_op("Fill")
 class FillOp(OpDef):
     host_inputs = (0,)
-    host_inputs = (0,)
+
     def infer(self, b):
         require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "dims")
         if b.shape(1).ndims not in (None, 0):

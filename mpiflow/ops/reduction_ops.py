@@ -109,7 +109,6 @@ class ReduceGradOp(OpDef):
     This is the adjoint of Sum/Mean, so its own gradient is the reduction again.
     """
     host_inputs = (1,)
-    host_inputs = (1,)
 
     def infer(self, b):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[1]))]

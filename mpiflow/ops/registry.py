@@ -82,17 +82,17 @@ class OpDef:
         return self.gradient is not None
 
 
-def fused_elementwise(name: str, in_params: str, body: str, out_params: str = "T out"):
+def fused_elementwise(name: str, in_params: str, body: str):
     """Return a ``gpu_forward``: the op's whole elementwise formula as one GPU kernel.
 
-    ``in_params`` and ``out_params`` follow cupy's ElementwiseKernel ("T g, T y"; T is
-    the inputs' dtype); ``body`` is the C expression per element. The numpy ``forward``
+    ``in_params`` follow cupy's ElementwiseKernel ("T g, T y"; T is the inputs' dtype);
+    ``body`` is the C statement per element, assigning ``out``. The numpy ``forward``
     stays the reference the GPU tests compare this with.
     """
     def gpu_forward(self, xp, ctx, *inputs):
         if inputs[0].dtype.char == "e":      # float16: the array calls (cupy's own half math)
             return self.forward(xp, ctx, *inputs)
-        return elementwise_kernel(xp, name, in_params, out_params, body)(*inputs)
+        return elementwise_kernel(xp, name, in_params, "T out", body)(*inputs)
     return gpu_forward
 
 

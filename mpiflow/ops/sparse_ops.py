@@ -83,7 +83,6 @@ class GatherRowShapeOp(OpDef):
 class GatherDenseGradOp(OpDef):
     """Scatter-add gather's gradient into a dense zero tensor (for axis != 0)."""
     host_inputs = (2,)
-    host_inputs = (2,)
 
     def infer(self, b):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[2]))]
@@ -113,7 +112,7 @@ def gather(params, indices, axis=0, name=None, validate_indices=None, batch_dims
 @register_op("UnsortedSegmentSum")
 class UnsortedSegmentSumOp(OpDef):
     host_inputs = (2,)
-    host_inputs = (2,)
+
     def infer(self, b):
         require_dtype(b, 1, is_index, "segment_ids")
         d, s = b.shape(0), b.shape(1)

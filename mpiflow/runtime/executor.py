@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from mpiflow import backend, config, errors
+from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import Wait, get_op_def
 from mpiflow.runtime import tracing
@@ -86,6 +87,14 @@ class Plan:
             return slots[tensor]
 
         self.feed_slots = [slot_of(t) for t in self.feed_tensors]
+        refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
+        steps = []
+        self.ops = []
+        self.has_transfers = False
+        # Fetches that may share memory with a variable, a constant or a feed are copied
+        # right where they are produced: the copy is taken before any later in-place
+        # update of the same step, so a fetched read shows the value the step read.
+        snapshot = {t for t in self.fetch_tensors if _aliases_persistent_memory(t, fed)}
         # Where each slot's value lives (None: host memory; an int: that GPU). Values cross
         # between host and GPU only through copy steps added here, one per (tensor, place).
         where = {}
@@ -93,7 +102,8 @@ class Plan:
         gpus = set()
         kernel_place = {}
 
-        def slot_at(tensor, place):
+        def slot_at(tensor, place, consumer):
+            """The slot holding ``tensor`` at ``place``, adding its copy for ``consumer``."""
             slot = slot_of(tensor)
             if where.get(slot) == place:
                 return slot
@@ -111,17 +121,9 @@ class Plan:
                     mover = backend.to_host if place is None else \
                         functools.partial(backend.to_device, physical=place)
                     steps.append((mover, [slot], [copies[key]], _SINGLE))
-                self.ops.append(op)
+                self.ops.append(consumer)
             return copies[key]
 
-        refs = []           # StateRefs handed to writer kernels; slot -1-k until placed
-        steps = []
-        self.ops = []
-        self.has_transfers = False
-        # Fetches that may share memory with a variable, a constant or a feed are copied
-        # right where they are produced: the copy is taken before any later in-place
-        # update of the same step, so a fetched read shows the value the step read.
-        snapshot = {t for t in self.fetch_tensors if _aliases_persistent_memory(t, fed)}
         for op in order:
             if op.type == "VariableV2" and op not in run_var_ops:
                 continue
@@ -131,7 +133,7 @@ class Plan:
             device = _kernel_device(op, op_def)
             xp = xp_for(device)
             place = None if backend.device_type(device) == "CPU" else \
-                backend.physical_gpu(backend.device_index(device))
+                backend.physical_gpu(DeviceSpec.from_string(device).device_index or 0)
             if place is not None:
                 gpus.add(place)
             ins = []
@@ -140,7 +142,7 @@ class Plan:
                     refs.append(state.ref(t.op))
                     ins.append(-len(refs))
                 else:
-                    ins.append(slot_at(t, None if i in op_def.host_inputs else place))
+                    ins.append(slot_at(t, None if i in op_def.host_inputs else place, op))
             # A fed output keeps the fed value: the op's own result goes to a shadow slot.
             outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
             for s in outs:

@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from mpiflow import backend
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph_def import encode_attr, node_def
 from mpiflow.framework.tensor_shape import TensorShape
@@ -74,14 +75,12 @@ class _Builder:
     def _piece(self, task):
         return self.nodes.setdefault(task, [])
 
-    def _device(self, task, kind="CPU", index=0):
-        return f"/job:{task[0]}/replica:0/task:{task[1]}/device:{kind}:{index}"
+    def _device(self, task):
+        return f"/job:{task[0]}/replica:0/task:{task[1]}/device:CPU:0"
 
     def _op_device(self, op, task):
-        if self.device_of is None:
-            return self._device(task)
-        spec = self.device_of(op)
-        return self._device(task, spec.device_type or "CPU", spec.device_index or 0)
+        return self._device(task) if self.device_of is None else \
+            self.device_of(op).to_string()
 
     def _fresh(self, kind):
         self.count += 1
@@ -148,7 +147,7 @@ class _Builder:
             "name": send, "op": "_Send", "input": [name],
             "device": self.devices.get(name, self._device(src_task)),
             "attr": {"edge": edge, "peer": self.rank_of(dst_task),
-                     "to_gpu": "/device:GPU:" in dst_device}, "output": []})
+                     "to_gpu": backend.device_type(dst_device) == "GPU"}, "output": []})
         self._piece(dst_task).append({
             "name": recv, "op": "_Recv", "input": [], "device": dst_device,
             "attr": {"edge": edge, "peer": self.rank_of(src_task),
