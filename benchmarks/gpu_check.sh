@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of mpiflow, in a few minutes on a machine with a GPU: what the rank binds,
 # the GPU test suite (every op and gradient on cupy vs numpy, fused optimizer updates,
-# training parity, ps with GPU workers and allreduce mode under mpiexec, NCCL), then the
-# GPU step benchmark. Logs go to $GPU_CHECK_OUT (default: ./gpu_check_out).
+# training parity, ps with GPU workers and allreduce mode under mpiexec, NCCL, fused
+# elementwise chains), then the GPU step benchmark and the per-op-type GPU time profile. Logs go to $GPU_CHECK_OUT (default: ./gpu_check_out).
 #
 #   bash benchmarks/gpu_check.sh            # PYTHON=... to pick the interpreter
 set -u
@@ -25,4 +25,8 @@ timeout ${GPU_TEST_TIMEOUT:-420} "$PY" -m pytest -q -p no:cacheprovider -o addop
 echo "== GPU step benchmark"
 timeout 240 "$PY" benchmarks/gpu_step.py --steps ${GPU_BENCH_STEPS:-30} --repeats 3 2>&1 | tee "$OUT_DIR/bench.txt" \
     || status=1
+
+echo "== GPU time per op type (traced steps), fusion on/off"
+timeout 180 "$PY" benchmarks/gpu_profile.py --steps ${GPU_BENCH_STEPS:-30} 2>&1 \
+    | tee "$OUT_DIR/profile.txt" || status=1
 exit $status

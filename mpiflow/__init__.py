@@ -5,8 +5,8 @@ This module only re-exports the public API under TensorFlow's names.
 
 from mpiflow import errors
 from mpiflow.framework.dtypes import (
-    DType, as_dtype, bool_ as bool, float16, float32, float64, int8, int16, int32, int64,
-    uint8)
+    DType, as_dtype, bfloat16, bool_ as bool, float16, float32, float64, int8, int16, int32,
+    int64, uint8)
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import (
     Graph, GraphKeys, Operation, Tensor, get_default_graph, get_default_session,

@@ -143,6 +143,9 @@ _declare(
            doc="whether MPI takes GPU buffers directly: auto = ask the MPI library "
                "(MPIX_Query_cuda_support), 1 = yes, 0 = no (GPU tensors go through pinned "
                "host buffers)"),
+    Option("MPIFLOW_FUSE_ELEMENTWISE", "bool", True,
+           doc="run chains of elementwise ops on a GPU as one fused kernel (cupy.fuse); "
+               "0 = one kernel per op"),
     Option("MPIFLOW_FUSION_THRESHOLD_BYTES", "int", 64 << 20, minimum=0,
            doc="size of the fusion buffers that FusedAllreduce packs small tensors into "
                "(one allreduce per buffer); a tensor larger than this is its own bucket; "

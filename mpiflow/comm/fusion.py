@@ -62,8 +62,8 @@ def plan_buckets(specs: Iterable[TensorSpec], threshold_bytes: int) -> list[Buck
         InvalidArgumentError: a name appears twice, or a size is not a whole number of
             elements of its dtype.
     """
-    groups: dict[tuple[str, str], list] = {}       # key -> [names, sizes, bytes]
-    last: dict[tuple[str, str], int] = {}          # key -> position of its last tensor
+    groups: dict[tuple[np.dtype, str], list] = {}  # key -> [names, sizes, bytes]
+    last: dict[tuple[np.dtype, str], int] = {}     # key -> position of its last tensor
     done: list[tuple[int, tuple]] = []             # (position of last tensor, members)
     seen: set[str] = set()
 
@@ -81,7 +81,7 @@ def plan_buckets(specs: Iterable[TensorSpec], threshold_bytes: int) -> list[Buck
             raise errors.InvalidArgumentError(
                 f"Tensor '{spec.name}': {spec.nbytes} bytes is not a whole number of "
                 f"{dtype.name} elements")
-        key = (dtype.str, spec.device)
+        key = (dtype, spec.device)
         size = spec.nbytes // dtype.itemsize
         if spec.nbytes > threshold_bytes:
             done.append((position, (key, [spec.name], [size])))
@@ -99,7 +99,7 @@ def plan_buckets(specs: Iterable[TensorSpec], threshold_bytes: int) -> list[Buck
     buckets = []
     for index, (_, (key, names, sizes)) in enumerate(done):
         offsets = np.concatenate(([0], np.cumsum(sizes[:-1], dtype=np.int64))).tolist()
-        buckets.append(Bucket(index, np.dtype(key[0]), key[1], tuple(names),
+        buckets.append(Bucket(index, key[0], key[1], tuple(names),
                               tuple(int(o) for o in offsets), tuple(sizes)))
     return buckets
 

@@ -26,6 +26,7 @@ from mpi4py import MPI
 from mpiflow import backend, errors
 from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.cuda_aware import cuda_aware_mpi
+from mpiflow.comm.wire_dtypes import from_wire, is_numeric, wire_name
 
 HEADER_TAG = 7101
 PAYLOAD_TAG = 7102
@@ -51,7 +52,7 @@ class BufferPool:
         nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.min_bytes:
             return np.empty(shape, dtype)
-        key = (shape, dtype.str)
+        key = (shape, dtype)
         held = self._free.setdefault(key, [])
         for array in held:
             # One reference in the list, one as getrefcount's argument, one in ``array``.
@@ -85,8 +86,6 @@ class Message:
         return f"Message(from={self.source}, header={self.header})"
 
 
-# Element kinds a payload may have: bool, ints, floats, complex (never objects).
-_PAYLOAD_KINDS = "biufc"
 _MAX_PAYLOAD_BYTES = 1 << 40
 
 
@@ -115,10 +114,10 @@ def decode_header(raw: bytes, source: int, rank: int):
             text, dims = spec
             if not isinstance(text, str) or not isinstance(dims, list):
                 raise ValueError(spec)
-            dtype = np.dtype(text)
+            # Payloads are bool, ints, floats (bfloat16 too) or complex, never objects.
+            dtype = from_wire(text)
             shape = tuple(dims)
-            if not all(type(d) is int and d >= 0 for d in shape) or \
-                    dtype.kind not in _PAYLOAD_KINDS or dtype.hasobject:
+            if not all(type(d) is int and d >= 0 for d in shape) or not is_numeric(dtype):
                 raise ValueError(spec)
             nbytes = dtype.itemsize * math.prod(shape)   # exact: Python ints
             if nbytes > _MAX_PAYLOAD_BYTES:
@@ -156,7 +155,7 @@ class Transport:
         arrays = [_contiguous(a) for a in arrays]
         if arrays:
             header = dict(header)
-            header[_BUFFERS_KEY] = [[a.dtype.str, list(a.shape)] for a in arrays]
+            header[_BUFFERS_KEY] = [[wire_name(a.dtype), list(a.shape)] for a in arrays]
             if to_gpu:
                 header[_TO_GPU_KEY] = True
         packed = msgpack.packb(header, use_bin_type=True)

@@ -1,11 +1,15 @@
 """The one dtype table: mpiflow name -> numpy dtype, MPI datatype name, NCCL type name.
 
 Every layer that needs to map a dtype (kernels, transport, collectives) reads it here, so
-adding a dtype is one row.
+adding a dtype is one row. bfloat16 is ``ml_dtypes.bfloat16``: numpy has no bfloat16, and
+ml_dtypes registers one (with numpy's ufuncs and casts) that cupy also takes. Its numpy
+kind is 'V', so what a dtype is (floating, its range) is asked of ``ml_dtypes.finfo``,
+which knows numpy's floats too, never of the kind letter alone.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from mpiflow import errors
@@ -23,10 +27,10 @@ class DType:
         self.mpi_name = mpi_name
         self.nccl_name = nccl_name
         kind = self._np.kind
-        self.is_floating = kind == "f"
+        self.is_floating = _is_floating(self._np)
         self.is_integer = kind in "iu"
         self.is_bool = kind == "b"
-        self.is_signed = kind in "if"
+        self.is_signed = kind == "i" or self.is_floating
 
     @property
     def as_numpy_dtype(self):
@@ -50,11 +54,11 @@ class DType:
 
     @property
     def min(self):
-        return np.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
+        return ml_dtypes.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
 
     @property
     def max(self):
-        return np.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
+        return ml_dtypes.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
 
     def __repr__(self):
         return f"mf.{self.name}"
@@ -66,17 +70,33 @@ class DType:
         return (as_dtype, (self.name,))
 
 
+def _is_floating(np_dtype: np.dtype) -> bool:
+    """Whether ``np_dtype`` is a float: numpy's (kind 'f') or ml_dtypes' (kind 'V')."""
+    if np_dtype.kind == "f":
+        return True
+    if np_dtype.kind != "V":
+        return False
+    try:
+        ml_dtypes.finfo(np_dtype)
+    except ValueError:      # "not inexact": ml_dtypes' int4 and friends
+        return False
+    return True
+
+
+# MPI has no float16 or bfloat16 type: collectives sum both in float32 (comm/wire_dtypes.py).
+# NCCL >= 2.10 sums bfloat16 natively (ncclBfloat16, cupy's nccl.NCCL_BFLOAT16).
 _TABLE = [
-    # name,     numpy,      MPI datatype,        NCCL type
-    ("float16", np.float16, None,                "float16"),
-    ("float32", np.float32, "FLOAT",             "float32"),
-    ("float64", np.float64, "DOUBLE",            "float64"),
-    ("int8",    np.int8,    "INT8_T",            "int8"),
-    ("int16",   np.int16,   "INT16_T",           None),
-    ("int32",   np.int32,   "INT32_T",           "int32"),
-    ("int64",   np.int64,   "INT64_T",           "int64"),
-    ("uint8",   np.uint8,   "UINT8_T",           "uint8"),
-    ("bool",    np.bool_,   "C_BOOL",            None),
+    # name,      numpy,              MPI datatype,  NCCL type
+    ("float16",  np.float16,         None,          "float16"),
+    ("bfloat16", ml_dtypes.bfloat16, None,          "bfloat16"),
+    ("float32",  np.float32,         "FLOAT",       "float32"),
+    ("float64",  np.float64,         "DOUBLE",      "float64"),
+    ("int8",     np.int8,            "INT8_T",      "int8"),
+    ("int16",    np.int16,           "INT16_T",     None),
+    ("int32",    np.int32,           "INT32_T",     "int32"),
+    ("int64",    np.int64,           "INT64_T",     "int64"),
+    ("uint8",    np.uint8,           "UINT8_T",     "uint8"),
+    ("bool",     np.bool_,           "C_BOOL",      None),
 ]
 
 _BY_NAME = {row[0]: DType(*row) for row in _TABLE}
@@ -85,6 +105,7 @@ _ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "
             "long": "int64"}
 
 float16 = _BY_NAME["float16"]
+bfloat16 = _BY_NAME["bfloat16"]
 float32 = _BY_NAME["float32"]
 float64 = _BY_NAME["float64"]
 int8 = _BY_NAME["int8"]

@@ -20,6 +20,7 @@ class _Elementwise(OpDef):
     """Shape rule of activations and their gradient kernels: same dtype, same shape."""
 
     allowed = staticmethod(is_float)
+    fusable = True
 
     def infer(self, b):
         dt = same_dtype(b)

@@ -206,7 +206,7 @@ def _load_piece(prefix, piece, name, op) -> np.ndarray:
     try:
         with np.load(path, allow_pickle=False) as npz:
             manifest = json.loads(npz[MANIFEST_KEY].tobytes().decode("utf-8"))
-            array = npz[piece["key"]]
+            array = _as_saved_dtype(npz[piece["key"]], piece["dtype"])
     except FileNotFoundError:
         raise errors.op_error(errors.NotFoundError, f"Shard file '{path}' of checkpoint "
                               f"'{prefix}' (holding '{name}') does not exist", op) from None
@@ -228,6 +228,23 @@ def _load_piece(prefix, piece, name, op) -> np.ndarray:
                               f"index of checkpoint '{prefix}' for key '{piece['key']}'", op,
                               expected=expected, got=found)
     return array
+
+
+def _as_saved_dtype(array: np.ndarray, name: str) -> np.ndarray:
+    """Return ``array`` viewed as the dtype the index names for it.
+
+    An npy file stores ml_dtypes' floats (bfloat16) as a plain void of their size ('|V2'),
+    so they load as raw bytes; a view gives back the very bits that were saved.
+    """
+    if array.dtype.kind != "V" or array.dtype.fields is not None:
+        return array
+    try:
+        saved = dtypes.as_dtype(name).np_dtype
+    except errors.InvalidArgumentError:
+        return array       # reported as a mismatch with the index by the caller
+    if saved.kind != "V" or saved.itemsize != array.dtype.itemsize:
+        return array
+    return array.view(saved)
 
 
 def _dtype_name(array) -> str:

@@ -52,8 +52,8 @@ class CheckNumericsOp(OpDef):
 
     def infer(self, b):
         if not b.dtype(0).is_floating:
-            raise b.error("CheckNumerics needs a floating tensor", expected="float16/32/64",
-                          got=b.dtype(0).name)
+            raise b.error("CheckNumerics needs a floating tensor",
+                          expected="bfloat16 or float16/32/64", got=b.dtype(0).name)
         return [(b.dtype(0), b.shape(0))]
 
     def forward(self, xp, ctx, x):

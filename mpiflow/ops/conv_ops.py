@@ -15,9 +15,11 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.registry import (
-    OpDef, is_float, is_index, register_op, require_dtype, same_dtype)
+    OpDef, elementwise_kernel, has_fused_kernels, is_float, is_index, register_op,
+    require_dtype, same_dtype)
 from mpiflow.ops.windows import (
-    Window, apply_single, check_layout, four, rank4, sizes, spatial_attr, windowed_shape)
+    WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
+    windowed_shape)
 
 _CONV_ATTRS = {"strides": [1, 1, 1, 1], "padding": "VALID", "data_format": "NHWC",
                "dilations": [1, 1, 1, 1]}
@@ -94,11 +96,46 @@ class Conv2DBackpropInputOp(_ConvBase):
             dx[index] += cols[:, :, :, i, j, :]
         return win.crop(xp, dx)
 
+    def gpu_forward(self, xp, ctx, input_sizes, f, dy):
+        """col2im as one GPU kernel: each input element sums the taps that read it, in
+        the host kernel's tap order (the same sums, bit for bit), instead of a strided
+        add per tap into a padded buffer and a crop."""
+        if not has_fused_kernels(xp) or dy.dtype.char not in "fd":
+            return self.forward(xp, ctx, input_sizes, f, dy)
+        n, h, w, c = sizes(input_sizes)
+        win = self.window(ctx, (n, h, w, c), f.shape)
+        win.check_output(dy.shape, "out_backprop")
+        cols = xp.tensordot(dy, f, axes=((3,), (3,)))        # [N, OH, OW, KH, KW, C]
+        dx = xp.empty((n, h, w, c), dtype=dy.dtype)
+        _col2im_kernel(xp)(xp.ascontiguousarray(cols), c, *win.geometry(), dx)
+        return dx
+
     def gradient(self, op, gg):
         _, f, dy = op.inputs
         attrs = _conv_attrs(op)
         return [None, apply_single("Conv2DBackpropFilter", [gg, math_ops.shape(f), dy], attrs),
                 apply_single("Conv2D", [gg, f], attrs)]
+
+
+def _col2im_kernel(xp):
+    return elementwise_kernel(xp, "mf_col2im", "raw T cols, int32 C, " + WINDOW_PARAMS,
+                              "T dx", """
+        int c = i % C, rest = i / C;
+        int w = rest % W; rest /= W;
+        int h = rest % H; long long n = rest / H;
+        T sum = 0;
+        for (int a = 0; a < KH; ++a) {
+            int hh = h + PT - a * DH;
+            if (hh < 0 || hh % SH != 0 || hh / SH >= OH) continue;
+            for (int b = 0; b < KW; ++b) {
+                int ww = w + PL - b * DW;
+                if (ww < 0 || ww % SW != 0 || ww / SW >= OW) continue;
+                sum += cols[((((n * OH + hh / SH) * OW + ww / SW) * KH + a) * KW + b) * C
+                            + c];
+            }
+        }
+        dx = sum;
+        """)
 
 
 @register_op("Conv2DBackpropFilter", attrs=_CONV_ATTRS)

@@ -132,6 +132,8 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
     name = ufunc.__name__
 
     class Op(_Binary):
+        fusable = True
+
         def forward(self, xp, ctx, x, y):
             return getattr(xp, name)(x, y)
     Op.allowed = staticmethod(allowed)
@@ -212,6 +214,7 @@ for _type, _fn in (("LogicalAnd", np.logical_and), ("LogicalOr", np.logical_or))
 @register_op("SquaredDifference")
 class SquaredDifferenceOp(_Binary):
     allowed = staticmethod(is_float)
+    fusable = True
 
     def forward(self, xp, ctx, x, y):
         d = xp.subtract(x, y)
@@ -288,6 +291,8 @@ class _Unary(OpDef):
 def _unary_op(type_name, kernel, grad_fn=None, allowed=is_numeric, out_dtype=None):
     """Register an elementwise op; ``kernel(xp, x)``; ``grad_fn(op, g)`` -> input grad."""
     class Op(_Unary):
+        fusable = True
+
         def forward(self, xp, ctx, x):
             return kernel(xp, x)
     Op.allowed = staticmethod(allowed)
@@ -397,6 +402,17 @@ def to_float(x, name=None):
 @register_op("AddN")
 class AddNOp(OpDef):
     aliases_input = True    # one input is passed through as is
+    fusable = True
+
+    def fuses(self, op):
+        return len(op.inputs) > 1
+
+    def fusion_forward(self, xp, ctx, *xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return total
+
     def infer(self, b):
         if not b.inputs:
             raise b.error("AddN needs at least one input")
@@ -473,6 +489,28 @@ def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
 
 # -- matmul --------------------------------------------------------------------------------
 
+_BFLOAT16 = dtypes.bfloat16.np_dtype
+_HALF_FLOATS = frozenset({dtypes.float16.np_dtype, _BFLOAT16})
+
+
+def accumulating_dtype(xp, dtype, batched: bool = False) -> np.dtype:
+    """Return the dtype ``xp`` multiplies ``dtype`` operands in (the result is cast back).
+
+    float16 and bfloat16 products are summed in float32 and rounded to the input dtype once,
+    at the end: cuBLAS does so on a GPU (cupy passes both to it with float32 compute), so
+    cupy gets the input dtype back; numpy has no BLAS for either (float16 runs in numpy's
+    own loop, many times slower than float32 BLAS, and ml_dtypes' bfloat16 matmul returns
+    float32), so on numpy the operands go up to float32. cupy 14 has no ``batched`` (more
+    than 2-D) bfloat16 matmul ("data type 'E' not understood"), so those go up there too.
+    Other dtypes are computed as they are. Kernels that contract (MatMul, and convolution's
+    tensordot) use this one rule.
+    """
+    dtype = np.dtype(dtype)
+    if dtype in _HALF_FLOATS and (xp is np or (batched and dtype == _BFLOAT16)):
+        return np.dtype(np.float32)
+    return dtype
+
+
 @register_op("MatMul", attrs={"transpose_a": False, "transpose_b": False})
 class MatMulOp(OpDef):
     def infer(self, b):
@@ -499,7 +537,10 @@ class MatMulOp(OpDef):
             a = xp.swapaxes(a, -1, -2)
         if ctx.attrs["transpose_b"]:
             b = xp.swapaxes(b, -1, -2)
-        return xp.matmul(a, b)
+        acc = accumulating_dtype(xp, a.dtype, batched=a.ndim > 2 or b.ndim > 2)
+        if acc == a.dtype:
+            return xp.matmul(a, b)
+        return xp.matmul(a.astype(acc), b.astype(acc)).astype(a.dtype)
 
     def gradient(self, op, g):
         a, b = op.inputs

@@ -41,6 +41,11 @@ def _channel_axis(b, data_format, ndims):
 
 @register_op("BiasAdd", attrs={"data_format": "NHWC"})
 class BiasAddOp(OpDef):
+    fusable = True
+
+    def fuses(self, op):
+        return op.get_attr("data_format") == "NHWC"     # NCHW reshapes the bias
+
     def infer(self, b):
         dt = same_dtype(b)
         require_dtype(b, 0, is_numeric)
@@ -83,6 +88,15 @@ class BiasAddGradOp(OpDef):
     def forward(self, xp, ctx, g):
         axis = 1 if ctx.attrs["data_format"] == "NCHW" else g.ndim - 1
         return g.sum(axis=tuple(a for a in range(g.ndim) if a != axis))
+
+    def gpu_forward(self, xp, ctx, g):
+        """NHWC on a GPU: the column sums of g as [rows, channels], by one matrix-vector
+        product with ones (cuBLAS reads g once at full bandwidth; a reduction kernel over
+        the leading axes runs only as many blocks as there are channels)."""
+        if ctx.attrs["data_format"] == "NCHW" or g.dtype.char not in "fd":
+            return self.forward(xp, ctx, g)
+        rows = g.reshape(-1, g.shape[-1])
+        return xp.ones(rows.shape[0], dtype=g.dtype) @ rows
 
     def gradient(self, op, gg):
         g = op.inputs[0]
@@ -314,11 +328,21 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
 
     def gpu_forward(self, xp, ctx, logits, labels):
         """As TensorFlow's GPU kernel: no range check (reading the labels back would stall
-        the GPU every step); a label outside [0, classes) gives NaN loss and gradient."""
+        the GPU every step); a label outside [0, classes) gives NaN loss and gradient.
+
+        Up to ``_ROW_KERNEL_CLASSES`` classes, one GPU thread per example computes its
+        row's log-sum-exp, loss and gradient in one launch; wider rows take the array
+        calls (a dozen launches, each parallel over the classes too)."""
         classes = logits.shape[-1]
         if labels.shape != logits.shape[:-1]:
             return self.forward(xp, ctx, logits, labels)     # raises, naming the shapes
         flat_labels = labels.reshape(-1)
+        if classes <= _ROW_KERNEL_CLASSES and logits.dtype.char in "fd":
+            loss = xp.empty(flat_labels.shape, dtype=logits.dtype)
+            backprop = xp.empty(logits.shape, dtype=logits.dtype)
+            _xent_rows_kernel(xp)(xp.ascontiguousarray(logits),
+                                  xp.ascontiguousarray(flat_labels), classes, loss, backprop)
+            return loss.reshape(labels.shape), backprop
         valid = (flat_labels >= 0) & (flat_labels < classes)
         safe = xp.where(valid, flat_labels, 0)
         log_probs = _log_softmax(xp, logits.reshape(-1, classes), 1)
@@ -339,6 +363,34 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
             gp = reduce_sum(grad_backprop * p, axis=-1, keepdims=True)
             d_logits = d_logits + (grad_backprop - gp) * p
         return [d_logits, None]
+
+
+_ROW_KERNEL_CLASSES = 1024
+
+
+def _xent_rows_kernel(xp):
+    """Per example (row ``i``): loss = log-sum-exp - shifted logit of the label, gradient =
+    softmax - one-hot; NaN for both where the label is out of range."""
+    return elementwise_kernel(
+        xp, "mf_sparse_xent_rows", "raw T logits, raw I labels, int32 C",
+        "T loss, raw T backprop", """
+        const long long base = (long long)i * C;
+        const long long label = labels[i];
+        if (label < 0 || label >= C) {
+            loss = (T)nan("");
+            for (int k = 0; k < C; ++k) backprop[base + k] = (T)nan("");
+        } else {
+            T top = logits[base];
+            for (int k = 1; k < C; ++k) top = max(top, logits[base + k]);
+            T total = 0;
+            for (int k = 0; k < C; ++k) total += exp(logits[base + k] - top);
+            const T log_total = log(total);
+            loss = log_total - (logits[base + label] - top);
+            for (int k = 0; k < C; ++k)
+                backprop[base + k] = exp(logits[base + k] - top - log_total) -
+                                     (k == label ? (T)1 : (T)0);
+        }
+        """)
 
 
 def softmax_cross_entropy_with_logits_v2(labels=None, logits=None, axis=-1, name=None,

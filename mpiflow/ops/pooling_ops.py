@@ -16,9 +16,11 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, is_float, is_index, register_op, require_dtype, same_dtype)
+    OpDef, elementwise_kernel, has_fused_kernels, is_float, is_index, register_op,
+    require_dtype, same_dtype)
 from mpiflow.ops.windows import (
-    Window, apply_single, check_layout, four, rank4, sizes, spatial_attr, windowed_shape)
+    WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
+    windowed_shape)
 
 _POOL_ATTRS = {"ksize": [1, 1, 1, 1], "strides": [1, 1, 1, 1], "padding": "VALID",
                "data_format": "NHWC"}
@@ -98,9 +100,45 @@ class MaxPoolGradOp(_PoolBase):
             dx[index] += g * (arg == i * win.kw + j)
         return win.crop(xp, dx)
 
+    def gpu_forward(self, xp, ctx, x, g):
+        """One GPU thread per window finds its first maximum (the taps in the order the
+        host kernel scans them, padding as -inf) and adds the window's gradient there.
+        Windows that overlap add into one input atomically, in no fixed order (as
+        TensorFlow's GPU kernel)."""
+        if not has_fused_kernels(xp) or g.dtype.char not in "fd":
+            return self.forward(xp, ctx, x, g)
+        win = self.window(ctx, x.shape)
+        win.check_output(g.shape, "grad")
+        dx = xp.zeros(x.shape, dtype=g.dtype)
+        _max_pool_grad_kernel(xp)(xp.ascontiguousarray(x), g, -np.inf, x.shape[3],
+                                  *win.geometry(), dx)
+        return dx
+
     def gradient(self, op, gg):
         # Linear in grad (a scatter); its adjoint gathers at the same maxima.
         return [None, apply_single("MaxPoolGradGrad", [op.inputs[0], gg], _pool_attrs(op))]
+
+
+def _max_pool_grad_kernel(xp):
+    return elementwise_kernel(
+        xp, "mf_max_pool_grad", "raw T x, T g, T pad, int32 C, " + WINDOW_PARAMS,
+        "raw T dx", """
+        int c = i % C, rest = i / C;
+        int ow = rest % OW; rest /= OW;
+        int oh = rest % OH; long long n = rest / OH;
+        long long best_at = -1;
+        T best = 0;
+        for (int a = 0; a < KH; ++a) {
+            for (int b = 0; b < KW; ++b) {
+                int h = oh * SH - PT + a, w = ow * SW - PL + b;
+                bool inside = h >= 0 && h < H && w >= 0 && w < W;
+                long long at = inside ? ((n * H + h) * W + w) * C + c : -1;
+                T v = inside ? x[at] : pad;
+                if ((a == 0 && b == 0) || v > best) { best = v; best_at = at; }
+            }
+        }
+        if (best_at >= 0) atomicAdd(&dx[best_at], g);
+        """)
 
 
 @register_op("MaxPoolGradGrad", attrs=_POOL_ATTRS)

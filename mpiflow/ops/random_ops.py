@@ -26,8 +26,8 @@ class _Random(OpDef):
     def infer(self, b):
         require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "shape")
         if not b.attrs["dtype"].is_floating:
-            raise b.error("Random values need a floating dtype", expected="float16/32/64",
-                          got=b.attrs["dtype"].name)
+            raise b.error("Random values need a floating dtype",
+                          expected="bfloat16 or float16/32/64", got=b.attrs["dtype"].name)
         return [(b.attrs["dtype"], shape_from_tensor(b.inputs[0]))]
 
     def prepare(self, ctx):

@@ -45,6 +45,11 @@ class OpDef:
             where NCCL is usable), else their tensors are reduced in host memory.
         gpu_forward: the kernel used on a GPU instead of ``forward`` (a fused cupy kernel,
             see ``fused_elementwise``); None = ``forward`` with cupy as ``xp``.
+        fusable: ``forward`` is ufunc arithmetic on its inputs only (no reshapes, no
+            values read on the host, no in-place writes to inputs), so the executor may
+            run a chain of such ops on a GPU as one fused kernel (``kernel_fusion``).
+        fusion_forward: the formula used inside a fused kernel where ``forward`` writes
+            in place (which a fused formula cannot); None = ``forward``.
         gradient: a method ``gradient(self, op, *output_grads) -> [grad per input]``, or
             None when the op has no gradient on purpose.
     """
@@ -64,6 +69,8 @@ class OpDef:
     host_outputs = False
     gpu_kernel = True
     gpu_forward = None
+    fusable = False
+    fusion_forward = None
     gradient = NOT_DEFINED
 
     def infer(self, b: "BuildContext"):
@@ -76,6 +83,11 @@ class OpDef:
 
     def prepare(self, ctx) -> None:
         """Precompute per-plan data on ``ctx`` (once per plan, not per step)."""
+
+    def fuses(self, op) -> bool:
+        """Whether this op instance may join a fused elementwise kernel (an op whose
+        formula depends on its attrs narrows ``fusable`` here)."""
+        return self.fusable
 
     @property
     def differentiable(self) -> bool:

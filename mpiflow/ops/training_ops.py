@@ -77,8 +77,8 @@ class _ApplyOp(OpDef):
     def infer(self, b):
         var_dt, var_shape = b.dtype(0), b.shape(0)
         if not var_dt.is_floating:
-            raise b.error("Input 'var' must be a floating variable", expected="float16/32/64",
-                          got=var_dt.name)
+            raise b.error("Input 'var' must be a floating variable",
+                          expected="bfloat16 or float16/32/64", got=var_dt.name)
         for i in self.ref_inputs:
             self._check_state_input(b, i, var_dt, var_shape)
         for i in self._scalars:

@@ -89,6 +89,18 @@ class Window:
         return xp.asarray(np.outer(rows, cols).reshape(1, self.oh, self.ow, 1), dtype=dtype)
 
 
+    def geometry(self):
+        """(H, W, OH, OW, KH, KW, SH, SW, DH, DW, pad top, pad left): what a GPU kernel
+        over this window needs, in the order ``WINDOW_PARAMS`` declares them."""
+        return (self.h, self.w, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw,
+                self.dh, self.dw, self.pads[1][0], self.pads[2][0])
+
+
+# The window geometry as GPU kernel parameters (``Window.geometry`` gives the values).
+WINDOW_PARAMS = ("int32 H, int32 W, int32 OH, int32 OW, int32 KH, int32 KW, int32 SH, "
+                 "int32 SW, int32 DH, int32 DW, int32 PT, int32 PL")
+
+
 def _covered(size, out, k, stride, pad_before):
     start = np.arange(out) * stride - pad_before
     return np.minimum(start + k, size) - np.maximum(start, 0)

@@ -18,7 +18,7 @@ from mpiflow import backend, config, errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import Wait, get_op_def
-from mpiflow.runtime import tracing
+from mpiflow.runtime import kernel_fusion, tracing
 
 # Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
 # out-of-range indices) become InvalidArgumentError naming the op.
@@ -99,8 +99,14 @@ class Plan:
         # between host and GPU only through copy steps added here, one per (tensor, place).
         where = {}
         copies = {}
-        gpus = set()
-        kernel_place = {}
+        places = []         # per step: the GPU its kernel runs on (None: host)
+        labels = []         # per step: what a trace calls it, where not its op's type
+
+        def emit(step, op, place=None, label=None):
+            steps.append(step)
+            self.ops.append(op)
+            places.append(place)
+            labels.append(label)
 
         def slot_at(tensor, place, consumer):
             """The slot holding ``tensor`` at ``place``, adding its copy for ``consumer``."""
@@ -115,75 +121,84 @@ class Plan:
                     value = tensor.op.get_attr("value")
                     if place is not None:
                         value = backend.to_device(value, place)
-                    steps.append((functools.partial(_constant, value), [], [copies[key]],
-                                  _SINGLE))
+                    emit((functools.partial(_constant, value), [], [copies[key]], _SINGLE),
+                         consumer, label="Const")
                 else:
                     mover = backend.to_host if place is None else \
                         functools.partial(backend.to_device, physical=place)
-                    steps.append((mover, [slot], [copies[key]], _SINGLE))
-                self.ops.append(consumer)
+                    emit((mover, [slot], [copies[key]], _SINGLE), consumer, place,
+                         "CopyToHost" if place is None else "CopyToGPU")
             return copies[key]
 
-        for op in order:
-            if op.type == "VariableV2" and op not in run_var_ops:
-                continue
-            op_def = get_op_def(op.type)
-            if op.outputs and not op_def.stateful and all(t in fed for t in op.outputs):
-                continue        # fed in full (a placeholder): nothing to compute
-            device = _kernel_device(op, op_def)
-            xp = xp_for(device)
-            place = None if backend.device_type(device) == "CPU" else \
-                backend.physical_gpu(DeviceSpec.from_string(device).device_index or 0)
+        def context(op, op_def, xp, place):
+            ctx = KernelContext(op, xp, state)
             if place is not None:
-                gpus.add(place)
+                backend.activate_gpu(place)     # what prepare puts on the GPU goes there
+            op_def.prepare(ctx)
+            return ctx
+
+        runs = [op for op in order
+                if not (op.type == "VariableV2" and op not in run_var_ops) and
+                not (op.outputs and not get_op_def(op.type).stateful and
+                     all(t in fed for t in op.outputs))]     # fed in full: a placeholder
+        kernel_at = {op: _kernel_placement(op, xp_for) for op in runs}
+        fused_root, fused_inner = _fusion_groups(runs, kernel_at, fed, self.fetch_tensors)
+        for op in runs:
+            if op in fused_inner:
+                continue        # computed inside its group's fused kernel, at the root
+            op_def = get_op_def(op.type)
+            xp, place = kernel_at[op]
             ins = []
-            for i, t in enumerate(op.inputs):
-                if i in op_def.ref_inputs:
+            members = fused_root.get(op)
+            inputs = kernel_fusion.group_inputs(members) if members else op.inputs
+            for i, t in enumerate(inputs):
+                if not members and i in op_def.ref_inputs:
                     refs.append(state.ref(t.op))
                     ins.append(-len(refs))
                 else:
-                    ins.append(slot_at(t, None if i in op_def.host_inputs else place, op))
+                    ins.append(slot_at(t, None if not members and i in op_def.host_inputs
+                                       else place, op))
             # A fed output keeps the fed value: the op's own result goes to a shadow slot.
             outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
             for s in outs:
                 where[s] = None if op_def.host_outputs else place
-            if op_def.transfer is not None:
+            if members:
+                contexts = [context(m, get_op_def(m.type), xp, place) for m in members]
+                kernel = kernel_fusion.FusedGroup(members, contexts, kernel_fusion.fuser(xp))
+                emit((kernel, ins, outs, _SINGLE), op, place, f"Fused({kernel.name})")
+            elif op_def.transfer is not None:
                 self.has_transfers = True
                 kind = _SEND if op_def.transfer == "send" else _RECV
                 if kind == _SEND:
                     detail = (_variable_aliased(op.inputs[0]), op.get_attr("to_gpu"))
                 else:
                     detail = (None, place)
-                steps.append(((op.get_attr("edge"), op.get_attr("peer")) + detail, ins, outs,
-                              kind))
+                emit(((op.get_attr("edge"), op.get_attr("peer")) + detail, ins, outs, kind),
+                     op, place)
             else:
-                ctx = KernelContext(op, xp, state)
-                if place is not None:
-                    backend.activate_gpu(place)     # what prepare puts on the GPU goes there
-                op_def.prepare(ctx)
+                ctx = context(op, op_def, xp, place)
                 if op_def.async_kernel:
                     kind = _ASYNC_MULTI if op_def.tuple_outputs else _ASYNC
                 else:
                     kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
                 forward = op_def.gpu_forward if place is not None and \
                     op_def.gpu_forward is not None else op_def.forward
-                kernel = functools.partial(forward, ctx.xp, ctx)
-                steps.append((kernel, ins, outs, kind))
-                kernel_place[id(kernel)] = place
-            self.ops.append(op)
+                emit((functools.partial(forward, ctx.xp, ctx), ins, outs, kind), op, place)
             for t in op.outputs:
                 if t in snapshot and t not in fed:
-                    steps.append((_copy, [slot_of(t)], [slot_of(("snapshot", t))], _SINGLE))
-                    self.ops.append(op)
+                    emit((_copy, [slot_of(t)], [slot_of(("snapshot", t))], _SINGLE), op)
         self.fetch_slots = [slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
                             for t in self.fetch_tensors]
         # The GPU a thread running this plan makes current; a plan spanning several GPUs
         # switches before each kernel instead.
+        gpus = {p for p in places if p is not None}
         self.gpu = min(gpus) if gpus else None
+        self._places = places
+        self._labels = labels
         if len(gpus) > 1:
-            steps = [(_on_gpu(fn, kernel_place.get(id(fn))), ins, outs, kind)
+            steps = [(_on_gpu(fn, place), ins, outs, kind)
                      if kind not in (_SEND, _RECV) else (fn, ins, outs, kind)
-                     for fn, ins, outs, kind in steps]
+                     for (fn, ins, outs, kind), place in zip(steps, places)]
         n_tensors = len(slots)
         steps = [(fn, [s if s >= 0 else n_tensors - s - 1 for s in ins], outs, kind)
                  for fn, ins, outs, kind in steps]
@@ -315,9 +330,11 @@ class Plan:
     def _traced_steps(self, trace):
         """The schedule with every kernel timed into ``trace`` (built per traced run)."""
         traced = []
-        for (fn, ins, out, kind, frees), op in zip(self._steps, self.ops):
+        for (fn, ins, out, kind, frees), op, place, label in zip(
+                self._steps, self.ops, self._places, self._labels):
             if kind not in (_SEND, _RECV):
-                fn = tracing.timed_kernel(fn, op, trace, kind in (_ASYNC, _ASYNC_MULTI))
+                fn = tracing.timed_kernel(fn, op, trace, kind in (_ASYNC, _ASYNC_MULTI),
+                                          on_gpu=place is not None, op_type=label)
             traced.append((fn, ins, out, kind, frees))
         return traced
 
@@ -365,6 +382,31 @@ def _kernel_device(op, op_def) -> str:
         if algorithm == "nccl" or (algorithm == "auto" and backend.nccl_usable()):
             return device
     return ""
+
+
+def _kernel_placement(op, xp_for):
+    """(array module, GPU or None) of the kernel that runs ``op``."""
+    device = _kernel_device(op, get_op_def(op.type))
+    if backend.device_type(device) == "CPU":
+        return xp_for(device), None
+    return xp_for(device), backend.physical_gpu(DeviceSpec.from_string(device).device_index
+                                                or 0)
+
+
+def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
+    """({root op: its group's ops}, {ops computed inside a group}) for ``runs``."""
+    fusing = {}
+
+    def fusion_place(op):
+        xp, place = kernel_at[op]
+        if xp not in fusing:
+            fusing[xp] = kernel_fusion.fuser(xp) is not None
+        return ("device", place) if fusing[xp] else None
+
+    barriers = [op for op in runs if get_op_def(op.type).ref_inputs]
+    groups = kernel_fusion.find_groups(runs, fusion_place, set(fed) | set(fetch_tensors),
+                                       barriers)
+    return ({g[-1]: g for g in groups}, {op for g in groups for op in g[:-1]})
 
 
 def _on_gpu(fn, place):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
+from mpiflow import backend
+
 now_ns = time.perf_counter_ns     # CLOCK_MONOTONIC: one clock for every process of a host
 
 
@@ -44,22 +46,33 @@ def event(cat: str, name: str, start_ns: int, end_ns: int, **args) -> dict:
             "tid": threading.get_ident(), "args": args}
 
 
-def timed_kernel(fn, op, trace: list, waits: bool):
+def timed_kernel(fn, op, trace: list, waits: bool, on_gpu: bool = False, op_type=None):
     """Wrap a kernel so each run appends its span to ``trace``. A kernel that ``waits``
     (an async collective, polled until done) is one span from its first call to its
-    result."""
+    result. A GPU kernel returns before the GPU has done its work, so in a traced step
+    the GPU is drained before and after it: its span is the time the GPU spent on it
+    (the traced step runs slower, each kernel's share is right). ``op_type`` names what
+    ran where it is not ``op``'s kernel alone (a fused group)."""
     from mpiflow.ops.registry import Wait
     cat = "collective" if waits else "op"
     started = []
+    drain = backend.synchronize if on_gpu else _nothing
+    op_type = op_type or op.type
 
     def run(*args):
+        drain()
         t0 = now_ns()
         result = fn(*args)
+        drain()
         if waits and type(result) is Wait:
             if not started:
                 started.append(t0)
             return result
         begin = started.pop() if started else t0
-        trace.append(event(cat, op.name, begin, now_ns(), type=op.type))
+        trace.append(event(cat, op.name, begin, now_ns(), type=op_type))
         return result
     return run
+
+
+def _nothing():
+    pass

@@ -6,6 +6,10 @@ v = beta2 * v + (1 - beta2) * g^2; var -= lr_t * m / (sqrt(v) + epsilon).
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
+
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.ops import control_ops, state_ops
@@ -48,6 +52,7 @@ class AdamOptimizer(Optimizer):
                 self._get_non_slot_variable("beta2_power", graph))
 
     def _apply_inputs(self, var, grad_inputs):
+        self._check_betas(var)
         beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
         return [var, self.get_slot(var, "m"), self.get_slot(var, "v"),
                 self._hyper(beta1_power, var, "beta1_power"),
@@ -56,6 +61,20 @@ class AdamOptimizer(Optimizer):
                 self._hyper(self._beta1, var, "beta1"),
                 self._hyper(self._beta2, var, "beta2"),
                 self._hyper(self._epsilon, var, "epsilon"), *grad_inputs]
+
+    def _check_betas(self, var):
+        """Refuse a beta below 1 that rounds to 1 in ``var``'s dtype (beta2=0.999 does in
+        bfloat16): the second moment would stay 0 and the first step divide by epsilon."""
+        dtype = var.dtype.np_dtype
+        for name, beta in (("beta1", self._beta1), ("beta2", self._beta2)):
+            if isinstance(beta, (int, float)) and beta < 1 and \
+                    float(np.asarray(beta).astype(dtype)) >= 1:
+                below_one = 1 - float(ml_dtypes.finfo(dtype).epsneg)
+                raise errors.InvalidArgumentError(
+                    f"{self._name}: {name}={beta} rounds to 1.0 in {var.dtype.name} (variable "
+                    f"'{var.op.name}'), so Adam would diverge: keep the variables in float32 "
+                    f"and cast them to {var.dtype.name} in the model, or use {name} <= "
+                    f"{below_one}")
 
     def _finish(self, update_ops, name_scope):
         graph = get_default_graph()

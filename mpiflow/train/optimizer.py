@@ -18,7 +18,7 @@ from mpiflow.ops import control_ops, math_ops, random_ops, state_ops, training_o
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.variables import Variable
 
-_VALID_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
+_VALID_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
 # Which hook applies which kind of gradient.
 _UPDATE_FOR_GRAD_TYPE = {Tensor: "_apply_dense", IndexedSlices: "_apply_sparse"}

@@ -61,6 +61,10 @@ FORWARD_CASES = {
     "variables_and_scatter": (_variables, [_floats(4, 3), _floats(3, 3)]),
     "float16_elementwise": (lambda a: [mf.nn.relu(a) * a, mf.nn.sigmoid(a), mf.tanh(a)],
                             [_floats(5, 7).astype(np.float16)]),
+    "bfloat16_elementwise_matmul": (
+        lambda a, b: [mf.nn.relu(a) * a, mf.nn.sigmoid(a), mf.tanh(a), mf.matmul(a, b),
+                      mf.nn.softmax(mf.matmul(a, b)), mf.cast(a, mf.float32)],
+        [_floats(5, 7).astype(mf.bfloat16.np_dtype), _floats(7, 3).astype(mf.bfloat16.np_dtype)]),
     "float32_matmul_softmax": (
         lambda a, b: mf.nn.softmax(mf.matmul(a, b)),
         [_floats(8, 16).astype(np.float32), _floats(16, 4).astype(np.float32)]),
@@ -114,9 +118,9 @@ def build_training(device, optimizer, dtype=np.float64, seed=5, sparse=False):
         ix = mf.placeholder(mf.int64, [16])
         ys = mf.placeholder(mf.int64, [16])
         table = mf.Variable(rng.standard_normal((10, 4)).astype(dtype), name="table")
-        w1 = mf.Variable(rng.standard_normal((10, 8)).astype(dtype) * 0.3, name="w1")
+        w1 = mf.Variable((rng.standard_normal((10, 8)) * 0.3).astype(dtype), name="w1")
         b1 = mf.Variable(np.zeros(8, dtype), name="b1")
-        w2 = mf.Variable(rng.standard_normal((8, 3)).astype(dtype) * 0.3, name="w2")
+        w2 = mf.Variable((rng.standard_normal((8, 3)) * 0.3).astype(dtype), name="w2")
         emb = mf.gather(table, ix) if sparse else mf.matmul(mf.one_hot(ix, 10, dtype=xs.dtype),
                                                             table)
         h = mf.nn.relu(mf.matmul(mf.concat([xs, emb], axis=1), w1) + b1)

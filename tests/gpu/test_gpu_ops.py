@@ -1,10 +1,11 @@
 """Every op on a GPU (cupy) computes what it computes on the CPU (numpy): forward values
 and gradients of every op test module's gradient cases, forward values of the ops with
-no gradient, each optimizer's fused update, float16 matmul accumulation, and a training
-run. Inputs are fed from the host, so every case also crosses host -> GPU -> host."""
+no gradient, each optimizer's fused update, float16 and bfloat16 matmul accumulation, and a
+training run. Inputs are fed from the host, so every case also crosses host -> GPU -> host."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from tests.gpu import gpu_cases
 
 needs_gpu = pytest.mark.gpu
 GPU = "/device:GPU:0"
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _evaluate(build, inputs, device, with_gradients):
@@ -55,7 +57,10 @@ def _compare(name, build, inputs, with_gradients, rtol=1e-7, atol=1e-9):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs " \
             f"{w.dtype}{w.shape}"
-        if g.dtype.kind in "fc":
+        if g.dtype == BF16:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                       atol=atol, err_msg=what)
+        elif g.dtype.kind in "fc":
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=what)
         else:
             np.testing.assert_array_equal(g, w, err_msg=what)
@@ -71,7 +76,9 @@ def test_op_and_its_gradient_on_gpu_equal_cpu(case):
 @pytest.mark.parametrize("name", sorted(gpu_cases.FORWARD_CASES))
 def test_op_without_gradient_on_gpu_equals_cpu(name):
     build, inputs = gpu_cases.FORWARD_CASES[name]
-    tol = {"rtol": 2e-3, "atol": 2e-3} if "float16" in name else \
+    # bfloat16: one ulp (2**-7 relative) where the GPU rounds a float32 value differently.
+    tol = {"rtol": 8e-3, "atol": 8e-3} if "bfloat16" in name else \
+        {"rtol": 2e-3, "atol": 2e-3} if "float16" in name else \
         {"rtol": 1e-5, "atol": 1e-6} if "float32" in name else {}
     _compare(name, build, inputs, with_gradients=False, **tol)
 
@@ -143,6 +150,51 @@ def test_float16_matmul_accumulates_in_float32():
     assert got.dtype == np.float16
     ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
     assert np.max(np.abs(got.astype(np.float64) - exact) / ulp) <= 1.0
+
+
+@needs_gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_bfloat16_training_run_on_gpu_matches_cpu(optimizer):
+    # Forward, gradients and fused updates in bfloat16 on both devices: the same values to
+    # a few bfloat16 roundings (2**-8 relative each), and the GPU keeps the dtype.
+    make = gpu_cases.OPTIMIZERS[optimizer]
+    want_loss, want = gpu_cases.train_and_read("/device:CPU:0", make, steps=10, dtype=BF16)
+    got_loss, got = gpu_cases.train_and_read(GPU, make, steps=10, dtype=BF16)
+    assert all(np.asarray(v).dtype == BF16 for v in got + got_loss)
+    assert float(got_loss[-1]) < float(got_loss[0])
+    np.testing.assert_allclose(np.asarray(got_loss, np.float64),
+                               np.asarray(want_loss, np.float64), rtol=3e-2)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=5e-2,
+                                   atol=5e-2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("shapes", [((16, 4096), (4096, 8)), ((3, 16, 1024), (3, 1024, 8)),
+                                    ((3, 16, 1024), (1024, 8))], ids=["2d", "batched", "3d@2d"])
+def test_bfloat16_matmul_on_gpu_equals_the_float32_accumulated_cpu_result(shapes):
+    # cupy hands 2-D bfloat16 to cuBLAS with float32 compute (batched ones go through
+    # float32); on the CPU numpy sums the products in float32 too (accumulating_dtype). Each
+    # rounds a float32 sum once, so both are within an ulp of the exact product and of each
+    # other (the sums' order differs).
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shapes[0]).astype(BF16)
+    b = rng.standard_normal(shapes[1]).astype(BF16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    got = {}
+    for device in ("/device:CPU:0", GPU):
+        graph = mf.Graph()
+        with graph.as_default(), mf.device(device):
+            out = mf.matmul(mf.constant(a), mf.constant(b))
+            with mf.Session() as sess:
+                got[device] = sess.run(out)
+    cpu, gpu = got["/device:CPU:0"], got[GPU]
+    assert cpu.dtype == gpu.dtype == BF16
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(exact))) - ml_dtypes.finfo(BF16).nmant)
+    for name, value in (("cpu", cpu), ("gpu", gpu)):
+        error = np.abs(value.astype(np.float64) - exact) / ulp
+        assert error.max() <= 1.0, f"{name}: {error.max():.2f} ulp from the exact product"
+    assert (np.abs(gpu.astype(np.float64) - cpu.astype(np.float64)) / ulp).max() <= 1.0
 
 
 @needs_gpu

@@ -20,6 +20,16 @@ def test_training_on_two_ps_matches_one_process(run_mpi, optimizer):
     assert "/job:ps/task:0" in out and "/job:ps/task:1" in out
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_bfloat16_training_on_two_ps_matches_one_process_bit_for_bit(run_mpi, optimizer):
+    # bfloat16 variables (and momentum slots) on the ps, read by the worker, updated by its
+    # gradient pushes: tensors cross ranks by name ("bfloat16"), not as raw 2-byte voids.
+    out = run_mpi(3, PROGS / "ps_parity.py", optimizer, 6, "bfloat16", timeout=120,
+                  env={"MPIFLOW_PS": "2"}).stdout
+    assert f"OK parity {optimizer} bfloat16: 6 steps" in out
+    assert "/job:ps/task:0" in out and "/job:ps/task:1" in out
+
+
 def test_ps_applies_every_update_of_three_workers_exactly_once(run_mpi):
     out = run_mpi(4, PROGS / "ps_counting.py", 200, timeout=120).stdout
     # Ranks share stdout, so lines of different ranks may run together: match, don't split.

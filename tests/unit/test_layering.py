@@ -16,7 +16,7 @@ ALLOWED = {
     "mpiflow.comm": ("mpiflow.comm", "mpiflow.backend", "mpiflow.errors", "mpiflow.config"),
     "mpiflow.runtime": ("mpiflow.framework", "mpiflow.ops", "mpiflow.gradients",
                         "mpiflow.comm", "mpiflow.runtime", "mpiflow.backend",
-                        "mpiflow.errors", "mpiflow.config"),
+                        "mpiflow.errors", "mpiflow.config", "mpiflow.logger"),
     "mpiflow.backend": ("mpiflow.errors", "mpiflow.config"),
     "mpiflow.errors": (),
     "mpiflow.data": ("mpiflow.errors",),

@@ -5,6 +5,7 @@ checkpoints."""
 import json
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -25,6 +26,7 @@ CASES = [  # name, value
     ("u8", np.array([0, 255, 17], dtype=np.uint8)),
     ("flags", np.array([True, False, True])),
     ("empty", np.zeros((0, 3), dtype=np.float32)),
+    ("bf16", np.array([0.5, -1.25, 3e38], dtype=ml_dtypes.bfloat16)),
 ]
 
 

@@ -2,9 +2,9 @@
 
 A strategy (one per file: ``mpi.py``, ``ring.py``, ``nccl.py``) subclasses ``Collective``
 and supplies the stages that move the data; this base owns what every strategy shares:
-argument checks, the float16 path, the cross-rank check record and the ``Handle`` (in
-``handle.py``) that ``*_async`` returns (Horovod's pattern: ``test()`` advances,
-``wait()`` completes, ``result`` holds the output).
+argument checks, the float16/bfloat16 path, the cross-rank check record and the
+``Handle`` (in ``handle.py``) that ``*_async`` returns (Horovod's pattern: ``test()``
+advances, ``wait()`` completes, ``result`` holds the output).
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ from mpiflow.comm.collectives.handle import (
     describe_call,
 )
 from mpiflow.comm.collectives.state import comm_state, make_backoff
+from mpiflow.comm.wire_dtypes import HALF_FLOATS, is_floating
 
 __all__ = ["CallStage", "Collective", "Handle", "RequestStage", "Stage", "describe_array"]
-
-# Element kinds a collective moves: bool, signed and unsigned ints, floats.
-_KINDS = "biuf"
 
 
 def _array_module(array):
@@ -54,7 +52,7 @@ class Collective:
     """
 
     name: ClassVar[str] = "base"
-    native_float16: ClassVar[bool] = False   # False: float16 is reduced in float32
+    native_half: ClassVar[bool] = False   # False: float16 and bfloat16 are summed in float32
 
     def __init__(self, comm: MPI.Intracomm, config: config_lib.Config | None = None):
         self.comm = comm
@@ -82,8 +80,8 @@ class Collective:
 
         Args:
             array: this rank's contribution; any dtype of bool, int8..int64, uint8..uint64,
-                float16..float64. bool "sum" is logical or. float16 is summed in float32
-                (converted, reduced, converted back) except by NCCL.
+                bfloat16, float16..float64. bool "sum" is logical or. float16 and bfloat16
+                are summed in float32 (converted, reduced, converted back) except by NCCL.
             op: "sum" or "average" (floating dtypes only).
             out: where the result goes (same shape and dtype, C-contiguous); ``array``
                 itself for in place; None allocates it.
@@ -98,15 +96,16 @@ class Collective:
         if op not in OPS:
             raise self._error(describe, f"unknown reduction {op!r}, expected one of "
                                         f"{list(OPS)}")
-        if op == "average" and array.dtype.kind != "f":
+        if op == "average" and not is_floating(array.dtype):
             raise self._error(describe, f"op='average' needs a floating dtype, got "
                                         f"{array.dtype}; use op='sum' and divide as your "
                                         f"dtype requires")
         xp = _array_module(array)
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         out = self._output(describe, out, xp)
-        # float16: convert, reduce in float32, convert back (MPI has no float16 sum).
-        widen = array.dtype == np.float16 and not self.native_float16
+        # float16, bfloat16: convert, reduce in float32, convert back (MPI has no type for
+        # either; summing in float32 also rounds once instead of once per rank).
+        widen = array.dtype in HALF_FLOATS and not self.native_half
         work = send.astype(np.float32) if widen else None
 
         def build(seq):
@@ -220,9 +219,12 @@ class Collective:
                 f"{kind}{f' {name!r}' if name else ''} ({self.name}) on rank {self.rank} of "
                 f"{self.size}: expected a numpy or cupy array, got {type(array).__name__}")
         describe = (kind, name, self.name, array, self.rank, self.size)
-        if array.dtype.kind not in _KINDS or array.dtype.itemsize > 8:
+        # bool, signed and unsigned ints, floats (bfloat16 too), at most 8 bytes.
+        if not (array.dtype.kind in "biu" or is_floating(array.dtype)) or \
+                array.dtype.itemsize > 8:
             raise self._error(describe, f"unsupported dtype {array.dtype}, expected bool, "
-                                        f"int8..int64, uint8..uint64 or float16..float64")
+                                        f"int8..int64, uint8..uint64, bfloat16 or "
+                                        f"float16..float64")
         ok, why = self.enabled(self.comm, array)
         if not ok:
             raise self._error(describe, f"{self.name}: {why}")

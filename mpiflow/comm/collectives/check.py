@@ -23,6 +23,7 @@ from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.cluster import rank_ranges
 from mpiflow.comm.collectives.state import CHECK_TAG, DETAIL_TAG, VERDICT_TAG, CommState
+from mpiflow.comm.wire_dtypes import from_wire, wire_name
 
 KINDS = ("allreduce", "broadcast", "allgather")
 OPS = ("sum", "average")
@@ -47,7 +48,7 @@ def _decode(code: int) -> str:
 def make_record(kind: str, name: str | None, algorithm: str, op: str | None, root: int,
                 dtype, shape) -> np.ndarray:
     """Return the int64 record that describes one rank's call (shared: do not modify)."""
-    return _record(kind, name, algorithm, op, root, np.dtype(dtype).str, tuple(shape))
+    return _record(kind, name, algorithm, op, root, wire_name(dtype), tuple(shape))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -80,7 +81,7 @@ def _show(field: str, value: tuple) -> str:
     if field == "reduction":
         return "-" if value[0] < 0 else repr(OPS[value[0]])
     if field == "dtype":
-        return np.dtype(_decode(value[0])).name
+        return from_wire(_decode(value[0])).name
     if field == "shape":
         ndim, dims = value[0], [d for d in value[2:] if d >= 0]
         more = ", ..." if ndim > _SHOWN_DIMS else ("," if ndim == 1 else "")

@@ -4,7 +4,8 @@ The NCCL communicator is created lazily by the first operation: rank 0 makes the
 id, an MPI Ibcast of its bytes hands it to every rank (non-blocking, so the deadline
 applies), then every rank creates its communicator. The operations are enqueued on the
 current cupy stream in issue order; an event recorded after them tells ``test()`` when
-they are done. float16 is reduced natively by NCCL (in float16).
+they are done. float16 and bfloat16 are reduced natively by NCCL (bfloat16 needs NCCL
+>= 2.10 and a cupy with ``nccl.NCCL_BFLOAT16``; without it NCCL is not enabled for it).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class NcclCollective(Collective):
     """Allreduce, broadcast and allgather of cupy arrays by NCCL."""
 
     name = "nccl"
-    native_float16 = True
+    native_half = True
 
     @classmethod
     def enabled(cls, comm, array) -> tuple[bool, str]:

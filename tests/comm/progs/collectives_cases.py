@@ -24,6 +24,9 @@ from mpiflow.framework import dtypes
 
 SIZES = (0, 1, 1009)
 LARGE = 1 << 20
+BF16 = dtypes.bfloat16.np_dtype
+# Tolerance of an average (a division, rounded to the dtype); sums are exact.
+AVERAGE_TOL = {"float16": 2e-3, "bfloat16": 8e-3, "float32": 1e-6, "float64": 1e-12}
 
 
 class Cases:
@@ -92,11 +95,11 @@ class Cases:
     def allreduce_one(self, dtype, n, ops=None):
         if not self.runs(dtype):
             return
-        ops = ops or (("sum", "average") if dtype.kind == "f" else ("sum",))
+        ops = ops or (("sum", "average") if dtypes.as_dtype(dtype).is_floating else ("sum",))
         xp = self.xp
         for op in ops:
             want = self.expected(n, dtype, op)
-            tol = {2: 2e-3, 4: 1e-6, 8: 1e-12}[dtype.itemsize] if op == "average" else 0.0
+            tol = AVERAGE_TOL[dtype.name] if op == "average" else 0.0
             mine = xp.asarray(self.contribution(self.rank, n, dtype))
             c = self.collective(mine)
             label = f"allreduce {op} {dtype.name}[{n}]"
@@ -113,7 +116,7 @@ class Cases:
 
     def broadcast(self):
         xp = self.xp
-        for dtype in (np.float32, np.float16, np.int64, np.bool_, np.uint8):
+        for dtype in (np.float32, np.float16, BF16, np.int64, np.bool_, np.uint8):
             for n in (0, 1009) if self.runs(dtype) else ():
                 for root in range(self.size):
                     source = self.contribution(root, n, np.dtype(dtype))
@@ -133,7 +136,7 @@ class Cases:
             rows = r % 3                                # rank 0 gives no row
             return (np.arange(rows * 5).reshape(rows, 5) + 100 * r).astype(dtype)
 
-        for dtype in (np.float32, np.int16, np.bool_, np.float16):
+        for dtype in (np.float32, np.int16, np.bool_, np.float16, BF16):
             if not self.runs(dtype):
                 continue
             mine = xp.asarray(part(self.rank, dtype))
@@ -176,10 +179,14 @@ class Cases:
             return   # fusion of device buffers: covered by the GPU script
         specs = [TensorSpec(f"g/{i:02d}", np.float32, 4 * (10 + i)) for i in range(30)]
         specs += [TensorSpec("g/int", np.int32, 4 * 7), TensorSpec("g/big", np.float32, 4 * 4096)]
+        specs += [TensorSpec(f"g/bf16/{i}", BF16, 2 * (5 + i)) for i in range(3)]
         fused = FusedAllreduce(self.comm, specs, algorithm=self.algorithm, op="sum",
                                threshold_bytes=1024)
+
+        def count(s):
+            return s.nbytes // np.dtype(s.dtype).itemsize
         for step in range(2):
-            arrays = {s.name: xp.asarray(self.contribution(self.rank, s.nbytes // 4,
+            arrays = {s.name: xp.asarray(self.contribution(self.rank, count(s),
                                                            np.dtype(s.dtype)))
                       for s in specs}
             order = list(arrays)
@@ -190,7 +197,7 @@ class Cases:
             results = fused.wait_all()
             for s in specs:
                 self.expect(f"fused {s.name} step {step}", results[s.name],
-                            self.expected(s.nbytes // 4, np.dtype(s.dtype), "sum"))
+                            self.expected(count(s), np.dtype(s.dtype), "sum"))
 
 
 def main():

@@ -1,0 +1,207 @@
+"""Elementwise chains run as one fused kernel: which ops group, and that a fused plan
+computes what the unfused plan does.
+
+On a GPU the fuser is ``cupy.fuse``; here, on the host, the tests install the identity
+as numpy's fuser, so the grouping, the plan's slots and the fallback run for real while
+each group's formula runs as plain numpy calls (the GPU tests check cupy's fusion).
+"""
+
+import logging
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.runtime import kernel_fusion
+from mpiflow.runtime.executor import Plan, schedule
+
+
+@pytest.fixture
+def host_fusion(monkeypatch):
+    """Let plans on the host fuse, with a fuser that keeps the formula as it is."""
+    monkeypatch.setattr(kernel_fusion, "fuser", lambda xp: lambda formula: formula)
+
+
+def _groups(fetches, barriers=()):
+    graph = fetches[0].graph
+    order = schedule(graph, fetches, [], set())
+    return [[op.type for op in g] for g in kernel_fusion.find_groups(
+        order, lambda op: "gpu", set(fetches), barriers)]
+
+
+def test_bias_add_and_relu_after_a_matmul_form_one_group():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones((4, 3), np.float32))
+        w = mf.constant(np.ones((3, 2), np.float32))
+        b = mf.constant(np.ones(2, np.float32))
+        out = mf.nn.relu(mf.nn.bias_add(mf.matmul(x, w), b) * 2.0)
+        assert _groups([out]) == [["BiasAdd", "Mul", "Relu"]]
+
+
+def test_a_fetched_intermediate_ends_a_group():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x) + 1.0
+        out = mf.nn.relu(h)
+        assert _groups([out, h]) == [["Exp", "Add"]]
+
+
+def test_an_intermediate_read_outside_the_group_is_not_fused_into_it():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x)
+        out = mf.reduce_sum(mf.nn.relu(h)) + mf.reduce_sum(h)
+        assert _groups([out]) == []       # exp feeds a reduction too: it stays on its own
+
+
+def test_a_diamond_of_elementwise_ops_is_one_group():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x)
+        out = mf.square(h) + mf.negative(h)
+        assert _groups([out]) == [["Exp", "Square", "Neg", "Add"]]
+
+
+def test_no_group_spans_a_variable_write():
+    with mf.Graph().as_default():
+        v = mf.Variable(np.ones(3, np.float32))
+        read = mf.exp(v)        # reads v before the assignment below
+        with mf.control_dependencies([read]):
+            assign = v.assign_add(np.ones(3, np.float32))
+        with mf.control_dependencies([assign]):
+            later = mf.constant(np.ones(3, np.float32))
+        out = read + later
+        order = schedule(out.graph, [out], [], set())
+        writer = [op for op in order if op.type == "AssignAdd"]
+        spanned = kernel_fusion.find_groups(order, lambda op: "gpu", {out}, writer)
+        assert all("Exp" not in [op.type for op in g] for g in spanned)
+
+
+def test_ops_on_the_host_or_on_other_devices_are_not_grouped():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        out = mf.nn.relu(mf.exp(x))
+        order = schedule(out.graph, [out], [], set())
+        assert kernel_fusion.find_groups(order, lambda op: None, {out}, []) == []
+        places = {"Exp": 0, "Relu": 1}
+        assert kernel_fusion.find_groups(order, lambda op: places.get(op.type), {out},
+                                         []) == []
+
+
+def _mlp_training(steps):
+    """Loss and weights after ``steps`` SGD steps of a small tanh/relu MLP."""
+    graph = mf.Graph()
+    with graph.as_default():
+        rng = np.random.default_rng(0)
+        x = mf.constant(rng.standard_normal((16, 5)).astype(np.float32))
+        y = mf.constant(rng.integers(0, 3, 16))
+        w1 = mf.Variable(rng.standard_normal((5, 8)).astype(np.float32) * 0.5)
+        b1 = mf.Variable(np.zeros(8, np.float32))
+        w2 = mf.Variable(rng.standard_normal((8, 3)).astype(np.float32) * 0.5)
+        h = mf.nn.relu(mf.nn.bias_add(mf.matmul(x, w1), b1))
+        h = mf.tanh(h) * 0.5 + mf.sigmoid(h) * 0.5
+        loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=mf.matmul(h, w2)))
+        train = mf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+        with mf.Session(graph=graph) as sess:
+            sess.run(mf.global_variables_initializer())
+            losses = [sess.run([train, loss])[1] for _ in range(steps)]
+            return losses, sess.run([w1, b1, w2])
+
+
+def test_a_fused_training_run_equals_the_unfused_run(monkeypatch):
+    unfused_losses, unfused_weights = _mlp_training(5)
+    monkeypatch.setattr(kernel_fusion, "fuser", lambda xp: lambda formula: formula)
+    built = []
+    real_init = kernel_fusion.FusedGroup.__init__
+
+    def record(self, members, contexts, fuse):
+        built.append([op.type for op in members])
+        real_init(self, members, contexts, fuse)
+    monkeypatch.setattr(kernel_fusion.FusedGroup, "__init__", record)
+    fused_losses, fused_weights = _mlp_training(5)
+    # tanh(h) and sigmoid(h) are kept for the backward pass; what combines them fuses.
+    assert ["Mul", "Mul", "Add"] in built, built
+    assert any("TanhGrad" in group for group in built), built   # the backward pass too
+    assert any(group[-1] == "ReluGrad" and "AddN" in group for group in built), built
+    np.testing.assert_array_equal(fused_losses, unfused_losses)
+    for fused, unfused in zip(fused_weights, unfused_weights):
+        np.testing.assert_array_equal(fused, unfused)
+
+
+def test_a_traced_step_names_the_fused_group(host_fusion):
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float32, [3])
+        out = mf.nn.relu(mf.exp(x) - 1.0)
+        metadata = mf.RunMetadata()
+        with mf.Session() as sess:
+            value = sess.run(out, {x: np.zeros(3, np.float32)},
+                             options=mf.RunOptions(trace_level=mf.RunOptions.FULL_TRACE),
+                             run_metadata=metadata)
+    np.testing.assert_array_equal(value, np.zeros(3, np.float32))
+    types = [e["args"]["type"] for e in metadata.step_stats]
+    assert "Fused(Exp+Sub+Relu)" in types, types
+
+
+def _group(fuse):
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float32, [3])
+        out = mf.nn.relu(mf.exp(x) - 1.0)
+        order = schedule(out.graph, [out], [], {x})
+        members = [op for op in order if op.type in ("Exp", "Sub", "Relu")]
+        consts = [op for op in order if op.type == "Const"]
+        contexts = [_Context(op) for op in members]
+        group = kernel_fusion.FusedGroup(members, contexts, fuse)
+        values = {t: t.op.get_attr("value") for c in consts for t in c.outputs}
+        return group, [values.get(t) for t in group.inputs], group.inputs.index(x)
+
+
+class _Context:
+    def __init__(self, op):
+        self.op, self.attrs, self.xp, self.state = op, op._attrs, np, None
+
+
+def test_a_formula_the_fuser_cannot_compile_runs_unfused_and_says_so(caplog):
+    def refuse(formula):
+        def fused(*inputs):
+            raise TypeError("unsupported in fusion")
+        return fused
+    group, inputs, at = _group(refuse)
+    inputs[at] = np.array([0.0, 1.0, -1.0], np.float32)
+    with caplog.at_level(logging.INFO, logger="mpiflow"):
+        first = group(*inputs)
+        second = group(*inputs)
+    expected = np.maximum(np.exp(inputs[at]) - 1, 0)
+    np.testing.assert_allclose(first, expected, rtol=1e-6)
+    np.testing.assert_allclose(second, expected, rtol=1e-6)
+    logged = [r.getMessage() for r in caplog.records if "unfused" in r.getMessage()]
+    assert len(logged) == 1 and "Exp+Sub+Relu" in logged[0] and "unsupported" in logged[0]
+
+
+def test_a_fused_formula_that_computes_other_values_is_not_trusted():
+    def wrong(formula):
+        return lambda *inputs: formula(*inputs) + 1
+    group, inputs, at = _group(wrong)
+    inputs[at] = np.array([0.5, 2.0, -1.0], np.float32)
+    expected = np.maximum(np.exp(inputs[at]) - 1, 0)
+    for _ in range(2):
+        np.testing.assert_allclose(group(*inputs), expected, rtol=1e-6)
+
+
+def test_fusion_can_be_turned_off(monkeypatch):
+    class WithFuse:
+        @staticmethod
+        def fuse(formula):
+            return formula
+    assert kernel_fusion.fuser(WithFuse) is WithFuse.fuse
+    monkeypatch.setenv("MPIFLOW_FUSE_ELEMENTWISE", "0")
+    assert kernel_fusion.fuser(WithFuse) is None
+    assert kernel_fusion.fuser(np) is None        # numpy has nothing to fuse with
+
+
+def test_plans_on_the_host_do_not_fuse_by_default():
+    with mf.Graph().as_default() as graph:
+        x = mf.constant(np.ones(3, np.float32))
+        out = mf.nn.relu(mf.exp(x))
+        plan = Plan(graph, [out], [], [], None)
+        assert not any(isinstance(step[0], kernel_fusion.FusedGroup) for step in plan._steps)
