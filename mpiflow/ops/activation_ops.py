@@ -68,7 +68,8 @@ class ReluGradOp(_Elementwise):
 @register_op("Relu6")
 class Relu6Op(_Elementwise):
     def forward(self, xp, ctx, x):
-        return xp.clip(x, 0, 6)
+        # Bounds of x's dtype: a Python number would widen bfloat16 to float32.
+        return xp.minimum(xp.maximum(x, x.dtype.type(0)), x.dtype.type(6))
 
     def gradient(self, op, g):
         return [_op("Relu6Grad", g, op.inputs[0])]
@@ -90,7 +91,7 @@ class Relu6GradOp(_Elementwise):
 @register_op("LeakyRelu", attrs={"alpha": 0.2})
 class LeakyReluOp(_Elementwise):
     def forward(self, xp, ctx, x):
-        return xp.where(x > 0, x, x * ctx.attrs["alpha"])
+        return xp.where(x > 0, x, x * x.dtype.type(ctx.attrs["alpha"]))
 
     def gradient(self, op, g):
         return [_op("LeakyReluGrad", g, op.inputs[0], alpha=op.get_attr("alpha"))]
@@ -101,7 +102,7 @@ class LeakyReluGradOp(_Elementwise):
     """``gradients`` where features > 0, else ``alpha * gradients``."""
 
     def forward(self, xp, ctx, g, x):
-        return xp.where(x > 0, g, g * ctx.attrs["alpha"])
+        return xp.where(x > 0, g, g * g.dtype.type(ctx.attrs["alpha"]))
 
     def gradient(self, op, gg):
         return [_op("LeakyReluGrad", gg, op.inputs[1], alpha=op.get_attr("alpha")), None]

@@ -3,9 +3,10 @@
 conv2d is im2col: a strided view of the padded input's windows (no copy) contracted
 with the filter in one ``tensordot``. Conv2DBackpropFilter is the same contraction with
 out_backprop; Conv2DBackpropInput contracts out_backprop with the filter and scatters
-with col2im, looping over the kh*kw taps of the window, never over pixels. Each gradient
-op's gradient is conv2d or the other backprop op. Window geometry lives in
-``windows.py``, pooling in ``pooling_ops.py``.
+with col2im, looping over the kh*kw taps of the window, never over pixels. float16 and
+bfloat16 contract in float32 where the array module does not (``accumulating_dtype``),
+col2im's sums included, and round once. Each gradient op's gradient is conv2d or the
+other backprop op. Window geometry lives in ``windows.py``, pooling in ``pooling_ops.py``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ class Conv2DOp(_ConvBase):
 
     def forward(self, xp, ctx, x, f):
         win = self.window(ctx, x.shape, f.shape)
-        return xp.tensordot(win.view(xp, win.pad(xp, x)), f, axes=((3, 4, 5), (0, 1, 2)))
+        wide = math_ops.accumulating_dtype(xp, x.dtype)
+        out = xp.tensordot(win.view(xp, win.pad(xp, x.astype(wide, copy=False))),
+                           f.astype(wide, copy=False), axes=((3, 4, 5), (0, 1, 2)))
+        return out.astype(x.dtype, copy=False)
 
     def gradient(self, op, g):
         x, f = op.inputs
@@ -90,11 +94,13 @@ class Conv2DBackpropInputOp(_ConvBase):
         n, h, w, c = sizes(input_sizes)
         win = self.window(ctx, (n, h, w, c), f.shape)
         win.check_output(dy.shape, "out_backprop")
-        cols = xp.tensordot(dy, f, axes=((3,), (3,)))        # [N, OH, OW, KH, KW, C]
-        dx = win.zeros_padded(xp, n, c, dy.dtype)
+        wide = math_ops.accumulating_dtype(xp, dy.dtype)
+        cols = xp.tensordot(dy.astype(wide, copy=False), f.astype(wide, copy=False),
+                            axes=((3,), (3,)))              # [N, OH, OW, KH, KW, C]
+        dx = win.zeros_padded(xp, n, c, wide)
         for i, j, index in win.taps():
             dx[index] += cols[:, :, :, i, j, :]
-        return win.crop(xp, dx)
+        return win.crop(xp, dx).astype(dy.dtype, copy=False)
 
     def gpu_forward(self, xp, ctx, input_sizes, f, dy):
         """col2im as one GPU kernel: each input element sums the taps that read it, in
@@ -159,7 +165,10 @@ class Conv2DBackpropFilterOp(_ConvBase):
     def forward(self, xp, ctx, x, filter_sizes, dy):
         win = self.window(ctx, x.shape, sizes(filter_sizes))
         win.check_output(dy.shape, "out_backprop")
-        return xp.tensordot(win.view(xp, win.pad(xp, x)), dy, axes=((0, 1, 2), (0, 1, 2)))
+        wide = math_ops.accumulating_dtype(xp, x.dtype)
+        out = xp.tensordot(win.view(xp, win.pad(xp, x.astype(wide, copy=False))),
+                           dy.astype(wide, copy=False), axes=((0, 1, 2), (0, 1, 2)))
+        return out.astype(x.dtype, copy=False)
 
     def gradient(self, op, gg):
         x, _, dy = op.inputs

@@ -350,7 +350,8 @@ class SelectOp(OpDef):
         return [(dt, broadcast_shapes(b, b.shape(0), out))]
 
     def forward(self, xp, ctx, cond, x, y):
-        return xp.where(cond, x, y)
+        # cupy's where widens bfloat16 to float32; the op's dtype is its inputs'.
+        return xp.where(cond, x, y).astype(x.dtype, copy=False)
 
     def gradient(self, op, g):
         cond, x, y = op.inputs

@@ -102,7 +102,7 @@ def fused_elementwise(name: str, in_params: str, body: str):
     stays the reference the GPU tests compare this with.
     """
     def gpu_forward(self, xp, ctx, *inputs):
-        if inputs[0].dtype.char == "e":      # float16: the array calls (cupy's own half math)
+        if inputs[0].dtype.char not in "fd":   # half floats: the array calls (cupy's own)
             return self.forward(xp, ctx, *inputs)
         return elementwise_kernel(xp, name, in_params, "T out", body)(*inputs)
     return gpu_forward
@@ -124,6 +124,21 @@ def elementwise_kernel(xp, name: str, in_params: str, out_params: str, body: str
         kernel = _fused_kernels[name] = xp.ElementwiseKernel(in_params, out_params, body,
                                                              name)
     return kernel
+
+
+def add_at(xp, target, indices, values) -> None:
+    """``target[indices] += values`` in place, duplicates summed (numpy's ``add.at``).
+
+    cupy's ``add.at`` has no bfloat16 loop: on a GPU a bfloat16 target is summed in
+    float32 and rounded once, where the host rounds after each add (results agree to
+    bfloat16 precision, the GPU's being the closer one).
+    """
+    if has_fused_kernels(xp) and target.dtype == dtypes.bfloat16.np_dtype:
+        wide = target.astype(np.float32)
+        xp.add.at(wide, indices, values.astype(np.float32))
+        target[...] = wide
+        return
+    xp.add.at(target, indices, values)
 
 
 def has_fused_kernels(xp) -> bool:

@@ -17,7 +17,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import array_ops, control_ops, data_flow_ops, indexing_ops, math_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, apply_op, is_index, normalize_axis, register_op, require_dtype)
+    OpDef, add_at, apply_op, is_index, normalize_axis, register_op, require_dtype)
 
 
 def _check_indices(ctx, indices, limit, what="params"):
@@ -93,7 +93,7 @@ class GatherDenseGradOp(OpDef):
         moved = xp.moveaxis(out, axis, 0)
         g_moved = xp.moveaxis(g, list(range(axis, axis + indices.ndim)),
                               list(range(indices.ndim)))
-        xp.add.at(moved, indices, g_moved)
+        add_at(xp, moved, indices, g_moved)
         return out
 
     def gradient(self, op, g):
@@ -128,7 +128,7 @@ class UnsortedSegmentSumOp(OpDef):
         n = int(num_segments)
         _check_indices(ctx, segment_ids, n, "num_segments")
         out = xp.zeros((n,) + data.shape[segment_ids.ndim:], dtype=data.dtype)
-        xp.add.at(out, segment_ids, data)
+        add_at(xp, out, segment_ids, data)
         return out
 
     def gradient(self, op, g):

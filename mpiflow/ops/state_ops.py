@@ -12,7 +12,8 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import convert_to_tensor
-from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, is_index, register_op, require_dtype
+from mpiflow.ops.registry import (
+    REQUIRED, OpDef, add_at, apply_op, is_index, register_op, require_dtype)
 
 VARIABLE_OP_TYPES = ("VariableV2",)
 
@@ -128,13 +129,13 @@ class _Scatter(_Writer):
 @register_op("ScatterAdd", attrs={"use_locking": False})
 class ScatterAddOp(_Scatter):
     def apply(self, xp, var, indices, updates):
-        xp.add.at(var, indices, updates)
+        add_at(xp, var, indices, updates)
 
 
 @register_op("ScatterSub", attrs={"use_locking": False})
 class ScatterSubOp(_Scatter):
     def apply(self, xp, var, indices, updates):
-        xp.add.at(var, indices, -updates)      # cupy has no subtract.at for floats
+        add_at(xp, var, indices, -updates)      # cupy has no subtract.at for floats
 
 
 @register_op("ScatterUpdate", attrs={"use_locking": True})

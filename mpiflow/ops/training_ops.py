@@ -23,7 +23,8 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, apply_op, elementwise_kernel, get_op_def, has_fused_kernels, is_index, register_op)
+    OpDef, add_at, apply_op, elementwise_kernel, get_op_def, has_fused_kernels, is_index,
+    register_op)
 from mpiflow.ops.state_ops import VARIABLE_OP_TYPES
 
 # Input roles by TF's input names: buffers written in place, and the gradient.
@@ -209,7 +210,7 @@ def sum_duplicates(xp, values, indices):
         summed[inverse] = values
     else:
         summed = xp.zeros((unique.size,) + values.shape[1:], dtype=values.dtype)
-        xp.add.at(summed, inverse, values)
+        add_at(xp, summed, inverse, values)
     return summed, unique
 
 

@@ -69,7 +69,10 @@ def find_groups(order, place_of, keep, barriers):
 
 def _fusable(op) -> bool:
     op_def = get_op_def(op.type)
-    return op_def.fuses(op) and len(op.outputs) == 1 and op.outputs[0].dtype is not None
+    if not op_def.fuses(op) or len(op.outputs) != 1:
+        return False
+    # cupy.fuse has no bfloat16 (ml_dtypes' kind 'V'): such chains run op by op.
+    return all(t.dtype.np_dtype.kind != "V" for t in list(op.inputs) + op.outputs)
 
 
 def _joinable_group(op, place, consumers, group_of, keep, place_of, position,

@@ -31,10 +31,16 @@ def bits(array) -> np.ndarray:
     return array.view(np.uint16)
 
 
+def spacing(exact, dtype) -> np.ndarray:
+    """The spacing of ``dtype``'s values at ``exact`` (fixed among subnormals)."""
+    info = ml_dtypes.finfo(dtype)
+    return np.maximum(2.0 ** (np.floor(np.log2(np.abs(exact))) - info.nmant),
+                      float(info.smallest_subnormal))
+
+
 def ulps(got, exact, dtype) -> np.ndarray:
     """|got - exact| in units of the spacing of ``dtype`` at ``exact``."""
-    spacing = 2.0 ** (np.floor(np.log2(np.abs(exact))) - ml_dtypes.finfo(dtype).nmant)
-    return np.abs(np.asarray(got).astype(np.float64) - exact) / spacing
+    return np.abs(np.asarray(got).astype(np.float64) - exact) / spacing(exact, dtype)
 
 
 def run(fetches, feed=None):
@@ -126,6 +132,32 @@ def test_half_matmul_at_k4096_sums_in_float32_and_rounds_once(rng, dtype, transp
     assert ulps(naive, exact, dtype).max() > 8.0
 
 
+def _convs(x, f, dy):
+    """conv2d and both its gradients (VALID, stride 1) of the given arrays."""
+    return [mf.nn.conv2d(x, f, [1, 1, 1, 1], "VALID"),
+            mf.nn.conv2d_backprop_filter(x, f.shape, dy, [1, 1, 1, 1], "VALID"),
+            mf.nn.conv2d_backprop_input(x.shape, f, dy, [1, 1, 1, 1], "VALID")]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_half_conv2d_and_its_gradients_sum_in_float32_and_round_once(rng, dtype):
+    dtype = np.dtype(dtype)
+    x = rng.standard_normal((2, 6, 6, 256)).astype(dtype)      # 3*3*256 = 2304 terms
+    f = rng.standard_normal((3, 3, 256, 4)).astype(dtype)
+    dy = rng.standard_normal((2, 4, 4, 4)).astype(dtype)
+    wide = [v.astype(np.float64) for v in (x, f, dy)]
+    got = run(_convs(x, f, dy))
+    exact = run(_convs(*wide))
+    magnitude = run(_convs(*[np.abs(v) for v in wide]))      # sum of |terms| per output
+    for g, want, size, what in zip(got, exact, magnitude, ("conv2d", "filter", "input")):
+        assert g.dtype == dtype, what
+        # One rounding to the half dtype (an ulp at most) plus what a float32 sum of these
+        # terms may lose where they cancel (a few float32 ulps of the sum of |terms|);
+        # summed in the half dtype, the loss would be that many half ulps instead.
+        error = np.abs(g.astype(np.float64) - want)
+        assert (error <= spacing(want, dtype) + 2.0 ** -20 * size).all(), what
+
+
 def test_batched_bfloat16_matmul_keeps_its_dtype_and_batch_shape(rng):
     a = rng.standard_normal((3, 4, 5)).astype(BF16)
     b = rng.standard_normal((3, 5, 2)).astype(BF16)
@@ -164,6 +196,11 @@ OPS = {  # name -> build(x, y), on x [4, 6] and y [4, 6] (y > 0)
     "sparse_softmax_cross_entropy": lambda x, y: mf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=mf.constant([0, 5, 2, 2], dtype=mf.int64), logits=x),
     "bias_add": lambda x, y: mf.nn.bias_add(x, y[0]),
+    "relu6_leaky_relu_elu": lambda x, y: mf.nn.relu6(x * 4.0) + mf.nn.leaky_relu(x, 0.1) +
+    mf.nn.elu(x),
+    "select": lambda x, y: mf.where(x > 0, x, y),
+    "segment_sum_and_gather": lambda x, y: mf.unsorted_segment_sum(x, [0, 2, 0, 1], 3) +
+    mf.gather(y, [3, 0, 3]),
     "conv2d": lambda x, y: mf.nn.conv2d(mf.reshape(x, [1, 4, 6, 1]),
                                         mf.reshape(y[:2, :2], [2, 2, 1, 1]), [1, 1, 1, 1],
                                         "SAME"),

@@ -205,3 +205,10 @@ def test_plans_on_the_host_do_not_fuse_by_default():
         out = mf.nn.relu(mf.exp(x))
         plan = Plan(graph, [out], [], [], None)
         assert not any(isinstance(step[0], kernel_fusion.FusedGroup) for step in plan._steps)
+
+
+def test_bfloat16_chains_are_not_fused():       # cupy.fuse has no bfloat16
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        out = mf.nn.relu(mf.exp(mf.cast(x, mf.bfloat16)) - 1.0)
+        assert _groups([out]) == []
