@@ -162,6 +162,14 @@ def _conv_backward(cp, x_shape, f, cols, g, input_grad=True):
     return gx, gf
 
 
+def _bias_grad(cp, g):
+    """Channel sums of an NHWC gradient as ones @ [rows, channels]: cupy's
+    ``g.sum(axis=(0, 1, 2))`` takes 20x longer on these shapes (1.7 ms against 74 us for
+    [256, 26, 26, 32] on an H200), which would flatter mpiflow (it uses the product)."""
+    rows = g.reshape(-1, g.shape[-1])
+    return cp.ones(rows.shape[0], g.dtype) @ rows
+
+
 def cnn_cupy_step(cp, params, x_host, y_host):
     """One SGD step of the CNN, written with cupy array calls (im2col convolutions)."""
     f1, b1, f2, b2, w, b = params
@@ -181,8 +189,8 @@ def cnn_cupy_step(cp, params, x_host, y_host):
     mask = blocks == p1[:, :, None, :, None, :]
     ga1 = (mask * gp1[:, :, None, :, None, :]).reshape(a1.shape) * (a1 > 0)
     _, gf1 = _conv_backward(cp, x.shape, f1, cols1, ga1, input_grad=False)
-    for p, gp in ((f1, gf1), (b1, ga1.sum(axis=(0, 1, 2))), (f2, gf2),
-                  (b2, ga2.sum(axis=(0, 1, 2))), (w, gw), (b, gb)):
+    for p, gp in ((f1, gf1), (b1, _bias_grad(cp, ga1)), (f2, gf2),
+                  (b2, _bias_grad(cp, ga2)), (w, gw), (b, gb)):
         p -= LR * gp
     return loss
 

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from mpiflow import backend, config, errors
+from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import Wait, get_op_def
@@ -183,7 +184,12 @@ class Plan:
                     kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
                 forward = op_def.gpu_forward if place is not None and \
                     op_def.gpu_forward is not None else op_def.forward
-                emit((functools.partial(forward, ctx.xp, ctx), ins, outs, kind), op, place)
+                kernel = functools.partial(forward, ctx.xp, ctx)
+                if place is not None and kind in (_SINGLE, _MULTI) and \
+                        any(t.dtype is dtypes.bfloat16 for t in op.outputs):
+                    kernel = _keeping_dtypes(kernel, [t.dtype.np_dtype for t in op.outputs],
+                                             kind == _MULTI)
+                emit((kernel, ins, outs, kind), op, place)
             for t in op.outputs:
                 if t in snapshot and t not in fed:
                     emit((_copy, [slot_of(t)], [slot_of(("snapshot", t))], _SINGLE), op)
@@ -407,6 +413,28 @@ def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
     groups = kernel_fusion.find_groups(runs, fusion_place, set(fed) | set(fetch_tensors),
                                        barriers)
     return ({g[-1]: g for g in groups}, {op for g in groups for op in g[:-1]})
+
+
+def _keeping_dtypes(kernel, declared, multi):
+    """``kernel`` with its results cast to the ``declared`` dtypes where they differ.
+
+    cupy's bfloat16 support is partial: some reductions, ``where`` and mixed scalar
+    arithmetic give float32 for bfloat16 inputs, and the next kernel would then see the
+    wrong dtype. Plans wrap the GPU kernels of ops with bfloat16 outputs in this (a no-op
+    cast where cupy kept the dtype); other kernels are not wrapped.
+    """
+    if multi:
+        def run(*args):
+            return tuple(_as(value, dtype) for value, dtype in zip(kernel(*args), declared))
+    else:
+        def run(*args):
+            return _as(kernel(*args), declared[0])
+    return run
+
+
+def _as(value, dtype):
+    return value.astype(dtype, copy=False) if getattr(value, "dtype", dtype) != dtype \
+        else value
 
 
 def _on_gpu(fn, place):

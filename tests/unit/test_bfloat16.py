@@ -409,3 +409,16 @@ def test_fusion_buckets_keep_bfloat16_apart_from_float16():
     buckets = plan_buckets(specs, threshold_bytes=1024)
     assert [(b.dtype, b.names, b.sizes) for b in buckets] == [
         (np.dtype(np.float16), ("b",), (4,)), (BF16, ("a", "c"), (4, 2))]
+
+
+def test_gpu_kernels_of_bfloat16_ops_are_held_to_their_declared_dtype():
+    # cupy widens some bfloat16 results (reductions, where) to float32; plans wrap the
+    # GPU kernels of bfloat16 ops so the next kernel sees the dtype the graph declared.
+    from mpiflow.runtime.executor import _keeping_dtypes
+    widened = np.array([1.5, 2.0], np.float32)
+    single = _keeping_dtypes(lambda: widened, [BF16], multi=False)
+    assert single().dtype == BF16 and single().tolist() == [1.5, 2.0]
+    kept = np.array([3], np.int64)
+    pair = _keeping_dtypes(lambda: (widened, kept), [BF16, np.dtype(np.int64)], multi=True)
+    out = pair()
+    assert out[0].dtype == BF16 and out[1] is kept
