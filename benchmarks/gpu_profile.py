@@ -4,9 +4,10 @@ Runs the models of ``gpu_step.py`` (MLP 784-2048-2048-10 at batch 1024, small CN
 batch 256). A traced step drains the GPU around each kernel (``RunOptions.FULL_TRACE``),
 so each op's span is the GPU time it took; their sum is a little over an untraced step.
 Prints, per model: untraced steps/s with elementwise fusion on and off and of the
-hand-written cupy step, then the op types that take the most GPU time per step.
+hand-written cupy step, then the op types that take the most GPU time per step; then an
+elementwise-heavy block with fusion on and off, and the bias-gradient reductions.
 
-Usage: python benchmarks/gpu_profile.py [--steps 20] [--top 15]
+Usage: python benchmarks/gpu_profile.py [--steps 20] [--top 15] [mlp cnn fusion bias]
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import collections
 import os
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,17 +102,58 @@ def reduction_probe(steps):
               f"ones @ g {gemv * 1e6:.1f} us")
 
 
+def fusion_probe(steps):
+    """An elementwise-heavy block (gated activation on [4096, 1024], as in a transformer's
+    feed-forward) trained by SGD: steps/s and peak pool memory with fusion on and off."""
+    cp = backend.array_module("/device:GPU:0")
+    rng = np.random.default_rng(0)
+    x_value = rng.standard_normal((4096, 1024)).astype(np.float32)
+    results = {}
+    for fusion in ("1", "0"):
+        os.environ["MPIFLOW_FUSE_ELEMENTWISE"] = fusion
+        graph = mf.Graph()
+        with graph.as_default(), mf.device("/device:GPU:0"):
+            x = mf.placeholder(mf.float32, x_value.shape)
+            scale = mf.Variable(np.ones(1024, np.float32))
+            shift = mf.Variable(np.zeros(1024, np.float32))
+            h = x * scale + shift
+            gated = mf.tanh(h) * mf.sigmoid(h * 1.702) + mf.nn.softplus(h) * 0.1
+            loss = mf.reduce_mean(mf.square(gated - 0.5))
+            train = mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+            init = mf.global_variables_initializer()
+        with mf.Session(graph=graph) as sess:
+            sess.run(init)
+            seconds = _seconds_per_step(
+                lambda n: [sess.run(train, {x: x_value}) for _ in range(n)], steps)
+            pool = cp.get_default_memory_pool()
+            pool.free_all_blocks()
+            sess.run(train, {x: x_value})
+            backend.synchronize()
+            results[fusion] = (seconds, pool.total_bytes() / 2**20)
+    os.environ.pop("MPIFLOW_FUSE_ELEMENTWISE")
+    (on, mem_on), (off, mem_off) = results["1"], results["0"]
+    print(f"== elementwise block [4096, 1024] f32: steps/s fused {1 / on:.1f}, unfused "
+          f"{1 / off:.1f} (unfused/fused time {off / on:.2f}); pool peak MiB fused "
+          f"{mem_on:.0f}, unfused {mem_off:.0f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("models", nargs="*", default=sorted(MODELS))
+    parser.add_argument("models", nargs="*", default=sorted(MODELS) + ["fusion", "bias"],
+                        help="mlp, cnn, fusion (an elementwise block fused and unfused), "
+                             "bias (bias-gradient reductions)")
     args = parser.parse_args(argv)
     if not backend.gpu_available():
         raise SystemExit(f"gpu_profile: no GPU here ({backend.gpu_reason()})")
     for name in args.models:
-        profile(name, args.steps, args.top)
-    reduction_probe(args.steps)
+        if name == "fusion":
+            fusion_probe(args.steps)
+        elif name == "bias":
+            reduction_probe(args.steps)
+        else:
+            profile(name, args.steps, args.top)
 
 
 if __name__ == "__main__":

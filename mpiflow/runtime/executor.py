@@ -150,23 +150,25 @@ class Plan:
             op_def = get_op_def(op.type)
             xp, place = kernel_at[op]
             ins = []
-            members = fused_root.get(op)
-            inputs = kernel_fusion.group_inputs(members) if members else op.inputs
+            group = fused_root.get(op)
+            inputs = kernel_fusion.group_inputs(group.members) if group else op.inputs
             for i, t in enumerate(inputs):
-                if not members and i in op_def.ref_inputs:
+                if not group and i in op_def.ref_inputs:
                     refs.append(state.ref(t.op))
                     ins.append(-len(refs))
                 else:
-                    ins.append(slot_at(t, None if not members and i in op_def.host_inputs
+                    ins.append(slot_at(t, None if not group and i in op_def.host_inputs
                                        else place, op))
             # A fed output keeps the fed value: the op's own result goes to a shadow slot.
-            outs = [slot_of(("shadow", t) if t in fed else t) for t in op.outputs]
+            results = group.outputs if group else op.outputs
+            outs = [slot_of(("shadow", t) if t in fed else t) for t in results]
             for s in outs:
                 where[s] = None if op_def.host_outputs else place
-            if members:
-                contexts = [context(m, get_op_def(m.type), xp, place) for m in members]
-                kernel = kernel_fusion.FusedGroup(members, contexts, kernel_fusion.fuser(xp))
-                emit((kernel, ins, outs, _SINGLE), op, place, f"Fused({kernel.name})")
+            if group:
+                contexts = [context(m, get_op_def(m.type), xp, place) for m in group.members]
+                kernel = kernel_fusion.FusedGroup(group, contexts, kernel_fusion.fuser(xp))
+                emit((kernel, ins, outs, _MULTI if len(outs) > 1 else _SINGLE), op, place,
+                     f"Fused({kernel.name})")
             elif op_def.transfer is not None:
                 self.has_transfers = True
                 kind = _SEND if op_def.transfer == "send" else _RECV
@@ -190,7 +192,7 @@ class Plan:
                     kernel = _keeping_dtypes(kernel, [t.dtype.np_dtype for t in op.outputs],
                                              kind == _MULTI)
                 emit((kernel, ins, outs, kind), op, place)
-            for t in op.outputs:
+            for t in results:
                 if t in snapshot and t not in fed:
                     emit((_copy, [slot_of(t)], [slot_of(("snapshot", t))], _SINGLE), op)
         self.fetch_slots = [slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
@@ -400,7 +402,7 @@ def _kernel_placement(op, xp_for):
 
 
 def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
-    """({root op: its group's ops}, {ops computed inside a group}) for ``runs``."""
+    """({root op: its kernel_fusion.Group}, {ops computed inside a group}) for ``runs``."""
     fusing = {}
 
     def fusion_place(op):
@@ -410,9 +412,9 @@ def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
         return ("device", place) if fusing[xp] else None
 
     barriers = [op for op in runs if get_op_def(op.type).ref_inputs]
-    groups = kernel_fusion.find_groups(runs, fusion_place, set(fed) | set(fetch_tensors),
+    groups = kernel_fusion.find_groups(runs, fusion_place, set(fed), set(fetch_tensors),
                                        barriers)
-    return ({g[-1]: g for g in groups}, {op for g in groups for op in g[:-1]})
+    return ({g.root: g for g in groups}, {op for g in groups for op in g.members[:-1]})
 
 
 def _keeping_dtypes(kernel, declared, multi):

@@ -33,14 +33,30 @@ def fuser(xp):
     return getattr(xp, "fuse", None)
 
 
-def find_groups(order, place_of, keep, barriers):
-    """Return the fusable groups of ``order``, each a list of ops in ``order``'s order,
-    the last one (the root) the only one whose output leaves the group.
+class Group:
+    """Ops that run as one kernel: ``members`` in plan order (the last is the root) and
+    ``outputs``, the tensors the kernel gives out: members' results that something outside
+    the group reads or the caller fetches, then the root's."""
 
-    ``place_of(op)`` is the GPU an op's kernel runs on (None: host); ``keep`` holds the
-    tensors that must be materialised (fetched, fed); ``barriers`` are ops no group may
-    span (writers of variables: a member would otherwise read a value the writer has
-    already changed by the time the root runs).
+    def __init__(self, members, outputs):
+        self.members = members
+        self.outputs = outputs
+
+    @property
+    def root(self):
+        return self.members[-1]
+
+
+def find_groups(order, place_of, fed, fetched, barriers):
+    """Return the fusable ``Group``s of ``order`` (groups of one op are left out).
+
+    ``place_of(op)`` is the device an op's kernel runs on (None: not fusable there). A
+    group runs where its root is in ``order``, so an op joins a group only if everything
+    else reading its result runs after that root (no cycle through ops outside, no reader
+    left without its input). ``fed`` outputs are never computed inside a group;
+    ``fetched`` ones are given out. ``barriers`` are ops no group may span (writers of
+    variables: a member would otherwise read a value the writer has already changed by
+    the time the root runs).
     """
     position = {op: i for i, op in enumerate(order)}
     consumers = {}
@@ -52,19 +68,33 @@ def find_groups(order, place_of, keep, barriers):
     barrier_positions = sorted(position[op] for op in barriers if op in position)
     group_of = {}
     groups = []
+
+    def runs_at(op):
+        """Where ``op`` runs: its own position, or its group's root's."""
+        return position[group_of[op][-1] if op in group_of else op]
+
     for op in reversed(order):
         place = place_of(op)
         if place is None or not _fusable(op):
             continue
-        group = _joinable_group(op, place, consumers, group_of, keep, place_of, position,
-                                barrier_positions)
-        if group is None:
-            group = {"root": op, "members": []}
-            groups.append(group)
-        group["members"].append(op)
-        group_of[op] = group
-    return [sorted(g["members"], key=position.__getitem__) for g in groups
-            if len(g["members"]) > 1]
+        members = _joinable_group(op, place, consumers, group_of, fed, place_of, position,
+                                  runs_at, barrier_positions)
+        if members is None:
+            members = [op]
+            groups.append(members)
+        else:
+            members.insert(0, op)
+        group_of[op] = members
+    found = []
+    for members in groups:
+        if len(members) < 2:
+            continue
+        inside = set(members)
+        given_out = [m.outputs[0] for m in members[:-1]
+                     if m.outputs[0] in fetched or
+                     any(r not in inside for r in consumers.get(m.outputs[0], ()))]
+        found.append(Group(members, given_out + [members[-1].outputs[0]]))
+    return found
 
 
 def _fusable(op) -> bool:
@@ -75,22 +105,28 @@ def _fusable(op) -> bool:
     return all(t.dtype.np_dtype.kind != "V" for t in list(op.inputs) + op.outputs)
 
 
-def _joinable_group(op, place, consumers, group_of, keep, place_of, position,
+def _joinable_group(op, place, consumers, group_of, fed, place_of, position, runs_at,
                     barrier_positions):
-    """The group ``op`` can join as an inner member, or None."""
+    """The members of the group ``op`` can join (it reads ``op``'s result), or None."""
     out = op.outputs[0]
-    if out in keep or op in consumers:       # fetched/fed, or a control input of something
+    if out in fed or op in consumers:        # fed, or a control input of something
         return None
-    groups = [group_of.get(reader) for reader in consumers.get(out, ())]
-    group = groups[0] if groups else None
-    if group is None or any(g is not group for g in groups):
+    readers = consumers.get(out, ())
+    grouped = {id(group_of[r]): group_of[r] for r in readers if r in group_of}
+    if not grouped:
         return None
-    if place_of(group["root"]) != place:
+    # Of the groups reading it, the one that runs first (the others read it after).
+    members = min(grouped.values(), key=lambda m: position[m[-1]])   # plan order
+    root = members[-1]
+    if place_of(root) != place:
         return None
-    start, end = position[op], position[group["root"]]
+    end = position[root]
+    if any(runs_at(r) <= end for r in readers if group_of.get(r) is not members):
+        return None         # a reader outside the group runs before the group does
+    start = position[op]
     if any(start < b < end for b in barrier_positions):
         return None
-    return group
+    return members
 
 
 def group_inputs(members):
@@ -105,39 +141,46 @@ def group_inputs(members):
 
 
 class FusedGroup:
-    """The kernel of one group: ``run(*inputs)`` computes the root's output from the
-    group's inputs (the tensors its members read from outside it)."""
+    """The kernel of one group: ``run(*inputs)`` computes the group's outputs (a tuple
+    where it gives out more than its root's) from its inputs (the tensors its members
+    read from outside it)."""
 
-    def __init__(self, members, contexts, fuse):
-        self.members = members
-        self.root = members[-1]
-        self.inputs = group_inputs(members)
-        self.name = "+".join(op.type for op in members)
-        self._formula = self._compose(members, contexts,
+    def __init__(self, group, contexts, fuse):
+        self.members = group.members
+        self.root = group.root
+        self.outputs = group.outputs
+        self.inputs = group_inputs(self.members)
+        self.name = "+".join(op.type for op in self.members)
+        self._formula = self._compose(contexts,
                                       lambda op_def, xp: op_def.fusion_forward or op_def.forward)
         self._unfused = self._compose(       # each op's own kernel, as the plan would run it
-            members, contexts, lambda op_def, xp: op_def.gpu_forward
+            contexts, lambda op_def, xp: op_def.gpu_forward
             if op_def.gpu_forward is not None and has_fused_kernels(xp) else op_def.forward)
         self._fused = fuse(self._formula)
         self._checked = set()
         self._broken = False
 
-    def _compose(self, members, contexts, kernel_of):
+    def _compose(self, contexts, kernel_of):
         """One Python function running the members in order on the group's inputs."""
         index = {t: i for i, t in enumerate(self.inputs)}
+        produced = {op.outputs[0]: k for k, op in enumerate(self.members)}
         steps = []
-        for op, ctx in zip(members, contexts):
+        for op, ctx in zip(self.members, contexts):
             op_def = get_op_def(op.type)
-            sources = tuple((False, index[t]) if t in index else
-                            (True, members.index(t.op)) for t in op.inputs)
+            sources = tuple((False, index[t]) if t in index else (True, produced[t])
+                            for t in op.inputs)
             steps.append((kernel_of(op_def, ctx.xp), ctx, sources))
+        given_out = [produced[t] for t in self.outputs]
+        single = len(given_out) == 1
 
         def formula(*inputs):
             results = []
             for kernel, ctx, sources in steps:
                 args = [results[i] if inner else inputs[i] for inner, i in sources]
                 results.append(kernel(ctx.xp, ctx, *args))
-            return results[-1]
+            if single:
+                return results[-1]
+            return tuple(results[k] for k in given_out)
         return formula
 
     def __call__(self, *inputs):
@@ -153,7 +196,13 @@ class FusedGroup:
         expected = self._unfused(*inputs)
         try:
             fused = self._fused(*inputs)
-            problem = _difference(fused, expected)
+            if len(self.outputs) == 1:
+                problem = _difference(fused, expected)
+            elif not isinstance(fused, tuple) or len(fused) != len(expected):
+                problem = f"fused kernel gave {type(fused).__name__}, not {len(expected)} " \
+                          "outputs"
+            else:
+                problem = "; ".join(filter(None, map(_difference, fused, expected)))
         except Exception as exc:    # a formula cupy cannot fuse: unfused from now on
             problem = f"{type(exc).__name__}: {exc}"
         if problem:

@@ -22,11 +22,14 @@ def host_fusion(monkeypatch):
     monkeypatch.setattr(kernel_fusion, "fuser", lambda xp: lambda formula: formula)
 
 
+def _find(fetches, barriers=(), place_of=lambda op: "gpu"):
+    order = schedule(fetches[0].graph, fetches, [], set())
+    return kernel_fusion.find_groups(order, place_of, set(), set(fetches), barriers)
+
+
 def _groups(fetches, barriers=()):
-    graph = fetches[0].graph
-    order = schedule(graph, fetches, [], set())
-    return [[op.type for op in g] for g in kernel_fusion.find_groups(
-        order, lambda op: "gpu", set(fetches), barriers)]
+    """The op types of each group."""
+    return [[op.type for op in g.members] for g in _find(fetches, barriers)]
 
 
 def test_bias_add_and_relu_after_a_matmul_form_one_group():
@@ -38,20 +41,34 @@ def test_bias_add_and_relu_after_a_matmul_form_one_group():
         assert _groups([out]) == [["BiasAdd", "Mul", "Relu"]]
 
 
-def test_a_fetched_intermediate_ends_a_group():
+def test_a_fetched_intermediate_is_given_out_by_the_group():
     with mf.Graph().as_default():
         x = mf.constant(np.ones(3, np.float32))
         h = mf.exp(x) + 1.0
         out = mf.nn.relu(h)
-        assert _groups([out, h]) == [["Exp", "Add"]]
+        [group] = _find([out, h])
+        assert [op.type for op in group.members] == ["Exp", "Add", "Relu"]
+        assert group.outputs == [h, out]
 
 
-def test_an_intermediate_read_outside_the_group_is_not_fused_into_it():
+def test_an_intermediate_read_after_the_group_runs_is_given_out():
     with mf.Graph().as_default():
         x = mf.constant(np.ones(3, np.float32))
         h = mf.exp(x)
-        out = mf.reduce_sum(mf.nn.relu(h)) + mf.reduce_sum(h)
-        assert _groups([out]) == []       # exp feeds a reduction too: it stays on its own
+        relu = mf.nn.relu(h)
+        out = mf.reduce_sum(relu) + mf.reduce_sum(h)
+        [group] = _find([out])
+        assert [op.type for op in group.members] == ["Exp", "Relu"]
+        assert group.outputs == [h, relu]
+
+
+def test_an_intermediate_read_before_the_group_runs_is_not_fused_into_it():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x)
+        total = mf.reduce_sum(h)            # needs exp before the group's root can run
+        out = mf.nn.relu(h) * total
+        assert _groups([out]) == [["Relu", "Mul"]]
 
 
 def test_a_diamond_of_elementwise_ops_is_one_group():
@@ -73,19 +90,17 @@ def test_no_group_spans_a_variable_write():
         out = read + later
         order = schedule(out.graph, [out], [], set())
         writer = [op for op in order if op.type == "AssignAdd"]
-        spanned = kernel_fusion.find_groups(order, lambda op: "gpu", {out}, writer)
-        assert all("Exp" not in [op.type for op in g] for g in spanned)
+        spanned = kernel_fusion.find_groups(order, lambda op: "gpu", set(), {out}, writer)
+        assert all("Exp" not in [op.type for op in g.members] for g in spanned)
 
 
 def test_ops_on_the_host_or_on_other_devices_are_not_grouped():
     with mf.Graph().as_default():
         x = mf.constant(np.ones(3, np.float32))
         out = mf.nn.relu(mf.exp(x))
-        order = schedule(out.graph, [out], [], set())
-        assert kernel_fusion.find_groups(order, lambda op: None, {out}, []) == []
+        assert _find([out], place_of=lambda op: None) == []
         places = {"Exp": 0, "Relu": 1}
-        assert kernel_fusion.find_groups(order, lambda op: places.get(op.type), {out},
-                                         []) == []
+        assert _find([out], place_of=lambda op: places.get(op.type)) == []
 
 
 def _mlp_training(steps):
@@ -115,15 +130,15 @@ def test_a_fused_training_run_equals_the_unfused_run(monkeypatch):
     built = []
     real_init = kernel_fusion.FusedGroup.__init__
 
-    def record(self, members, contexts, fuse):
-        built.append([op.type for op in members])
-        real_init(self, members, contexts, fuse)
+    def record(self, group, contexts, fuse):
+        built.append([op.type for op in group.members])
+        real_init(self, group, contexts, fuse)
     monkeypatch.setattr(kernel_fusion.FusedGroup, "__init__", record)
     fused_losses, fused_weights = _mlp_training(5)
-    # tanh(h) and sigmoid(h) are kept for the backward pass; what combines them fuses.
-    assert ["Mul", "Mul", "Add"] in built, built
-    assert any("TanhGrad" in group for group in built), built   # the backward pass too
-    assert any(group[-1] == "ReluGrad" and "AddN" in group for group in built), built
+    # The whole forward chain after the matmul is one kernel (giving out relu, tanh and
+    # sigmoid for the backward pass), and so is the backward chain before the next matmul.
+    assert ["BiasAdd", "Relu", "Tanh", "Mul", "Sigmoid", "Mul", "Add"] in built, built
+    assert ["Mul", "Mul", "TanhGrad", "SigmoidGrad", "AddN", "ReluGrad"] in built, built
     np.testing.assert_array_equal(fused_losses, unfused_losses)
     for fused, unfused in zip(fused_weights, unfused_weights):
         np.testing.assert_array_equal(fused, unfused)
@@ -151,7 +166,7 @@ def _group(fuse):
         members = [op for op in order if op.type in ("Exp", "Sub", "Relu")]
         consts = [op for op in order if op.type == "Const"]
         contexts = [_Context(op) for op in members]
-        group = kernel_fusion.FusedGroup(members, contexts, fuse)
+        group = kernel_fusion.FusedGroup(kernel_fusion.Group(members, [out]), contexts, fuse)
         values = {t: t.op.get_attr("value") for c in consts for t in c.outputs}
         return group, [values.get(t) for t in group.inputs], group.inputs.index(x)
 
