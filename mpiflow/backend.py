@@ -77,6 +77,12 @@ def array_module(device: str = ""):
     return cupy
 
 
+def elementwise_fuser(xp):
+    """``xp``'s function that compiles a Python formula of ufunc calls into one kernel
+    (``cupy.fuse``), or None for numpy, which has none."""
+    return getattr(xp, "fuse", None) if xp is not numpy else None
+
+
 def to_host(array):
     """Return ``array`` as a numpy array (a copy only when it lives on a GPU)."""
     if isinstance(array, numpy.ndarray) or _cupy is None:

@@ -146,3 +146,18 @@ def op_error(cls, what: str, op=None, expected=None, got=None):
     if details:
         text += ": " + ", ".join(details)
     return cls(text, op)
+
+
+# Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
+# out-of-range indices) are the caller's fault: InvalidArgumentError naming the op.
+KERNEL_INPUT_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
+
+
+def kernel_error(exc: BaseException, op) -> "OpError":
+    """The OpError to raise for ``exc``, raised by the kernel of ``op``."""
+    if isinstance(exc, OpError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return op_error(ResourceExhaustedError, f"Out of memory ({exc})", op)
+    cls = InvalidArgumentError if isinstance(exc, KERNEL_INPUT_ERRORS) else InternalError
+    return op_error(cls, f"{type(exc).__name__}: {exc}", op)

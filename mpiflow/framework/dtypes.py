@@ -60,6 +60,13 @@ class DType:
     def max(self):
         return ml_dtypes.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
 
+    @property
+    def epsneg(self) -> float:
+        """The gap below 1.0 of a floating dtype (1 - epsneg is its largest value < 1)."""
+        if not self.is_floating:
+            raise errors.InvalidArgumentError(f"{self.name} is not a floating dtype")
+        return float(ml_dtypes.finfo(self._np).epsneg)
+
     def __repr__(self):
         return f"mf.{self.name}"
 

@@ -11,6 +11,8 @@ other backprop op. Window geometry lives in ``windows.py``, pooling in ``pooling
 
 from __future__ import annotations
 
+import numpy as np
+
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
@@ -106,15 +108,18 @@ class Conv2DBackpropInputOp(_ConvBase):
         """col2im as one GPU kernel: each input element sums the taps that read it, in
         the host kernel's tap order (the same sums, bit for bit), instead of a strided
         add per tap into a padded buffer and a crop."""
-        if not has_fused_kernels(xp) or dy.dtype.char not in "fd":
+        if not has_fused_kernels(xp):
             return self.forward(xp, ctx, input_sizes, f, dy)
         n, h, w, c = sizes(input_sizes)
         win = self.window(ctx, (n, h, w, c), f.shape)
         win.check_output(dy.shape, "out_backprop")
-        cols = xp.tensordot(dy, f, axes=((3,), (3,)))        # [N, OH, OW, KH, KW, C]
-        dx = xp.empty((n, h, w, c), dtype=dy.dtype)
+        # Half floats: the taps are summed in float32 too, and rounded once.
+        wide = dy.dtype if dy.dtype.char in "fd" else np.dtype(np.float32)
+        cols = xp.tensordot(dy.astype(wide, copy=False), f.astype(wide, copy=False),
+                            axes=((3,), (3,)))              # [N, OH, OW, KH, KW, C]
+        dx = xp.empty((n, h, w, c), dtype=wide)
         _col2im_kernel(xp)(xp.ascontiguousarray(cols), c, *win.geometry(), dx)
-        return dx
+        return dx.astype(dy.dtype, copy=False)
 
     def gradient(self, op, gg):
         _, f, dy = op.inputs

@@ -21,9 +21,6 @@ from mpiflow.framework.traversal import reachable
 from mpiflow.ops.registry import Wait, get_op_def
 from mpiflow.runtime import kernel_fusion, tracing
 
-# Exceptions a kernel raises on bad runtime input (shapes that only meet at run time,
-# out-of-range indices) become InvalidArgumentError naming the op.
-_INPUT_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
 
 
 class KernelContext:
@@ -319,17 +316,10 @@ class Plan:
                     progress.poll()
         except errors.OpError:
             raise
-        except MemoryError as exc:
-            raise errors.op_error(errors.ResourceExhaustedError,
-                                  f"Out of memory ({exc})", self.ops[index]) from exc
-        except _INPUT_ERRORS as exc:
-            raise errors.op_error(errors.InvalidArgumentError,
-                                  f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
         except GeneratorExit:
             raise
         except Exception as exc:
-            raise errors.op_error(errors.InternalError,
-                                  f"{type(exc).__name__}: {exc}", self.ops[index]) from exc
+            raise errors.kernel_error(exc, self.ops[index]) from exc
         finally:
             quiet.exit()
         return [_fetch_value(vals[s]) for s in self.fetch_slots]
@@ -411,7 +401,8 @@ def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
             fusing[xp] = kernel_fusion.fuser(xp) is not None
         return ("device", place) if fusing[xp] else None
 
-    barriers = [op for op in runs if get_op_def(op.type).ref_inputs]
+    barriers = [op for op in runs if get_op_def(op.type).ref_inputs or
+                get_op_def(op.type).transfer == "recv" or get_op_def(op.type).async_kernel]
     groups = kernel_fusion.find_groups(runs, fusion_place, set(fed), set(fetch_tensors),
                                        barriers)
     return ({g.root: g for g in groups}, {op for g in groups for op in g.members[:-1]})

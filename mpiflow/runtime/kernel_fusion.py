@@ -4,21 +4,27 @@ Written with array calls, ``relu(x @ w + b)`` and its gradient launch a GPU kern
 op and move every intermediate through device memory; a training step of an MLP spends
 more time there than in its matrix products. When a plan is compiled, ``find_groups``
 collects connected elementwise ops (``OpDef.fusable``: their ``forward`` is ufunc
-arithmetic) on one GPU whose intermediate results nothing else reads, and the plan runs
-each group as one call of ``cupy.fuse`` over the members' own ``forward`` functions, so
-the fused kernel computes exactly the formula the numpy reference does.
+arithmetic) on one GPU, and the plan runs each group as one call of ``cupy.fuse`` over
+the members' own ``forward`` functions, so the fused kernel computes exactly the formula
+the numpy reference does. Results only the group reads stay in registers; results that
+ops outside read later (activations kept for the backward pass) are given out by the
+same kernel.
 
-A group is checked once per input signature: its first call runs the members one by one
-too and compares; a formula cupy cannot fuse, or one it fuses to other values or dtypes,
-makes the group run unfused from then on (logged once). ``MPIFLOW_FUSE_ELEMENTWISE=0``
-turns fusion off.
+A group is checked once per input signature (dtypes and ranks): its first call runs the
+members one by one too and compares; a formula cupy cannot fuse, or one it fuses to other
+values or dtypes, makes the group run unfused from then on (logged once). A kernel that
+fails is run again op by op, so the error names the op that failed.
+``MPIFLOW_FUSE_ELEMENTWISE=0`` turns fusion off.
 """
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
-from mpiflow import backend, config, logger
+from mpiflow import backend, config, errors, logger
+from mpiflow.framework import dtypes
 from mpiflow.ops.registry import get_op_def, has_fused_kernels
 
 _log = logger.get_logger(__name__)
@@ -30,7 +36,7 @@ def fuser(xp):
     the grouping on the host."""
     if not config.get("MPIFLOW_FUSE_ELEMENTWISE"):
         return None
-    return getattr(xp, "fuse", None)
+    return backend.elementwise_fuser(xp)
 
 
 class Group:
@@ -54,9 +60,10 @@ def find_groups(order, place_of, fed, fetched, barriers):
     group runs where its root is in ``order``, so an op joins a group only if everything
     else reading its result runs after that root (no cycle through ops outside, no reader
     left without its input). ``fed`` outputs are never computed inside a group;
-    ``fetched`` ones are given out. ``barriers`` are ops no group may span (writers of
-    variables: a member would otherwise read a value the writer has already changed by
-    the time the root runs).
+    ``fetched`` ones are given out. ``barriers`` are ops no group may span: writers of
+    variables (a member would otherwise read a value the writer has already changed by
+    the time the root runs), and steps where the plan may wait and another step's writer
+    run meanwhile (receives, async kernels).
     """
     position = {op: i for i, op in enumerate(order)}
     consumers = {}
@@ -66,6 +73,10 @@ def find_groups(order, place_of, fed, fetched, barriers):
         for c in op._control_inputs:
             consumers.setdefault(c, set()).add(op)      # control edges pin an op in place
     barrier_positions = sorted(position[op] for op in barriers if op in position)
+
+    def spans_barrier(start, end):
+        k = bisect.bisect_right(barrier_positions, start)
+        return k < len(barrier_positions) and barrier_positions[k] < end
     group_of = {}
     groups = []
 
@@ -78,7 +89,7 @@ def find_groups(order, place_of, fed, fetched, barriers):
         if place is None or not _fusable(op):
             continue
         members = _joinable_group(op, place, consumers, group_of, fed, place_of, position,
-                                  runs_at, barrier_positions)
+                                  runs_at, spans_barrier)
         if members is None:
             members = [op]
             groups.append(members)
@@ -101,12 +112,16 @@ def _fusable(op) -> bool:
     op_def = get_op_def(op.type)
     if not op_def.fuses(op) or len(op.outputs) != 1:
         return False
-    # cupy.fuse has no bfloat16 (ml_dtypes' kind 'V'): such chains run op by op.
-    return all(t.dtype.np_dtype.kind != "V" for t in list(op.inputs) + op.outputs)
+    if op_def.host_inputs or op_def.host_outputs or op_def.ref_inputs or \
+            op_def.tuple_outputs or op_def.stateful or op_def.async_kernel or \
+            op_def.transfer is not None:
+        return False        # a group's inputs are plain values on its GPU, read once
+    # cupy.fuse has no bfloat16: such chains run op by op.
+    return all(t.dtype is not dtypes.bfloat16 for t in list(op.inputs) + op.outputs)
 
 
 def _joinable_group(op, place, consumers, group_of, fed, place_of, position, runs_at,
-                    barrier_positions):
+                    spans_barrier):
     """The members of the group ``op`` can join (it reads ``op``'s result), or None."""
     out = op.outputs[0]
     if out in fed or op in consumers:        # fed, or a control input of something
@@ -123,8 +138,7 @@ def _joinable_group(op, place, consumers, group_of, fed, place_of, position, run
     end = position[root]
     if any(runs_at(r) <= end for r in readers if group_of.get(r) is not members):
         return None         # a reader outside the group runs before the group does
-    start = position[op]
-    if any(start < b < end for b in barrier_positions):
+    if spans_barrier(position[op], end):
         return None
     return members
 
@@ -161,7 +175,8 @@ class FusedGroup:
         self._broken = False
 
     def _compose(self, contexts, kernel_of):
-        """One Python function running the members in order on the group's inputs."""
+        """One Python function running the members in order on the group's inputs; a
+        member that raises is named in the error (the unfused path)."""
         index = {t: i for i, t in enumerate(self.inputs)}
         produced = {op.outputs[0]: k for k, op in enumerate(self.members)}
         steps = []
@@ -177,7 +192,12 @@ class FusedGroup:
             results = []
             for kernel, ctx, sources in steps:
                 args = [results[i] if inner else inputs[i] for inner, i in sources]
-                results.append(kernel(ctx.xp, ctx, *args))
+                try:
+                    results.append(kernel(ctx.xp, ctx, *args))
+                except errors.OpError:
+                    raise
+                except Exception as exc:
+                    raise errors.kernel_error(exc, ctx.op) from exc
             if single:
                 return results[-1]
             return tuple(results[k] for k in given_out)
@@ -186,14 +206,24 @@ class FusedGroup:
     def __call__(self, *inputs):
         if self._broken:
             return self._unfused(*inputs)
-        signature = tuple((getattr(x, "dtype", None), getattr(x, "shape", None))
+        # cupy.fuse compiles per dtypes and ranks; shapes may change freely.
+        signature = tuple((getattr(x, "dtype", None), getattr(x, "ndim", None))
                           for x in inputs)
-        if signature in self._checked:
+        if signature not in self._checked:
+            return self._first_call(signature, inputs)
+        try:
             return self._fused(*inputs)
-        return self._first_call(signature, inputs)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            result = self._unfused(*inputs)     # raises, naming the op that fails...
+            self._broken = True                 # ...or the fused kernel is at fault
+            _log.info("elementwise ops %s (root %s) run unfused: %s: %s", self.name,
+                      self.root.name, type(exc).__name__, exc)
+            return result
 
     def _first_call(self, signature, inputs):
-        expected = self._unfused(*inputs)
+        expected = self._unfused(*inputs)       # raises, naming the op, on bad input
         try:
             fused = self._fused(*inputs)
             if len(self.outputs) == 1:
@@ -203,6 +233,8 @@ class FusedGroup:
                           "outputs"
             else:
                 problem = "; ".join(filter(None, map(_difference, fused, expected)))
+        except MemoryError:
+            raise           # no verdict on the formula: the next call tries again
         except Exception as exc:    # a formula cupy cannot fuse: unfused from now on
             problem = f"{type(exc).__name__}: {exc}"
         if problem:

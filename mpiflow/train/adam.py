@@ -6,7 +6,6 @@ v = beta2 * v + (1 - beta2) * g^2; var -= lr_t * m / (sqrt(v) + epsilon).
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from mpiflow import errors
@@ -69,7 +68,7 @@ class AdamOptimizer(Optimizer):
         for name, beta in (("beta1", self._beta1), ("beta2", self._beta2)):
             if isinstance(beta, (int, float)) and beta < 1 and \
                     float(np.asarray(beta).astype(dtype)) >= 1:
-                below_one = 1 - float(ml_dtypes.finfo(dtype).epsneg)
+                below_one = 1 - var.dtype.base_dtype.epsneg
                 raise errors.InvalidArgumentError(
                     f"{self._name}: {name}={beta} rounds to 1.0 in {var.dtype.name} (variable "
                     f"'{var.op.name}'), so Adam would diverge: keep the variables in float32 "

@@ -82,16 +82,36 @@ def test_a_diamond_of_elementwise_ops_is_one_group():
 def test_no_group_spans_a_variable_write():
     with mf.Graph().as_default():
         v = mf.Variable(np.ones(3, np.float32))
-        read = mf.exp(v)        # reads v before the assignment below
-        with mf.control_dependencies([read]):
-            assign = v.assign_add(np.ones(3, np.float32))
+        read = mf.exp(v)                    # runs before the write (read-before-write)
+        assign = v.assign_add(np.ones(3, np.float32))
         with mf.control_dependencies([assign]):
             later = mf.constant(np.ones(3, np.float32))
-        out = read + later
+        out = read + later                  # runs after the write
         order = schedule(out.graph, [out], [], set())
-        writer = [op for op in order if op.type == "AssignAdd"]
-        spanned = kernel_fusion.find_groups(order, lambda op: "gpu", set(), {out}, writer)
-        assert all("Exp" not in [op.type for op in g.members] for g in spanned)
+        writers = [op for op in order if op.type == "AssignAdd"]
+        spanning = kernel_fusion.find_groups(order, lambda op: "gpu", set(), {out}, [])
+        assert [[op.type for op in g.members] for g in spanning] == [["Exp", "Add"]]
+        assert kernel_fusion.find_groups(order, lambda op: "gpu", set(), {out}, writers) == []
+
+
+def test_an_op_something_waits_for_by_a_control_edge_is_not_grouped():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x)
+        with mf.control_dependencies([h]):
+            marker = mf.constant(1.0)
+        out = mf.nn.relu(h)
+        assert _groups([out, marker]) == []
+
+
+def test_a_fed_intermediate_is_not_computed_in_a_group():
+    with mf.Graph().as_default():
+        x = mf.constant(np.ones(3, np.float32))
+        h = mf.exp(x)
+        out = mf.nn.relu(h)
+        order = schedule(out.graph, [out], [], set())      # exp in the order, its result fed
+        assert kernel_fusion.find_groups(order, lambda op: "gpu", {h}, {out}, []) == []
+        assert len(kernel_fusion.find_groups(order, lambda op: "gpu", set(), {out}, [])) == 1
 
 
 def test_ops_on_the_host_or_on_other_devices_are_not_grouped():
@@ -227,3 +247,28 @@ def test_bfloat16_chains_are_not_fused():       # cupy.fuse has no bfloat16
         x = mf.constant(np.ones(3, np.float32))
         out = mf.nn.relu(mf.exp(mf.cast(x, mf.bfloat16)) - 1.0)
         assert _groups([out]) == []
+
+
+def test_an_error_in_a_fused_kernel_names_the_op_that_failed(host_fusion):
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float32, [None])
+        y = mf.placeholder(mf.float32, [None])
+        out = mf.nn.relu(mf.exp(mf.add(x, y, name="the_add")))
+        with mf.Session() as sess:
+            with pytest.raises(mf.errors.InvalidArgumentError, match="'the_add'"):
+                sess.run(out, {x: np.ones(3, np.float32), y: np.ones(4, np.float32)})
+
+
+def test_a_group_is_checked_once_per_dtype_and_rank_not_per_shape():
+    checks = []
+
+    def counting(formula):
+        def fused(*inputs):
+            checks.append(inputs[0].shape)
+            return formula(*inputs)
+        return fused
+    group, inputs, at = _group(counting)
+    for n in (3, 5, 7):
+        inputs[at] = np.zeros(n, np.float32)
+        assert group(*inputs).shape == (n,)
+    assert len(group._checked) == 1 and len(checks) == 3    # fused every time
