@@ -18,8 +18,8 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.registry import (
-    OpDef, elementwise_kernel, has_fused_kernels, is_float, is_index, register_op,
-    require_dtype, same_dtype)
+    OpDef, elementwise_kernel, has_fused_kernels, has_kernel_for, is_float, is_index,
+    register_op, require_dtype, same_dtype)
 from mpiflow.ops.windows import (
     WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
     windowed_shape)
@@ -92,13 +92,19 @@ class Conv2DBackpropInputOp(_ConvBase):
                           got=dy)
         return [(dt, x)]
 
-    def forward(self, xp, ctx, input_sizes, f, dy):
-        n, h, w, c = sizes(input_sizes)
-        win = self.window(ctx, (n, h, w, c), f.shape)
+    def columns(self, xp, ctx, input_sizes, f, dy, wide):
+        """(window, input shape, [N, OH, OW, KH, KW, C] columns in dtype ``wide``): dy
+        contracted with the filter, what col2im scatters back onto the input."""
+        shape = sizes(input_sizes)
+        win = self.window(ctx, shape, f.shape)
         win.check_output(dy.shape, "out_backprop")
-        wide = math_ops.accumulating_dtype(xp, dy.dtype)
         cols = xp.tensordot(dy.astype(wide, copy=False), f.astype(wide, copy=False),
-                            axes=((3,), (3,)))              # [N, OH, OW, KH, KW, C]
+                            axes=((3,), (3,)))
+        return win, shape, cols
+
+    def forward(self, xp, ctx, input_sizes, f, dy):
+        wide = math_ops.accumulating_dtype(xp, dy.dtype)
+        win, (n, _, _, c), cols = self.columns(xp, ctx, input_sizes, f, dy, wide)
         dx = win.zeros_padded(xp, n, c, wide)
         for i, j, index in win.taps():
             dx[index] += cols[:, :, :, i, j, :]
@@ -110,15 +116,11 @@ class Conv2DBackpropInputOp(_ConvBase):
         add per tap into a padded buffer and a crop."""
         if not has_fused_kernels(xp):
             return self.forward(xp, ctx, input_sizes, f, dy)
-        n, h, w, c = sizes(input_sizes)
-        win = self.window(ctx, (n, h, w, c), f.shape)
-        win.check_output(dy.shape, "out_backprop")
         # Half floats: the taps are summed in float32 too, and rounded once.
-        wide = dy.dtype if dy.dtype.char in "fd" else np.dtype(np.float32)
-        cols = xp.tensordot(dy.astype(wide, copy=False), f.astype(wide, copy=False),
-                            axes=((3,), (3,)))              # [N, OH, OW, KH, KW, C]
-        dx = xp.empty((n, h, w, c), dtype=wide)
-        _col2im_kernel(xp)(xp.ascontiguousarray(cols), c, *win.geometry(), dx)
+        wide = dy.dtype if has_kernel_for(xp, dy.dtype) else np.dtype(np.float32)
+        win, shape, cols = self.columns(xp, ctx, input_sizes, f, dy, wide)
+        dx = xp.empty(shape, dtype=wide)
+        _col2im_kernel(xp)(xp.ascontiguousarray(cols), shape[3], *win.geometry(), dx)
         return dx.astype(dy.dtype, copy=False)
 
     def gradient(self, op, gg):

@@ -22,8 +22,8 @@ from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.control_ops import stop_gradient
 from mpiflow.ops.reduction_ops import reduce_mean, reduce_sum
 from mpiflow.ops.registry import (
-    OpDef, apply_op, elementwise_kernel, is_float, is_index, is_numeric, normalize_axis,
-    register_op, require_dtype, same_dtype)
+    OpDef, apply_op, elementwise_kernel, has_kernel_for, is_float, is_index, is_numeric,
+    normalize_axis, register_op, require_dtype, same_dtype)
 
 
 def _op(type_name, *inputs, **attrs):
@@ -93,7 +93,7 @@ class BiasAddGradOp(OpDef):
         """NHWC on a GPU: the column sums of g as [rows, channels], by one matrix-vector
         product with ones (cuBLAS reads g once at full bandwidth; a reduction kernel over
         the leading axes runs only as many blocks as there are channels)."""
-        if ctx.attrs["data_format"] == "NCHW" or g.dtype.char not in "fd":
+        if ctx.attrs["data_format"] == "NCHW" or not has_kernel_for(xp, g.dtype):
             return self.forward(xp, ctx, g)
         rows = g.reshape(-1, g.shape[-1])
         return xp.ones(rows.shape[0], dtype=g.dtype) @ rows
@@ -337,7 +337,7 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
         if labels.shape != logits.shape[:-1]:
             return self.forward(xp, ctx, logits, labels)     # raises, naming the shapes
         flat_labels = labels.reshape(-1)
-        if classes <= _ROW_KERNEL_CLASSES and logits.dtype.char in "fd":
+        if classes <= _ROW_KERNEL_CLASSES and has_kernel_for(xp, logits.dtype):
             loss = xp.empty(flat_labels.shape, dtype=logits.dtype)
             backprop = xp.empty(logits.shape, dtype=logits.dtype)
             _xent_rows_kernel(xp)(xp.ascontiguousarray(logits),

@@ -16,7 +16,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, elementwise_kernel, has_fused_kernels, is_float, is_index, register_op,
+    OpDef, elementwise_kernel, has_kernel_for, is_float, is_index, register_op,
     require_dtype, same_dtype)
 from mpiflow.ops.windows import (
     WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
@@ -105,7 +105,7 @@ class MaxPoolGradOp(_PoolBase):
         host kernel scans them, padding as -inf) and adds the window's gradient there.
         Windows that overlap add into one input atomically, in no fixed order (as
         TensorFlow's GPU kernel)."""
-        if not has_fused_kernels(xp) or g.dtype.char not in "fd":
+        if not has_kernel_for(xp, g.dtype):
             return self.forward(xp, ctx, x, g)
         win = self.window(ctx, x.shape)
         win.check_output(g.shape, "grad")

@@ -84,6 +84,13 @@ class OpDef:
     def prepare(self, ctx) -> None:
         """Precompute per-plan data on ``ctx`` (once per plan, not per step)."""
 
+    def kernel_for(self, xp):
+        """The kernel that runs this op with array module ``xp``: ``gpu_forward`` where
+        ``xp`` compiles kernels (cupy) and the op has one, else ``forward``."""
+        if self.gpu_forward is not None and has_fused_kernels(xp):
+            return self.gpu_forward
+        return self.forward
+
     def fuses(self, op) -> bool:
         """Whether this op instance may join a fused elementwise kernel (an op whose
         formula depends on its attrs narrows ``fusable`` here)."""
@@ -102,7 +109,7 @@ def fused_elementwise(name: str, in_params: str, body: str):
     stays the reference the GPU tests compare this with.
     """
     def gpu_forward(self, xp, ctx, *inputs):
-        if inputs[0].dtype.char not in "fd":   # other dtypes: the array calls
+        if not has_kernel_for(xp, inputs[0].dtype):    # other dtypes: the array calls
             return self.forward(xp, ctx, *inputs)
         return elementwise_kernel(xp, name, in_params, "T out", body)(*inputs)
     return gpu_forward
@@ -145,6 +152,13 @@ def add_at(xp, target, indices, values) -> None:
 def has_fused_kernels(xp) -> bool:
     """Whether ``xp`` compiles elementwise kernels (cupy does, numpy does not)."""
     return hasattr(xp, "ElementwiseKernel")
+
+
+def has_kernel_for(xp, dtype) -> bool:
+    """Whether the hand-written GPU kernels (``elementwise_kernel`` bodies) run ``dtype``
+    with ``xp``: cupy, float32 or float64. Other dtypes (half floats among them) take the
+    op's array calls."""
+    return has_fused_kernels(xp) and dtype.char in "fd"
 
 
 class Wait:

@@ -23,7 +23,7 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, add_at, apply_op, elementwise_kernel, get_op_def, has_fused_kernels, is_index,
+    OpDef, add_at, apply_op, elementwise_kernel, get_op_def, has_kernel_for, is_index,
     register_op)
 from mpiflow.ops.state_ops import VARIABLE_OP_TYPES
 
@@ -138,7 +138,7 @@ class _ApplyOp(OpDef):
 
     def apply_update(self, xp, ctx, *values):
         """``update``, or its fused kernel where the var is a float32/64 GPU array."""
-        if self.fused is not None and has_fused_kernels(xp) and values[0].dtype.char in "fd":
+        if self.fused is not None and has_kernel_for(xp, values[0].dtype):
             self.fused.run(xp, self, ctx, values)
         else:
             self.update(xp, ctx, *values)

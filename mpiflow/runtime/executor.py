@@ -148,7 +148,7 @@ class Plan:
             xp, place = kernel_at[op]
             ins = []
             group = fused_root.get(op)
-            inputs = kernel_fusion.group_inputs(group.members) if group else op.inputs
+            inputs = group.inputs if group else op.inputs
             for i, t in enumerate(inputs):
                 if not group and i in op_def.ref_inputs:
                     refs.append(state.ref(t.op))
@@ -181,9 +181,7 @@ class Plan:
                     kind = _ASYNC_MULTI if op_def.tuple_outputs else _ASYNC
                 else:
                     kind = _MULTI if op_def.tuple_outputs else (_SINGLE if outs else _NO_OUTPUT)
-                forward = op_def.gpu_forward if place is not None and \
-                    op_def.gpu_forward is not None else op_def.forward
-                kernel = functools.partial(forward, ctx.xp, ctx)
+                kernel = functools.partial(op_def.kernel_for(ctx.xp), ctx.xp, ctx)
                 if place is not None and kind in (_SINGLE, _MULTI) and \
                         any(t.dtype is dtypes.bfloat16 for t in op.outputs):
                     kernel = _keeping_dtypes(kernel, [t.dtype.np_dtype for t in op.outputs],
@@ -401,8 +399,9 @@ def _fusion_groups(runs, kernel_at, fed, fetch_tensors):
             fusing[xp] = kernel_fusion.fuser(xp) is not None
         return ("device", place) if fusing[xp] else None
 
-    barriers = [op for op in runs if get_op_def(op.type).ref_inputs or
-                get_op_def(op.type).transfer == "recv" or get_op_def(op.type).async_kernel]
+    defs = [get_op_def(op.type) for op in runs]
+    barriers = [op for op, d in zip(runs, defs)
+                if d.ref_inputs or d.transfer == "recv" or d.async_kernel]
     groups = kernel_fusion.find_groups(runs, fusion_place, set(fed), set(fetch_tensors),
                                        barriers)
     return ({g.root: g for g in groups}, {op for g in groups for op in g.members[:-1]})

@@ -25,7 +25,7 @@ import numpy as np
 
 from mpiflow import backend, config, errors, logger
 from mpiflow.framework import dtypes
-from mpiflow.ops.registry import get_op_def, has_fused_kernels
+from mpiflow.ops.registry import get_op_def
 
 _log = logger.get_logger(__name__)
 
@@ -40,13 +40,17 @@ def fuser(xp):
 
 
 class Group:
-    """Ops that run as one kernel: ``members`` in plan order (the last is the root) and
+    """Ops that run as one kernel: ``members`` in plan order (the last is the root),
+    ``inputs``, the tensors they read from outside the group (in first-use order), and
     ``outputs``, the tensors the kernel gives out: members' results that something outside
     the group reads or the caller fetches, then the root's."""
 
     def __init__(self, members, outputs):
         self.members = members
         self.outputs = outputs
+        inside = {op.outputs[0] for op in members}
+        self.inputs = list(dict.fromkeys(t for op in members for t in op.inputs
+                                         if t not in inside))
 
     @property
     def root(self):
@@ -143,17 +147,6 @@ def _joinable_group(op, place, consumers, group_of, fed, place_of, position, run
     return members
 
 
-def group_inputs(members):
-    """The tensors a group's members read from outside it, in first-use order."""
-    inside = {op.outputs[0] for op in members}
-    inputs = []
-    for op in members:
-        for t in op.inputs:
-            if t not in inside and t not in inputs:
-                inputs.append(t)
-    return inputs
-
-
 class FusedGroup:
     """The kernel of one group: ``run(*inputs)`` computes the group's outputs (a tuple
     where it gives out more than its root's) from its inputs (the tensors its members
@@ -163,13 +156,12 @@ class FusedGroup:
         self.members = group.members
         self.root = group.root
         self.outputs = group.outputs
-        self.inputs = group_inputs(self.members)
+        self.inputs = group.inputs
         self.name = "+".join(op.type for op in self.members)
         self._formula = self._compose(contexts,
                                       lambda op_def, xp: op_def.fusion_forward or op_def.forward)
         self._unfused = self._compose(       # each op's own kernel, as the plan would run it
-            contexts, lambda op_def, xp: op_def.gpu_forward
-            if op_def.gpu_forward is not None and has_fused_kernels(xp) else op_def.forward)
+            contexts, lambda op_def, xp: op_def.kernel_for(xp))
         self._fused = fuse(self._formula)
         self._checked = set()
         self._broken = False

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mpiflow import backend
-from mpiflow.comm import cuda_aware, transport
+from mpiflow.comm import cuda_aware
+from tests.comm.loopback import send_to_self
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
@@ -67,18 +68,8 @@ class _DeviceArrays:
 
 
 def _round_trip(to_gpu):
-    comm = MPI.COMM_SELF.Dup()
-    try:
-        link = transport.Transport(comm)
-        payload = np.arange(6, dtype=np.float32).view(_DeviceArrays.Array)
-        link.send(0, {"k": "t"}, [payload], to_gpu=to_gpu)
-        message = None
-        while message is None:
-            message = link.poll()
-        link.flush()
-    finally:
-        comm.Free()
-    return message.arrays[0]
+    payload = np.arange(6, dtype=np.float32).view(_DeviceArrays.Array)
+    return send_to_self([payload], to_gpu=to_gpu).arrays[0]
 
 
 @pytest.mark.parametrize("choice", ["1", "0"])
