@@ -40,6 +40,7 @@ from mpiflow.ops.math_ops import (
     to_float, truediv, where, zeros_like)
 from mpiflow.ops.math_ops import clip_by_value
 from mpiflow.ops.math_ops import range_ as range
+from mpiflow.ops.print_ops import print_ as Print, print_v2 as print
 from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables
 from mpiflow.ops.partitioners import (
     fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner)
@@ -83,3 +84,7 @@ sub = subtract
 mul = multiply
 neg = negative
 __version__ = "0.1.0"
+
+from mpiflow import startup as _startup  # noqa: E402
+
+_startup.prepare_process()

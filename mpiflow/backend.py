@@ -38,6 +38,12 @@ def _load_cupy():
     return _cupy
 
 
+def cupy_version() -> str | None:
+    """cupy's version where it works here (None: ``gpu_reason()`` says why not)."""
+    cupy = _load_cupy()
+    return None if cupy is None else cupy.__version__
+
+
 def gpu_available() -> bool:
     """Return whether cupy imports and sees at least one GPU."""
     return _load_cupy() is not None

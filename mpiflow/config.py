@@ -9,6 +9,7 @@ the code they test instead of switching module-global state. Imports nothing of 
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections import ChainMap
 from dataclasses import dataclass
@@ -110,6 +111,13 @@ _declare(
            doc="seconds without a heartbeat after which a rank counts as lost: the job "
                "ends with an error naming its host and ranks; at least "
                f"{HEARTBEATS_PER_PEER_TIMEOUT} heartbeat intervals (MPIFLOW_HEARTBEAT_S)"),
+    Option("MPIFLOW_PROGRESS", "str", "auto", choices=("auto", "bar", "lines", "off"),
+           doc="progress of training on the chief: 'bar' = a live tqdm bar, 'lines' = a "
+               "line every MPIFLOW_PROGRESS_INTERVAL_S (step, steps/s, loss, ETA) that reads "
+               "well in a log file, 'auto' = the bar when the rank's stderr reaches a "
+               "terminal (also through the MPI launcher), else lines"),
+    Option("MPIFLOW_PROGRESS_INTERVAL_S", "float", 10.0, minimum=0, above_minimum=True,
+           doc="seconds between progress lines (MPIFLOW_PROGRESS=lines)"),
     Option("MPIFLOW_LOG_LEVEL", "str", "INFO",
            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
            doc="level of mpiflow's logger"),
@@ -229,6 +237,24 @@ class Config:
         A typo (``MPIFLOW_TIMEOUTS=10``) is otherwise silently ignored.
         """
         return sorted(k for k in self._env if k.startswith("MPIFLOW_") and k not in OPTIONS)
+
+    def unknown_with_hints(self) -> list[str]:
+        """Return each unknown ``MPIFLOW_*`` variable with the option it may mean."""
+        hints = []
+        for name in self.unknown_variables():
+            close = difflib.get_close_matches(name, OPTIONS, n=1, cutoff=0.75)
+            hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        return hints
+
+    def bad_values(self) -> list[str]:
+        """Return one message per option whose variable is set to a value it refuses."""
+        found = []
+        for name in sorted(OPTIONS):
+            try:
+                self.get(name)
+            except errors.InvalidArgumentError as exc:
+                found.append(str(exc))
+        return found
 
     def __repr__(self) -> str:
         source = "os.environ" if self._env is os.environ else "env"

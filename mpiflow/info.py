@@ -5,8 +5,10 @@
     MPIFLOW_PS=2 MPIFLOW_PS_POLICY=spread mpiexec -n 4 python -m mpiflow.info   # the same
 
 Rank 0 prints one line per rank (host, node, local rank, role and task, BLAS threads,
-GPU) and then the MPI library, whether it is CUDA-aware, and cupy / NCCL availability.
-Collective over the job; every rank must run it.
+GPU), then the versions of mpiflow, Python, numpy, mpi4py, the MPI library, cupy and NCCL,
+whether MPI is CUDA-aware, and the MPIFLOW_* settings in effect (``--settings``: every
+option with its documentation). Collective over the job; every rank must run it (or run
+it alone, as a job of one rank).
 """
 
 from __future__ import annotations
@@ -32,7 +34,38 @@ def _parse(argv):
         prog="python -m mpiflow.info",
         description="Show the layout this launch gives (run under mpiexec or srun).")
     add_layout_arguments(parser)
+    parser.add_argument("--settings", action="store_true",
+                        help="describe every MPIFLOW_* setting, not only those set")
+    add_version_argument(parser)
     return parser.parse_args(argv)
+
+
+def add_version_argument(parser) -> None:
+    """``--version``, which every mpiflow command takes."""
+    from mpiflow import __version__
+    parser.add_argument("--version", action="version", version=f"mpiflow {__version__}")
+
+
+def versions(mpi) -> list[tuple[str, str]]:
+    """(component, version) of everything a run depends on, ``mpi`` being mpi4py.MPI."""
+    import mpi4py
+
+    import mpiflow
+    from mpiflow import backend
+    found = [("mpiflow", mpiflow.__version__),
+             ("Python", sys.version.split()[0]),
+             ("numpy", np.__version__),
+             ("mpi4py", mpi4py.__version__),
+             ("MPI", " ".join(mpi.Get_library_version().splitlines()[0].split()))]
+    found.append(("cupy", backend.cupy_version() or f"no ({backend.gpu_reason()})"))
+    nccl, why = backend.nccl_module()
+    found.append(("NCCL", _nccl_version(nccl) if nccl is not None else f"no ({why})"))
+    return found
+
+
+def _nccl_version(nccl) -> str:
+    code = nccl.get_version()           # e.g. 22105 for 2.21.5
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
 def main(argv=None) -> int:
@@ -65,17 +98,22 @@ def main(argv=None) -> int:
         print(f"{r:>4}  {layout.hosts[r]:<20} {layout.nodes[r]:>4} "
               f"{layout.local_ranks[r]:>5}  {f'{job}:{task}':<10} {every[r, 0]:>7}  "
               f"{gpu_text}")
-    nccl, why = backend.nccl_module()
     print(f"nodes: {layout.num_nodes}; ps policy {policy}")
-    print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}")
+    for name, version in versions(MPI):
+        print(f"{name}: {version}")
     print(f"CUDA-aware MPI: {cuda_aware.describe()}")
     if gpus:
         print(f"GPU binding: /device:GPU:0 of each rank is the GPU in the table (local "
               f"rank % {gpus} GPU(s) per node, MPIFLOW_GPU overrides); rank 0: "
               f"{backend.describe_binding()}")
-    print(f"cupy: {'yes, %d GPU(s)' % gpus if gpus else 'no (' + backend.gpu_reason() + ')'}")
-    print(f"NCCL: {'yes' if nccl is not None else 'no (' + why + ')'}")
-    unknown = config.default().unknown_variables()
+    print(f"GPUs: {gpus}")
+    settings = config.default()
+    if args.settings:
+        print("settings:\n" + config.describe())
+    given = [name for name in sorted(config.OPTIONS) if settings.is_set(name)]
+    print("MPIFLOW_* set: " + (", ".join(f"{n}={settings.get(n)!r}" for n in given)
+                              or "none (all defaults)"))
+    unknown = settings.unknown_with_hints()
     if unknown:
         print(f"warning: unknown MPIFLOW_* variables ignored: {', '.join(unknown)}")
     return 0

@@ -43,6 +43,22 @@ def set_role(job: str, task: int, rank: int) -> None:
     _TAG[0] = f"[{job}:{task} r{rank}] "
 
 
+def line_tag() -> str:
+    """The tag this process's lines start with (empty outside a launch)."""
+    return _TAG[0]
+
+
+def whole_lines() -> None:
+    """Make stdout and stderr write whole lines, each with one system call, even under
+    ``python -u``: a launcher forwards each rank's output as it comes, and a line written
+    in pieces gets spliced with another rank's."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError, OSError):
+            pass        # replaced by the application (a capture, a notebook): leave it
+
+
 class _TaggedFormatter(logging.Formatter):
     def format(self, record):
         return _TAG[0] + super().format(record)

@@ -26,7 +26,7 @@ import os
 import runpy
 import sys
 
-from mpiflow.info import add_layout_arguments
+from mpiflow.info import add_layout_arguments, add_version_argument
 
 BASE_PORT = 2222
 _STATUS_FD = "_MPIFLOW_RUN_STATUS_FD"     # set in the supervised child: where to say who it is
@@ -38,6 +38,7 @@ def _parse(argv):
         prog="python -m mpiflow.run",
         description="Run a TF1 ps/worker training script on every rank of an MPI launch.")
     add_layout_arguments(parser)
+    add_version_argument(parser)
     parser.add_argument("--as-tensorflow", action="store_true",
                         help="make 'import tensorflow' in the script import mpiflow")
     parser.add_argument("--no-supervise", dest="supervise", action="store_false",

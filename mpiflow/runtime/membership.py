@@ -5,7 +5,8 @@
 - join: a rank serves until every other rank has left or joined as often (``Server.join``);
 - bye: a rank leaving says how; the others stop waiting for it, and a step that needs it
   ends with an error naming it;
-- fatal: a failing rank's last word, printed by every other rank before the abort.
+- fatal: a failing rank's last word, printed by every other rank before the abort;
+- intr: an interrupted rank's last word: the others stop as interrupted, blaming nobody.
 
 ``JobMembership`` is a part of ``RankService`` (its base class), kept apart because these
 protocols concern the job, not one step. It owns the join and reset counters and how
@@ -22,6 +23,7 @@ import sys
 import time
 
 from mpiflow import errors
+from mpiflow.runtime import interrupts
 
 _FATAL_WAIT_S = 10.0
 
@@ -38,6 +40,7 @@ class JobMembership:
         self._peer_joins = {r: 0 for r in self.peers.ranks()}
         self._resets = 0
         self._closed = False
+        self._interrupted_peers = set()     # ranks that said they stop for an interrupt
 
     def reset(self) -> None:
         """Clear every variable and shared resource on every rank, and drop the partitions
@@ -104,10 +107,8 @@ class JobMembership:
         """
         try:
             with self._lock:
-                for rank in self.peers.active():
-                    self.transport.send(rank, {"k": "fatal", "msg": summary,
-                                               "who": self.describe(self.rank),
-                                               "host": self.host})
+                self._send_to_active({"k": "fatal", "msg": summary,
+                                      "who": self.describe(self.rank), "host": self.host})
                 # The whole grace, not only until the sends complete: the others need it
                 # to print their line, and the launcher to forward it, before the abort.
                 deadline = time.monotonic() + grace_s
@@ -116,6 +117,28 @@ class JobMembership:
                     time.sleep(0.01)
         except Exception:   # dying anyway: never mask the original error
             pass
+
+    def announce_interrupt(self, signum: int, origin: str | None, grace_s: float) -> None:
+        """Tell every other rank this one stops for an interrupt (Ctrl-C, SIGTERM) that
+        ``origin`` got (None: this rank), then wait until each has said the same.
+
+        A rank that was not interrupted itself stops too, naming ``origin``, not blaming
+        this rank. Leaving together matters: the first rank to exit makes the launcher
+        kill the others, perhaps before their line is out.
+        """
+        origin = origin or f"{self.describe(self.rank)} on {self.host}"
+        try:
+            with self._lock:
+                self._send_to_active({"k": "intr", "sig": int(signum), "who": origin})
+            self._wait_until(lambda: all(r in self._interrupted_peers or self.peers.is_gone(r)
+                                         for r in self.peers.ranks()),
+                             lambda: "the other ranks to stop", grace_s)
+        except BaseException:   # leaving anyway: a lost peer or the grace ran out
+            pass
+
+    def _send_to_active(self, header: dict) -> None:
+        for rank in self.peers.active():
+            self.transport.send(rank, header)
 
     # -- handlers --------------------------------------------------------------------------
     def _on_reset(self, source, h, arrays):
@@ -136,6 +159,8 @@ class JobMembership:
         self._forget_rank(source)
 
     def _on_fatal(self, source, h, arrays):
+        if interrupts.interrupted():
+            return      # stopping already: a peer failing on the way out is no news
         sys.stderr.write(f"[{self.describe(self.rank)} on {self.host}] aborted because "
                          f"{h['who']} on {h['host']} failed: {h['msg']}\n")
         sys.stderr.flush()
@@ -145,3 +170,7 @@ class JobMembership:
         # comes (the failed rank hangs).
         time.sleep(_FATAL_WAIT_S)
         os._exit(1)
+
+    def _on_interrupted(self, source, h, arrays):
+        self._interrupted_peers.add(source)
+        interrupts.on_peer_interrupted(h["who"], h["sig"])

@@ -4,7 +4,8 @@ the whole job when this rank fails.
 The rank service (``rank_service``) is made on first use, with MPI; from then on an
 uncaught exception, or ``sys.exit`` with a non-zero code, ends every rank at once with
 this rank's reason printed once (``announce_failure``), where the launcher would
-otherwise leave the others waiting until the scheduler's time limit.
+otherwise leave the others waiting until the scheduler's time limit. An interrupt
+(Ctrl-C, SIGTERM) is not a failure: the rank says so in one line (``interrupts``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import atexit
 import os
 import sys
 import traceback
+
+from mpiflow.runtime import interrupts
 
 _SERVICE = []
 
@@ -26,6 +29,7 @@ def rank_service():
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
+        interrupts.install()
         _fail_on_nonzero_exit(service, MPI.COMM_WORLD)
         _SERVICE.append(service)
     return _SERVICE[0]
@@ -37,12 +41,12 @@ def _install_abort_hook(service, world):
     Without it the failed rank waits in MPI_Finalize and its peers wait for it until the
     scheduler's time limit; with it the job ends in seconds with a non-zero exit code.
     """
-    previous = sys.excepthook
-
     def hook(exc_type, exc, tb):
-        if issubclass(exc_type, KeyboardInterrupt):
-            previous(exc_type, exc, tb)
         prefix = f"[{service.describe(service.rank)} on {service.host}] "
+        # Once interrupted, what else goes wrong (a peer that already left) is part of
+        # the interrupt, not a failure to report.
+        if issubclass(exc_type, KeyboardInterrupt) or interrupts.interrupted():
+            _leave_interrupted(service, prefix)
         text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
             "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
@@ -54,6 +58,17 @@ def _install_abort_hook(service, world):
         world.Abort(1)
 
     sys.excepthook = hook
+
+
+def _leave_interrupted(service, prefix: str) -> None:
+    """An interrupt is no failure: one line, a word to the peers (those not interrupted
+    themselves stop too), and gone together (no MPI_Abort: its message would be one more
+    line)."""
+    sys.stderr.write(prefix + interrupts.report_line() + "\n")
+    sys.stderr.flush()
+    signum, origin = interrupts.origin()
+    service.announce_interrupt(signum, origin, grace_s=interrupts.EXIT_WITHIN_S / 2)
+    interrupts.exit_now()
 
 
 def _fail_on_nonzero_exit(service, world) -> None:
