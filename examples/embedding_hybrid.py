@@ -1,13 +1,15 @@
 """A click model with a big embedding table, trained in ps, allreduce or hybrid mode.
 
-    MPIFLOW_PS=1 mpiexec -n 3 python examples/embedding_hybrid.py --mode hybrid
-    MPIFLOW_PS=1 mpiexec -n 3 python examples/embedding_hybrid.py --mode ps
-    MPIFLOW_PS=0 mpiexec -n 3 python examples/embedding_hybrid.py --mode allreduce
+    mpiexec -n 3 python examples/embedding_hybrid.py --mode hybrid      # 1 ps + 2 workers
+    mpiexec -n 3 python examples/embedding_hybrid.py --mode ps
+    mpiexec -n 3 python examples/embedding_hybrid.py --mode allreduce   # 3 workers, no ps
 
 The model code is the same in every mode; ``mf.train.TrainingMode`` decides where the
 variables live and how gradients travel. Synthetic click-style data: each example has
 ``--fields`` categorical ids drawn (Zipf-like) from ``--vocab`` ids, and a click label
-from a hidden logistic model of them. Prints steps/s and the loss on held-out data.
+from a hidden logistic model of them, drawn as training goes (a pool of batches reused,
+so memory does not grow with ``--steps``). Prints steps/s and the loss on held-out data;
+the chief shows progress.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 import numpy as np
 
 import mpiflow as mf
+from launched import cluster_of_launch
+from mpiflow import config
 
 
 def synthetic_clicks(n, vocab, fields, seed):
@@ -29,6 +33,22 @@ def synthetic_clicks(n, vocab, fields, seed):
     logits = weights[ids].sum(axis=1) / np.sqrt(fields)
     labels = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(np.float32)
     return ids.astype(np.int64), labels
+
+
+class ClickBatches:
+    """Endless batches of one worker's clicks: a pool of at most ``POOL`` batches drawn
+    once, then reused, so a long run needs no more memory than a short one."""
+
+    POOL = 64
+
+    def __init__(self, steps, batch_size, vocab, fields, seed):
+        count = min(steps, self.POOL)
+        self.ids, self.labels = synthetic_clicks(count * batch_size, vocab, fields, seed)
+        self.batch_size, self.count = batch_size, count
+
+    def batch(self, i):
+        lo = (i % self.count) * self.batch_size
+        return self.ids[lo:lo + self.batch_size], self.labels[lo:lo + self.batch_size]
 
 
 def build_model(ids, labels, vocab, dim, fields):
@@ -49,6 +69,9 @@ def build_model(ids, labels, vocab, dim, fields):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=mf.train.modes.MODES, default="hybrid")
+    parser.add_argument("--ps", type=int, default=None,
+                        help="ps tasks (default: MPIFLOW_PS, else 0 in allreduce mode and 1 "
+                             "in the others)")
     parser.add_argument("--vocab", type=int, default=200_000)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--fields", type=int, default=8)
@@ -58,7 +81,10 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON line (chief)")
     args = parser.parse_args(argv)
 
-    cluster = mf.train.ClusterSpec.from_mpi()
+    ps = args.ps
+    if ps is None and args.mode == "allreduce" and not config.default().is_set("MPIFLOW_PS"):
+        ps = 0                      # allreduce mode has no use for a ps
+    cluster = cluster_of_launch(ps=ps)
     server = mf.train.Server(cluster)
     if server.job_name == "ps":
         server.join()
@@ -75,18 +101,20 @@ def main(argv=None):
         train_op = mode.optimizer(mf.train.AdagradOptimizer(args.learning_rate)).minimize(
             loss, global_step=step)
 
-    x_train, y_train = synthetic_clicks(args.steps * args.batch_size, args.vocab, args.fields,
-                                        seed=1 + task)
+    train = ClickBatches(args.steps, args.batch_size, args.vocab, args.fields, seed=1 + task)
     x_test, y_test = synthetic_clicks(4096, args.vocab, args.fields, seed=999)
     with mf.Session(server.target) as sess:
         mode.initialize(sess, server.is_chief)
         run = sess.make_callable([train_op, loss], [ids, labels])
         first_loss = sess.run(loss, {ids: x_test, labels: y_test})
+        progress = mf.train.progress_report(0, args.steps, desc="train",
+                                            mode=None if server.is_chief else "off")
         start = time.perf_counter()
         for i in range(args.steps):
-            lo, hi = i * args.batch_size, (i + 1) * args.batch_size
-            run(x_train[lo:hi], y_train[lo:hi])
+            _, loss_value = run(*train.batch(i))
+            progress.update(i + 1, loss_value)
         elapsed = time.perf_counter() - start
+        progress.close(args.steps)
         test_loss = sess.run(loss, {ids: x_test, labels: y_test})
     server.join()        # every worker done before the numbers are reported
     result = {"mode": args.mode, "workers": workers, "vocab": args.vocab, "dim": args.dim,

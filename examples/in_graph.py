@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import mpiflow as mf
+from launched import cluster_of_launch
 from mlp_model import build_mlp, load_data, loss_and_accuracy
 from mpiflow.data import batches
 
@@ -37,7 +38,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    cluster = mf.train.ClusterSpec.from_mpi(ps=args.ps)
+    cluster = cluster_of_launch(ps=args.ps)
     server = mf.train.Server(cluster)
     if not server.is_chief:
         server.join()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import mpiflow as mf
+from launched import cluster_of_launch
 from mlp_model import build_mlp, loss_and_accuracy, worker_data
 from mpiflow.data import batches
 
@@ -30,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    cluster = mf.train.ClusterSpec.from_mpi(ps=args.ps, policy=args.policy)
+    cluster = cluster_of_launch(ps=args.ps, policy=args.policy)
     server = mf.train.Server(cluster)
     if server.job_name == "ps":
         server.join()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import mpiflow as mf
+from launched import cluster_of_launch
 from mlp_model import build_mlp, loss_and_accuracy, worker_data
 from mpiflow.data import batches
 
@@ -34,7 +35,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    cluster = mf.train.ClusterSpec.from_mpi(ps=args.ps)
+    cluster = cluster_of_launch(ps=args.ps)
     server = mf.train.Server(cluster)
     if server.job_name == "ps":
         server.join()
@@ -77,8 +78,10 @@ def main(argv=None):
     # The variables live on the ps and outlive the monitored session: evaluate them.
     with mf.Session(server.target) as sess:
         test_accuracy = sess.run(accuracy, {x: x_test, y: y_test})
-    print(f"worker {task}: {source}; steps {first_step}..{args.last_step}, "
-          f"test accuracy {test_accuracy:.4f}", flush=True)
+    trained = f"steps {first_step}..{args.last_step}" if first_step is not None else \
+        f"no steps to train (the checkpoint is at or past --last-step {args.last_step})"
+    print(f"worker {task}: {source}; {trained}, test accuracy {test_accuracy:.4f}",
+          flush=True)
     return float(test_accuracy)
 
 

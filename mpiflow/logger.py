@@ -59,6 +59,46 @@ def whole_lines() -> None:
             pass        # replaced by the application (a capture, a notebook): leave it
 
 
+def stderr_reaches_terminal() -> bool:
+    """Whether what this process writes to stderr ends on a terminal, directly or through
+    the processes that forward it (an MPI launcher's proxy, ``mpiflow.run``'s parent).
+
+    Follows the pipe up the parent processes (Linux ``/proc``) while each holds it and
+    writes its own stderr to another pipe; a file, a socket, or a parent not holding the
+    pipe means no terminal.
+    """
+    try:
+        if os.isatty(2):
+            return True
+        target = os.readlink("/proc/self/fd/2")
+        pid = os.getppid()
+        for _ in range(_MAX_FORWARDERS):
+            if not target.startswith("pipe:") or pid <= 1 or not _holds(pid, target):
+                return False
+            target = os.readlink(f"/proc/{pid}/fd/2")
+            if target.startswith(("/dev/pts/", "/dev/tty")):
+                return True
+            pid = _parent_of(pid)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+_MAX_FORWARDERS = 6
+
+
+def _holds(pid: int, target: str) -> bool:
+    directory = f"/proc/{pid}/fd"
+    return any(os.readlink(os.path.join(directory, fd)) == target
+               for fd in os.listdir(directory))
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 class _TaggedFormatter(logging.Formatter):
     def format(self, record):
         return _TAG[0] + super().format(record)

@@ -7,8 +7,6 @@ The chief writes checkpoints and summaries into --logdir (Supervisor services); 
 worker trains until the global step reaches --train_steps and reports test accuracy.
 """
 
-import tempfile
-
 import tensorflow.compat.v1 as tf
 
 import synthetic_data
@@ -56,25 +54,26 @@ def main(_):
                                                                   global_step=global_step)
         tf.summary.scalar("loss", loss)
         summary_op = tf.summary.merge_all()
-    sv = tf.train.Supervisor(is_chief=(FLAGS.task_index == 0),
-                             logdir=FLAGS.logdir or tempfile.mkdtemp(),
-                             global_step=global_step, summary_op=None, save_model_secs=2)
-    batches = synthetic_data.Batches(x_train, y_train, FLAGS.batch_size, FLAGS.task_index,
-                                     num_workers)
-    config = tf.ConfigProto(allow_soft_placement=True)
-    with sv.managed_session(server.target, config=config) as sess:
-        step = 0
-        while not sv.should_stop() and step < FLAGS.train_steps:
-            xs, ys = batches.next_batch()
-            _, step, summary = sess.run([train_op, global_step, summary_op],
-                                        feed_dict={x: xs, y_: ys})
-            if sv.is_chief and step % 100 == 0:
-                sv.summary_computed(sess, summary, global_step=step)
-                tf.logging.info("step %d", step)
-        tf.logging.info("worker %d stopped training at global step %d", FLAGS.task_index,
-                        step)
-        acc = sess.run(accuracy, feed_dict={x: x_test, y_: y_test})
-        print("worker %d: test accuracy %.4f at step %d" % (FLAGS.task_index, acc, step))
+    with synthetic_data.scratch_dir(FLAGS.logdir) as logdir:
+        sv = tf.train.Supervisor(is_chief=(FLAGS.task_index == 0),
+                                 logdir=logdir,
+                                 global_step=global_step, summary_op=None, save_model_secs=2)
+        batches = synthetic_data.Batches(x_train, y_train, FLAGS.batch_size, FLAGS.task_index,
+                                         num_workers)
+        config = tf.ConfigProto(allow_soft_placement=True)
+        with sv.managed_session(server.target, config=config) as sess:
+            step = 0
+            while not sv.should_stop() and step < FLAGS.train_steps:
+                xs, ys = batches.next_batch()
+                _, step, summary = sess.run([train_op, global_step, summary_op],
+                                            feed_dict={x: xs, y_: ys})
+                if sv.is_chief and step % 100 == 0:
+                    sv.summary_computed(sess, summary, global_step=step)
+                    tf.logging.info("step %d", step)
+            tf.logging.info("worker %d stopped training at global step %d", FLAGS.task_index,
+                            step)
+            acc = sess.run(accuracy, feed_dict={x: x_test, y_: y_test})
+            print("worker %d: test accuracy %.4f at step %d" % (FLAGS.task_index, acc, step))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 
 Ten classes of 64-feature points around fixed random centres, with noise that makes the
 classes overlap (no model gets far past 90 %). Depends on nothing but
-numpy, so the scripts run the same under TensorFlow and under mpiflow.
+numpy, so the scripts run the same under TensorFlow and under mpiflow. Also where
+scripts keep their files when given no directory (``scratch_dir``).
 """
+
+import contextlib
+import tempfile
 
 import numpy as np
 
@@ -38,3 +42,9 @@ class Batches:
         idx = self.order[self.pos:self.pos + self.batch_size]
         self.pos += self.batch_size
         return self.x[idx], self.y[idx]
+
+
+def scratch_dir(path=None):
+    """``path`` if given, else a temporary directory removed when the block ends (also on
+    Ctrl-C): where a script keeps checkpoints and summaries when told no place for them."""
+    return contextlib.nullcontext(path) if path else tempfile.TemporaryDirectory()

@@ -3,47 +3,36 @@ tagged with the rank's role (``[worker:1 r3] ``).
 
 A line printed by a rank reaches the user through the MPI launcher, which forwards what
 each rank writes as it comes: a line written in pieces can end up spliced with another
-rank's. These kernels therefore build the whole line first and write it with one system
-call (atomic on a pipe up to PIPE_BUF bytes), tag included.
+rank's. These kernels therefore build the whole text first and hand it to the runtime's
+``print_lines``, which writes it tagged, with one system call.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 
-from mpiflow import backend, errors, logger
+from mpiflow import errors
 from mpiflow.framework.graph import Operation, Tensor
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, register_op
 
 # Where a line may go: TensorFlow's names for the two standard streams.
-_STREAMS = {"stderr": 2, "stdout": 1}
+_STREAMS = ("stderr", "stdout")
 _DEFAULT_SUMMARIZE = 3
 
 
-def _format(value, summarize: int) -> str:
+def _format(xp, value, summarize: int) -> str:
     """A tensor as TensorFlow prints it: ``summarize`` items at each end of every axis
     (all of them when negative), numpy's layout otherwise."""
-    array = np.asarray(backend.to_host(value))
+    array = np.asarray(getattr(xp, "asnumpy", np.asarray)(value))
     if array.ndim == 0:
         return str(array.item())
     if summarize < 0:
         return np.array2string(array, threshold=array.size + 1, separator=" ")
     return np.array2string(array, threshold=2 * summarize, edgeitems=summarize,
                            separator=" ")
-
-
-def write_line(text: str, fd: int) -> None:
-    """Write ``text`` (one or more lines), each tagged, with one system call."""
-    tag = logger.line_tag()
-    data = "".join(tag + line + "\n" for line in text.split("\n")).encode(errors="replace")
-    # Whatever the script printed before must come out first.
-    (sys.stdout if fd == 1 else sys.stderr).flush()
-    while data:
-        data = data[os.write(fd, data):]
 
 
 @register_op("PrintV2", attrs={"kinds": REQUIRED, "texts": REQUIRED, "sep": " ",
@@ -62,10 +51,10 @@ class PrintV2Op(OpDef):
     def forward(self, xp, ctx, *values):
         attrs = ctx.attrs
         values, texts = iter(values), iter(attrs["texts"])
-        parts = [_format(next(values), attrs["summarize"]) if kind == "t" else next(texts)
-                 for kind in attrs["kinds"]]
+        parts = [_format(xp, next(values), attrs["summarize"]) if kind == "t"
+                 else next(texts) for kind in attrs["kinds"]]
         line = attrs["sep"].join(parts) + attrs["end"]
-        write_line(line[:-1] if line.endswith("\n") else line, _STREAMS[attrs["stream"]])
+        ctx.env.print_lines(line[:-1] if line.endswith("\n") else line, attrs["stream"])
         return None
 
 
@@ -88,8 +77,8 @@ class PrintOp(OpDef):
         if first_n < 0 or ctx.printed[0] < first_n:
             ctx.printed[0] += 1
             summarize = ctx.attrs["summarize"]
-            write_line(ctx.attrs["message"] + "".join(
-                _format(d, summarize) for d in data), 2)
+            ctx.env.print_lines(ctx.attrs["message"] + "".join(
+                _format(xp, d, summarize) for d in data), "stderr")
         return x
 
     def gradient(self, op, grad):
@@ -127,7 +116,7 @@ def print_(input_, data=(), message=None, first_n=None, summarize=None, name=Non
 
 def _stream_name(stream) -> str:
     """TensorFlow accepts ``sys.stderr``/``sys.stdout`` or their names."""
-    for name, fd in _STREAMS.items():
+    for name in _STREAMS:
         if stream == name or stream in (getattr(sys, name), getattr(sys, f"__{name}__")):
             return name
     raise errors.InvalidArgumentError(

@@ -1,7 +1,7 @@
 """What a kernel may ask of the runtime, and nothing more: its whole interface.
 
 A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random generator
-(``rng``), shared resources (``resource``), signals for steps parked on an event
+(``rng``), shared resources (``resource``), the rank's output (``print_lines``), signals for steps parked on an event
 (``notify``), the collectives of its process group (``collectives``), collective handles
 to advance between kernels (``track``) or to be woken by once done (``watch``), and who
 has left the job (``departed``, ``tasks_of``). ``LocalEnv`` serves an in-process session
@@ -12,9 +12,11 @@ layering test holds them to it); everything else about the runtime is free to ch
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
-from mpiflow import errors
+from mpiflow import errors, logger
 
 
 class KernelEnv:
@@ -34,6 +36,19 @@ class KernelEnv:
     def rng(self, op):
         """The random generator of random op ``op``, seeded from its attrs."""
         return self.store.rng(op)
+
+    def print_lines(self, text: str, stream: str) -> None:
+        """Print ``text`` to ``stream`` ("stdout" or "stderr"), each line tagged with this
+        rank's role, all with one system call: a launcher forwards every rank's output as
+        it comes, and a line written in pieces gets spliced with another rank's (one
+        write to a pipe stays whole up to PIPE_BUF bytes)."""
+        fd, python_stream = {"stdout": (1, sys.stdout), "stderr": (2, sys.stderr)}[stream]
+        tag = logger.line_tag()
+        data = "".join(tag + line + "\n" for line in text.split("\n")).encode(
+            errors="replace")
+        python_stream.flush()       # what the script printed before comes out first
+        while data:
+            data = data[os.write(fd, data):]
 
     def resource(self, name: str, factory):
         """The shared resource ``name`` of this task, made by ``factory()`` if new."""

@@ -137,8 +137,15 @@ class StopAtStepHook(SessionRunHook):
         self._global_step = require_global_step("StopAtStepHook")
 
     def after_create_session(self, session, coord):
+        step = int(session.run(self._global_step))
         if self._last_step is None:
-            self._last_step = int(session.run(self._global_step)) + self._num_steps
+            self._last_step = step + self._num_steps
+        elif step >= self._last_step:
+            # A restored checkpoint already at (or past) the last step: no step to run.
+            # TensorFlow runs one anyway and stops after it, past last_step.
+            _LOG.info("The global step is %d, at or past last_step %d: nothing to train.",
+                      step, self._last_step)
+            coord.request_stop()
 
     def before_run(self, run_context):
         return SessionRunArgs(self._global_step)
@@ -208,7 +215,12 @@ class CheckpointSaverHook(SessionRunHook):
         if state is not None:
             self._get_saver().recover_last_checkpoints(state.all_model_checkpoint_paths)
         step = int(session.run(self._global_step))
-        self._save(session, step)
+        latest = state.model_checkpoint_path if state is not None else None
+        # TensorFlow saves here even when the session was just restored from a checkpoint
+        # of this very step; saving it again only rewrites the same values.
+        if latest is None or os.path.basename(latest) != \
+                f"{os.path.basename(self._save_path)}-{step}":
+            self._save(session, step)
         self._timer.update_last_triggered_step(step)
 
     def before_run(self, run_context):

@@ -29,6 +29,7 @@ import time
 from mpiflow import config, errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.logger import get_logger
 from mpiflow.ops import state_ops
 from mpiflow.ops.array_ops import stack
 from mpiflow.ops.partitioners import fixed_size_partitioner
@@ -40,6 +41,7 @@ from mpiflow.train.hybrid import REPLICATED, TABLE, HybridOptimizer, TableChoice
 from mpiflow.train.session_manager import broadcast_replicas, initialize_replicas
 
 MODES = ("ps", "allreduce", "hybrid")
+_LOG = get_logger("mpiflow.train")
 
 
 class TrainingMode:
@@ -66,7 +68,14 @@ class TrainingMode:
         if mode in ("ps", "hybrid") and num_ps == 0:
             raise errors.InvalidArgumentError(
                 f"Training mode {mode!r} needs ps tasks, but the cluster has none: "
-                f"{cluster.as_dict()} (launch with ps > 0, e.g. MPIFLOW_PS=1)")
+                f"{cluster.as_dict()} (launch with ps > 0: --ps 1 or MPIFLOW_PS=1, and one "
+                f"more rank for it)")
+        if mode == "allreduce" and num_ps and task_index == 0:
+            _LOG.warning(
+                "Training mode 'allreduce' keeps every variable on the workers, but the "
+                "launch made %d ps task(s) (rank(s) %s), which will only wait: launch with "
+                "--ps 0 (or MPIFLOW_PS=0) to make them workers", num_ps,
+                ", ".join(str(cluster.rank_of("ps", t)) for t in range(num_ps)))
         self.mode = mode
         self.cluster = cluster
         self.task_index = task_index

@@ -14,11 +14,15 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
+from mpiflow.framework.per_graph import PerGraph
 from mpiflow.gradients import gradients
 from mpiflow.ops import control_ops, math_ops, random_ops, state_ops, training_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.variables import Variable
 
+# train op -> the loss it minimizes, per graph: the progress report shows that loss when
+# a step runs the train op, with no loss given to it.
+MINIMIZED_LOSSES = PerGraph(dict)
 _VALID_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
 # Which hook applies which kind of gradient.
@@ -69,7 +73,10 @@ class Optimizer:
                 "No gradients provided for any variable, check your graph for ops that do "
                 f"not support gradients, between variables {_names(grads_and_vars)} and "
                 f"loss '{_loss_name(loss)}'")
-        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        train_op = self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        if isinstance(loss, Tensor):
+            MINIMIZED_LOSSES.of(loss.graph)[train_op] = loss
+        return train_op
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
                           aggregation_method=None, colocate_gradients_with_ops=False,

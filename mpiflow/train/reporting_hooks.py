@@ -1,21 +1,25 @@
 """Hooks that report progress: steps per second, summaries for TensorBoard, a progress bar.
 
 They follow TensorFlow's ``StepCounterHook`` and ``SummarySaverHook``; ``ProgressBarHook``
-(a tqdm bar on the chief) is mpiflow's own. Schedules use ``basic_hooks.SecondOrStepTimer``.
+(a tqdm bar, or progress lines for logs, on the chief) is mpiflow's own. Schedules use ``basic_hooks.SecondOrStepTimer``.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
-from mpiflow import errors, summary
-from mpiflow.logger import get_logger
+from mpiflow import config, errors, summary
+from mpiflow.framework.graph import get_default_graph
+from mpiflow.logger import get_logger, stderr_reaches_terminal
 from mpiflow.train.basic_hooks import require_global_step, schedule_timer
+from mpiflow.train.optimizer import MINIMIZED_LOSSES
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
 
 _LOG = get_logger("mpiflow.train")
+_PROGRESS_LOG = get_logger("mpiflow.progress")
 
 
 class StepCounterHook(SessionRunHook):
@@ -118,47 +122,199 @@ class SummarySaverHook(SessionRunHook):
 
 
 class ProgressBarHook(SessionRunHook):
-    """Show a tqdm bar of the global step (towards ``last_step``) and, if given, the loss.
+    """Report the global step (towards ``last_step``), its rate, the loss and the time left.
 
-    Give it to the chief only (``chief_only_hooks``), so one bar is drawn per job.
-    ``disable=None`` hides the bar when ``file`` (default stderr) is not a terminal.
+    Give it to the chief only (``chief_only_hooks``), so one report is made per job.
+    ``mode`` (default MPIFLOW_PROGRESS): "bar" draws a live tqdm bar; "lines" logs one line
+    every ``interval_s`` seconds (default MPIFLOW_PROGRESS_INTERVAL_S), which reads well
+    in a batch job's log; "auto" draws the bar when ``file`` is a terminal (without one,
+    when the rank's stderr reaches a terminal, also through an MPI launcher) and logs
+    lines otherwise; "off" (or ``disable=True``) reports nothing; ``disable=False`` draws
+    the bar. The loss is ``loss``, or
+    else, in the steps that run a train op made by ``minimize``, the loss it minimizes;
+    it is fetched only when a report is due.
     """
 
-    def __init__(self, last_step=None, loss=None, file=None, disable=None, desc="train"):
+    def __init__(self, last_step=None, loss=None, file=None, disable=None, desc="train",
+                 mode=None, interval_s=None):
         self._last_step = last_step
         self._loss = loss
         self._file = file
-        self._disable = disable
         self._desc = desc
-        self._bar = None
+        # disable=False forces the bar, as it forces tqdm's.
+        self._mode = "off" if disable else mode or (
+            "bar" if disable is False else config.get("MPIFLOW_PROGRESS"))
+        config.option("MPIFLOW_PROGRESS").parse(self._mode)       # a clear error if bad
+        self._interval_s = interval_s
+        self._report = None
 
     def begin(self):
         self._global_step = require_global_step("ProgressBarHook")
-        self._fetches = {"step": self._global_step}
-        if self._loss is not None:
-            self._fetches["loss"] = self._loss
+        self._train_losses = MINIMIZED_LOSSES.get(get_default_graph(), {})
 
     def after_create_session(self, session, coord):
-        from tqdm.auto import tqdm
-        self._bar = tqdm(total=self._last_step, initial=int(session.run(self._global_step)),
-                         unit="step", desc=self._desc, file=self._file or sys.stderr,
-                         disable=self._disable, dynamic_ncols=True)
+        if self._mode == "off":
+            return
+        self._report = progress_report(int(session.run(self._global_step)), self._last_step,
+                                       self._desc, self._mode, self._file, self._interval_s)
 
     def before_run(self, run_context):
-        return SessionRunArgs(self._fetches)
+        if self._report is None:
+            return None
+        fetches = {"step": self._global_step}
+        loss = self._loss_of(run_context.original_args.fetches) \
+            if self._report.due() else None
+        if loss is not None:
+            fetches["loss"] = loss
+        return SessionRunArgs(fetches)
+
+    def _loss_of(self, user_fetches):
+        """The loss to show with this step: the one given, or that of a train op the step
+        runs (the loss is computed by the step anyway, so fetching it is free)."""
+        if self._loss is not None:
+            return self._loss
+        if not self._train_losses:
+            return None
+        stack = [user_fetches]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif isinstance(item, dict):
+                stack.extend(item.values())
+            elif item in self._train_losses:
+                return self._train_losses[item]
+        return None
 
     def after_run(self, run_context, run_values):
+        if self._report is None:
+            return
         results = run_values.results
-        if "loss" in results:
-            self._bar.set_postfix(loss=f"{float(np.asarray(results['loss'])):.4g}",
-                                  refresh=False)
-        self._advance(int(results["step"]) + 1)
+        loss = results.get("loss")
+        self._report.update(int(results["step"]) + 1,
+                            None if loss is None else float(np.asarray(loss)))
 
-    def _advance(self, step):
+    def end(self, session):
+        if self._report is not None:
+            self._report.close(int(session.run(self._global_step)))
+            self._report = None
+
+
+def progress_report(start_step=0, last_step=None, desc="train", mode=None, file=None,
+                    interval_s=None):
+    """Return a progress report for a training loop of your own (on the chief only).
+
+    Call ``update(step, loss=None)`` after each step and ``close(step)`` at the end;
+    ``due()`` says whether a loss would be shown now, so it can be fetched only then.
+    ``mode`` and ``interval_s`` as ``ProgressBarHook`` takes them (default
+    MPIFLOW_PROGRESS: a bar where stderr reaches a terminal, else a line every
+    MPIFLOW_PROGRESS_INTERVAL_S seconds).
+    """
+    mode = mode or config.get("MPIFLOW_PROGRESS")
+    config.option("MPIFLOW_PROGRESS").parse(mode)             # a clear error if bad
+    if mode == "auto":
+        on_terminal = file.isatty() if file is not None and hasattr(file, "isatty") \
+            else stderr_reaches_terminal()
+        mode = "bar" if on_terminal else "lines"
+    return _REPORTS[mode](start_step, last_step, desc, file,
+                          interval_s or config.get("MPIFLOW_PROGRESS_INTERVAL_S"))
+
+
+class _NoReport:
+    def __init__(self, *args):
+        pass
+
+    def due(self) -> bool:
+        return False
+
+    def update(self, step, loss=None):
+        pass
+
+    def close(self, step):
+        pass
+
+
+class _BarReport:
+    """A live tqdm bar; the loss refreshes at most every second."""
+
+    def __init__(self, start, last_step, desc, file, interval_s):
+        from tqdm.auto import tqdm  # noqa: PLC0415  (only the bar needs tqdm)
+        self._bar = tqdm(total=last_step, initial=start, unit="step", desc=desc,
+                         file=file or sys.stderr, disable=False, dynamic_ncols=True)
+        self._next_loss = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next_loss
+
+    def update(self, step, loss=None):
+        if loss is not None:
+            self._next_loss = time.monotonic() + 1.0
+            self._bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
         if step > self._bar.n:
             self._bar.update(step - self._bar.n)
 
-    def end(self, session):
-        if self._bar is not None:
-            self._advance(int(session.run(self._global_step)))
-            self._bar.close()
+    def close(self, step):
+        self.update(step, None)
+        self._bar.close()
+
+
+class _LineReport:
+    """A log line every ``interval_s``: "step 1200/5000 (24%), 85.3 steps/s, loss 0.41,
+    ETA 0:00:44", and one when training ends. The rate is that of the last interval."""
+
+    def __init__(self, start, last_step, desc, file, interval_s):
+        self._last_step = last_step
+        self._desc = desc
+        self._interval_s = interval_s
+        self._file = file
+        now = time.monotonic()
+        self._started = (now, start)
+        self._window = (now, start)
+        self._step = start
+
+    def due(self) -> bool:
+        return time.monotonic() - self._window[0] >= self._interval_s
+
+    def update(self, step, loss=None):
+        self._step = max(self._step, step)
+        now = time.monotonic()
+        since, from_step = self._window
+        if now - since < self._interval_s:
+            return
+        rate = (self._step - from_step) / (now - since)
+        text = f"{self._desc}: {self._progress()}, {rate:.3g} steps/s"
+        if loss is not None:
+            text += f", loss {loss:.4g}"
+        if self._last_step and rate > 0 and self._step < self._last_step:
+            text += f", ETA {_format_seconds((self._last_step - self._step) / rate)}"
+        self._emit(text)
+        self._window = (now, self._step)
+
+    def close(self, step):
+        self._step = max(self._step, step)
+        began, from_step = self._started
+        took = time.monotonic() - began
+        rate = (self._step - from_step) / took if took > 0 else 0.0
+        self._emit(f"{self._desc}: done at {self._progress()} in {_format_seconds(took)} "
+                   f"({rate:.3g} steps/s)")
+
+    def _progress(self) -> str:
+        if not self._last_step:
+            return f"step {self._step}"
+        return (f"step {self._step}/{self._last_step} "
+                f"({100 * min(self._step, self._last_step) / self._last_step:.0f}%)")
+
+    def _emit(self, text):
+        if self._file is not None:
+            self._file.write(text + "\n")
+            self._file.flush()
+        else:
+            _PROGRESS_LOG.info("%s", text)
+
+
+_REPORTS = {"bar": _BarReport, "lines": _LineReport, "off": _NoReport}
+
+
+def _format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
