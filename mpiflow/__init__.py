@@ -38,7 +38,9 @@ from mpiflow.ops.math_ops import (
     logical_not, logical_or, matmul, maximum, minimum, multiply, negative, not_equal, ones_like,
     pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
-from mpiflow.ops.math_ops import clip_by_value
+from mpiflow.ops.math_ops import clip_by_value, cos, sin
+from mpiflow.ops.clip_ops import clip_by_global_norm, clip_by_norm, global_norm
+from mpiflow.ops.math_ops import div_no_nan
 from mpiflow.ops.math_ops import range_ as range
 from mpiflow.ops.print_ops import print_ as Print, print_v2 as print
 from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables
@@ -69,6 +71,8 @@ from mpiflow import app  # noqa: E402
 from mpiflow import tf_logging as logging  # noqa: E402
 from mpiflow import compat  # noqa: E402
 from mpiflow import timeline  # noqa: E402
+from mpiflow import layers, losses, metrics  # noqa: E402  (tf.layers, tf.losses, tf.metrics)
+from mpiflow import data  # noqa: E402  (tf.data; also the input helpers)
 
 flags = app.flags
 
@@ -84,6 +88,10 @@ sub = subtract
 mul = multiply
 neg = negative
 __version__ = "0.1.0"
+
+from mpiflow import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.namespace_getattr(__name__, "tf")
 
 from mpiflow import startup as _startup  # noqa: E402
 

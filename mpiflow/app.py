@@ -12,6 +12,8 @@ import sys
 
 from absl import flags
 
+from mpiflow import unsupported
+
 FLAGS = flags.FLAGS
 
 
@@ -28,3 +30,5 @@ def run(main=None, argv=None):
         sys.exit(1)
     main = main or sys.modules["__main__"].main
     sys.exit(main(rest))
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.app")

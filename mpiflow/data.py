@@ -1,9 +1,11 @@
-"""Input helpers: load real data, shard it by worker, shuffle and batch it.
+"""Input helpers: load real data, shard it by worker, shuffle and batch it; and ``mf.data``.
 
 Owns data loading for examples, tests and training scripts: scikit-learn's bundled 8x8
 digits (no download), MNIST from the IDX or ``mnist.npz`` files a user already has, and the
-numpy-only ``shard`` / ``batches`` helpers. Imports nothing of mpiflow but ``mpiflow.errors``,
-so it works on any rank before a graph exists.
+numpy-only ``shard`` / ``batches`` helpers, which need no graph. It is also TF1's
+``tf.data`` namespace: ``Dataset``, ``Iterator`` and the iterator functions are
+re-exported from ``mpiflow.dataset``, which owns them. Imports nothing else of mpiflow but
+``mpiflow.errors`` and ``mpiflow.unsupported``.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Union
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import errors, unsupported
+from mpiflow.dataset import (  # noqa: F401  (tf.data's names)
+    Dataset,
+    Iterator,
+    get_output_classes,
+    get_output_shapes,
+    get_output_types,
+    make_initializable_iterator,
+    make_one_shot_iterator,
+)
 
 Arrays = Union[np.ndarray, Sequence[np.ndarray]]
 
@@ -217,7 +228,8 @@ def shard(arrays: Arrays, num_shards: int, index: int) -> Arrays:
 
 def batches(x: np.ndarray, y: np.ndarray | None, batch_size: int, shuffle: bool = True,
             seed: int | None = None,
-            drop_remainder: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+            drop_remainder: bool = True
+            ) -> Generator[tuple[np.ndarray, np.ndarray | None], None, None]:
     """Yield ``(x_batch, y_batch)`` pairs covering one epoch.
 
     ``drop_remainder=True`` (the default) skips a last partial batch so every step sees the
@@ -291,3 +303,6 @@ def _scale_images(x: np.ndarray, flatten: bool) -> np.ndarray:
     else:
         x = x.astype(np.float32)
     return x.reshape(len(x), -1) if flatten else x
+
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.data")

@@ -104,6 +104,14 @@ class PlacementError(InvalidArgumentError):
     """An op asked for a device that the cluster cannot provide."""
 
 
+class UnsupportedAPIError(MpiflowError, AttributeError):
+    """A TF1 name mpiflow does not provide (``tf.contrib``, ``tf.train.Foo``).
+
+    An ``AttributeError`` so ``hasattr``, ``getattr(module, name, default)`` and
+    ``from module import name`` keep working as for any missing attribute.
+    """
+
+
 class RemoteError(MpiflowError):
     """An error raised on another rank, carried back with its rank, role, host and traceback."""
 

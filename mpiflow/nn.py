@@ -1,5 +1,6 @@
 """``mf.nn``: neural-network ops under TensorFlow's ``tf.nn`` names."""
 
+from mpiflow import unsupported
 from mpiflow.ops.activation_ops import (  # noqa: F401
     elu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax, softplus, tanh)
 from mpiflow.ops.conv_ops import (  # noqa: F401
@@ -10,3 +11,5 @@ from mpiflow.ops.nn_ops import (  # noqa: F401
     sparse_softmax_cross_entropy_with_logits, xw_plus_b)
 from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
 from mpiflow.ops.sparse_ops import embedding_lookup  # noqa: F401
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.nn")

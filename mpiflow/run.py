@@ -96,12 +96,25 @@ def check_given_flags(given: dict[str, str], addresses: dict[str, list[str]]) ->
 
 
 def alias_tensorflow() -> None:
-    """Make ``tensorflow``, ``tensorflow.compat`` and ``tensorflow.compat.v1`` mpiflow."""
+    """Make ``tensorflow``, ``tensorflow.compat`` and ``tensorflow.compat.v1`` mpiflow.
+
+    Its namespaces are registered under both names too (``tensorflow.layers``,
+    ``tensorflow.compat.v1.losses``, ...): ``import tensorflow.compat.v1.layers`` would
+    otherwise load mpiflow's module a second time, with classes and per-graph state of
+    its own.
+    """
+    import types
+
     import mpiflow
     import mpiflow.compat
     sys.modules["tensorflow"] = mpiflow
     sys.modules["tensorflow.compat"] = mpiflow.compat
     sys.modules["tensorflow.compat.v1"] = mpiflow
+    for name, value in vars(mpiflow).items():
+        if isinstance(value, types.ModuleType) and not name.startswith("_") and \
+                value.__name__.startswith("mpiflow."):
+            for prefix in ("tensorflow", "tensorflow.compat.v1"):
+                sys.modules.setdefault(f"{prefix}.{name}", value)
 
 
 def main(argv=None) -> int:

@@ -16,9 +16,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from mpiflow.logger import launch_rank
 
+_LEAVING = "leaving-at"
+# The parent leaves this long after the moment the ranks agreed to leave: its child has
+# left by then, and every parent leaves at about the same moment.
+_AFTER_CHILD_S = 0.1
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
 
@@ -51,7 +56,16 @@ def supervise(command: list[str], status_variable: str) -> int:
     for signum in _FORWARDED:
         signal.signal(signum, forward)
     code = child.wait()
-    name = _last_line(read_end)
+    said = _lines(read_end)
+    if forwarded:
+        # The job is being stopped: leave when the ranks agreed to, all together (the
+        # launcher kills whoever still runs when the first rank exits: "killed", code 9).
+        leave_at = next((float(line.split()[1]) for line in reversed(said)
+                         if line.startswith(_LEAVING)), 0.0)
+        time.sleep(max(0.0, min(leave_at + _AFTER_CHILD_S - time.time(), 1.0)))
+        sys.stderr.flush()
+        os._exit(128 - code if code < 0 else code)
+    name = next((line for line in reversed(said) if not line.startswith(_LEAVING)), None)
     if code < 0:
         signum = -code
         if signum not in forwarded:     # not the launcher stopping the job: say who died
@@ -66,16 +80,22 @@ def supervise(command: list[str], status_variable: str) -> int:
 
 def tell_parent(descriptor: str, name: str) -> None:
     """In the child: tell the watching parent this rank's name (e.g. "rank 2 (worker:1)
-    on node3"), through the descriptor it passed."""
+    on node3"), through the descriptor it passed; later, when an interrupted job's ranks
+    leave (``interrupts.LEAVING_LISTENERS``), the moment they agreed on."""
     try:
         fd = int(descriptor)
         os.write(fd, (name + "\n").encode())
-        os.close(fd)
     except (ValueError, OSError):
-        pass            # no parent listening: nothing to tell
+        return            # no parent listening: nothing to tell
+
+    def leaving(moment):
+        os.write(fd, f"{_LEAVING} {moment!r}\n".encode())
+
+    from mpiflow.runtime import interrupts  # noqa: PLC0415  (the child's side only)
+    interrupts.LEAVING_LISTENERS.append(leaving)
 
 
-def _last_line(fd: int) -> str | None:
+def _lines(fd: int) -> list[str]:
     chunks = []
     while True:
         chunk = os.read(fd, 4096)
@@ -83,5 +103,5 @@ def _last_line(fd: int) -> str | None:
             break
         chunks.append(chunk)
     os.close(fd)
-    lines = b"".join(chunks).decode(errors="replace").split("\n")
-    return next((line for line in reversed(lines) if line.strip()), None)
+    return [line for line in b"".join(chunks).decode(errors="replace").split("\n")
+            if line.strip()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging as _logging
 
+from mpiflow import unsupported
 from mpiflow.logger import get_logger
 
 DEBUG, INFO, WARN, WARNING, ERROR, FATAL = (_logging.DEBUG, _logging.INFO, _logging.WARNING,
@@ -74,3 +75,5 @@ def log_first_n(level, msg, n, *args) -> None:
     _counts[key] = count + 1
     if count < n:
         _SCRIPT.log(level, msg, *args)
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.logging")

@@ -47,8 +47,59 @@ def find_mpiexec():
     return shutil.which("mpiexec")
 
 
+def _launch_env(env):
+    full_env = dict(os.environ)
+    # The ranks import the same mpiflow as this test process.
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH")) if p)
+    full_env["PYTHONUNBUFFERED"] = "1"
+    # Open MPI refuses root and more ranks than cores unless told; MPICH ignores these.
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    full_env.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+    full_env.update(env or {})
+    return full_env
+
+
+def _require_mpiexec():
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip(f"no mpiexec beside {sys.executable} or on PATH; "
+                    "install one with: pip install '.[mpich]'")
+    return mpiexec
+
+
 @pytest.fixture
-def run_mpi():
+def start_mpi():
+    """Return ``start(n, script_path, *args, env=None, launcher_args=())``: the running
+    ``mpiexec -n n python script_path args...`` as a ``subprocess.Popen`` (text pipes), in
+    its own process group (``os.killpg(proc.pid, ...)`` reaches every process of the
+    launch, as a terminal's Ctrl-C does). Whatever is still running when the test ends is
+    killed."""
+    mpiexec = _require_mpiexec()
+    started = []
+
+    def start(n, script_path, *args, env=None, launcher_args=()):
+        cmd = [mpiexec, *launcher_args, "-n", str(n), sys.executable, str(script_path),
+               *map(str, args)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_launch_env(env), start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+
+
+@pytest.fixture
+def run_mpi(start_mpi):
     """Return ``run(n, script_path, *args, timeout=120, env=None, check=True)``.
 
     ``run`` launches ``mpiexec -n n python script_path args...`` in its own process group and
@@ -58,27 +109,9 @@ def run_mpi():
     also fails the test with the output; tests of failure paths pass ``check=False``. The
     test is skipped when no mpiexec is found.
     """
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip(f"no mpiexec beside {sys.executable} or on PATH; "
-                    "install one with: pip install '.[mpich]'")
-
     def run(n, script_path, *args, timeout=120, env=None, check=True, launcher_args=()):
-        cmd = [mpiexec, *launcher_args, "-n", str(n), sys.executable, str(script_path),
-               *map(str, args)]
-        full_env = dict(os.environ)
-        # The ranks import the same mpiflow as this test process.
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH")) if p)
-        full_env["PYTHONUNBUFFERED"] = "1"
-        # Open MPI refuses root and more ranks than cores unless told; MPICH ignores these.
-        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        full_env.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
-        full_env.update(env or {})
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=full_env, start_new_session=True)
+        proc = start_mpi(n, script_path, *args, env=env, launcher_args=launcher_args)
+        cmd = proc.args
         timed_out = False
         try:
             stdout, stderr = proc.communicate(timeout=timeout)

@@ -5,3 +5,6 @@ So a script written for ``import tensorflow.compat.v1 as tf`` runs with ``mf.com
 """
 
 import mpiflow as v1  # noqa: F401  (the namespace itself)
+from mpiflow import unsupported
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.compat")

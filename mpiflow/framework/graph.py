@@ -28,6 +28,7 @@ class GraphKeys:
 
     GLOBAL_VARIABLES = "variables"
     LOCAL_VARIABLES = "local_variables"
+    METRIC_VARIABLES = "metric_variables"
     MODEL_VARIABLES = "model_variables"
     TRAINABLE_VARIABLES = "trainable_variables"
     TRAINABLE_RESOURCE_VARIABLES = "trainable_resource_variables"

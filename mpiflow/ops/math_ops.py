@@ -331,6 +331,10 @@ reciprocal = _unary_op("Reciprocal", lambda xp, x: 1 / x,
                        lambda op, g: negative(multiply(g, square(op.outputs[0]))),
                        allowed=is_float)
 floor = _unary_op("Floor", lambda xp, x: xp.floor(x), None, allowed=is_float)
+cos = _unary_op("Cos", lambda xp, x: xp.cos(x),
+                lambda op, g: negative(multiply(g, sin(op.inputs[0]))), allowed=is_float)
+sin = _unary_op("Sin", lambda xp, x: xp.sin(x),
+                lambda op, g: multiply(g, cos(op.inputs[0])), allowed=is_float)
 logical_not = _unary_op("LogicalNot", lambda xp, x: xp.logical_not(x), None,
                         allowed=lambda dt: dt.is_bool, out_dtype=dtypes.bool_)
 is_nan = _unary_op("IsNan", lambda xp, x: xp.isnan(x), None, allowed=is_float,
@@ -641,3 +645,18 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
         low = convert_to_tensor(clip_value_min, dtype=t.dtype)
         high = convert_to_tensor(clip_value_max, dtype=t.dtype)
         return minimum(maximum(t, low), high)
+
+
+def div_no_nan(x, y, name=None) -> Tensor:
+    """Return x / y, and 0 where y is 0 (TensorFlow's ``div_no_nan``).
+
+    A mean over no weights (an empty batch, all weights 0) is then 0 rather than NaN, and
+    its gradient is 0 too: the divisor is swapped for 1 before dividing, so no inf or NaN
+    is ever made for ``where`` to hide.
+    """
+    from mpiflow.framework.scopes import name_scope
+    with name_scope(name, "div_no_nan", [x, y]) as scope:
+        x, y = _binary_inputs(x, y)
+        is_zero = equal(y, zeros_like(y))
+        quotient = divide(x, where(is_zero, ones_like(y), y))
+        return where(is_zero, zeros_like(quotient), quotient, name=scope)

@@ -44,6 +44,7 @@ class PrintV2Op(OpDef):
 
     stateful = True
     gradient = None
+    gpu_kernel = False      # printing reads the values on the host anyway
 
     def infer(self, b):
         return []
@@ -65,6 +66,7 @@ class PrintOp(OpDef):
 
     aliases_input = True
     stateful = True
+    gpu_kernel = False      # printing reads the values on the host anyway
 
     def infer(self, b):
         return [(b.dtype(0), b.shape(0))]

@@ -210,12 +210,14 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
         name_scope_name = rel
         base = parent
     store.scope_counts[full] = store.scope_counts.get(full, 0) + 1
+    # A scope re-entered as an object gives back, when left, the counts it was entered with.
+    saved_counts = dict(store.scope_counts) if isinstance(name_or_scope, VariableScope) \
+        else None
     if reuse is None or reuse is False:
         # reuse is inherited: a scope inside a reusing scope reuses too.
         new_reuse = True if parent.reuse is True else (
-            AUTO_REUSE if parent.reuse is AUTO_REUSE else bool(
-                getattr(base, "reuse", False)) if isinstance(name_or_scope,
-                                                              VariableScope) else False)
+            AUTO_REUSE if parent.reuse is AUTO_REUSE else (base.reuse or False)
+            if isinstance(name_or_scope, VariableScope) else False)
     else:
         new_reuse = reuse
     # auxiliary_name_scope=False leaves the current name scope as it is (TensorFlow).
@@ -232,14 +234,31 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
             yield scope
         finally:
             store.scope_stack.pop()
+            _close_subscopes(store, full, saved_counts)
+
+
+def _close_subscopes(store, full, saved_counts):
+    """Forget the default names taken inside ``full`` once it is left, as TF1 does.
+
+    So a model function that opens ``variable_scope("model", reuse=...)`` and calls
+    ``layers.dense`` gets ``model/dense`` on every call, and its second call reuses the
+    first call's variables instead of asking for ``model/dense_1``.
+    """
+    if saved_counts is not None:
+        store.scope_counts = saved_counts
+        return
+    inside = full + "/"
+    for name in store.scope_counts:
+        if name.startswith(inside):
+            store.scope_counts[name] = 0
 
 
 def _unique_scope(store, prefix, name):
     full = f"{prefix}/{name}" if prefix else name
-    if full not in store.scope_counts:
+    if not store.scope_counts.get(full):
         return name
     i = 1
-    while f"{full}_{i}" in store.scope_counts:
+    while store.scope_counts.get(f"{full}_{i}"):
         i += 1
     return f"{name}_{i}"
 

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 # From the signal to the process's end, at the most: long enough to unwind and print,
 # short enough that a user pressing Ctrl-C sees the prompt at once.
@@ -61,6 +62,22 @@ def _arm_exit_timer() -> None:
         _STATE.timer = threading.Timer(EXIT_WITHIN_S, exit_now)
         _STATE.timer.daemon = True
         _STATE.timer.start()
+
+
+# Called with the moment the job's ranks leave together, before this one leaves: a parent
+# process that watches this rank (``mpiflow.run``'s) leaves at the same moment.
+LEAVING_LISTENERS = []
+
+
+def leave_at(moment: float) -> None:
+    """Tell the listeners, wait until ``moment`` (seconds since the epoch), and exit."""
+    for listener in LEAVING_LISTENERS:
+        try:
+            listener(moment)
+        except Exception:       # leaving anyway
+            pass
+    time.sleep(max(0.0, moment - time.time()))
+    exit_now()
 
 
 def exit_now() -> None:

@@ -26,6 +26,9 @@ from mpiflow import errors
 from mpiflow.runtime import interrupts
 
 _FATAL_WAIT_S = 10.0
+# From an interrupted rank's word to the moment proposed for all to leave: time for every
+# other rank to hear it and answer.
+_LEAVE_TOGETHER_S = 0.3
 
 
 class JobMembership:
@@ -40,7 +43,9 @@ class JobMembership:
         self._peer_joins = {r: 0 for r in self.peers.ranks()}
         self._resets = 0
         self._closed = False
-        self._interrupted_peers = set()     # ranks that said they stop for an interrupt
+        # rank -> when it proposed to leave (s since the epoch), once it said it stops for an
+        # interrupt
+        self._interrupted_peers = {}
 
     def reset(self) -> None:
         """Clear every variable and shared resource on every rank, and drop the partitions
@@ -118,23 +123,30 @@ class JobMembership:
         except Exception:   # dying anyway: never mask the original error
             pass
 
-    def announce_interrupt(self, signum: int, origin: str | None, grace_s: float) -> None:
+    def announce_interrupt(self, signum: int, origin: str | None, grace_s: float) -> float:
         """Tell every other rank this one stops for an interrupt (Ctrl-C, SIGTERM) that
-        ``origin`` got (None: this rank), then wait until each has said the same.
+        ``origin`` got (None: this rank), and return when they should all leave (seconds
+        since the epoch).
 
         A rank that was not interrupted itself stops too, naming ``origin``, not blaming
         this rank. Leaving together matters: the first rank to exit makes the launcher
-        kill the others, perhaps before their line is out.
+        kill the others (perhaps before their line is out, and the job then ends as
+        "killed"). So every rank proposes a moment to leave, hears every other's (up to
+        ``grace_s``) and leaves at the latest one: the same moment everywhere.
         """
         origin = origin or f"{self.describe(self.rank)} on {self.host}"
+        leave_at = time.time() + _LEAVE_TOGETHER_S
         try:
             with self._lock:
-                self._send_to_active({"k": "intr", "sig": int(signum), "who": origin})
+                self._send_to_active({"k": "intr", "sig": int(signum), "who": origin,
+                                      "at": int(leave_at * 1e6)})
             self._wait_until(lambda: all(r in self._interrupted_peers or self.peers.is_gone(r)
                                          for r in self.peers.ranks()),
                              lambda: "the other ranks to stop", grace_s)
         except BaseException:   # leaving anyway: a lost peer or the grace ran out
             pass
+        return min(max([leave_at, *self._interrupted_peers.values()]),
+                   time.time() + grace_s)
 
     def _send_to_active(self, header: dict) -> None:
         for rank in self.peers.active():
@@ -172,5 +184,5 @@ class JobMembership:
         os._exit(1)
 
     def _on_interrupted(self, source, h, arrays):
-        self._interrupted_peers.add(source)
+        self._interrupted_peers[source] = h["at"] * 1e-6
         interrupts.on_peer_interrupted(h["who"], h["sig"])

@@ -67,8 +67,8 @@ def _leave_interrupted(service, prefix: str) -> None:
     sys.stderr.write(prefix + interrupts.report_line() + "\n")
     sys.stderr.flush()
     signum, origin = interrupts.origin()
-    service.announce_interrupt(signum, origin, grace_s=interrupts.EXIT_WITHIN_S / 2)
-    interrupts.exit_now()
+    interrupts.leave_at(service.announce_interrupt(signum, origin,
+                                                   grace_s=interrupts.EXIT_WITHIN_S * 0.6))
 
 
 def _fail_on_nonzero_exit(service, world) -> None:

@@ -336,5 +336,5 @@ KINDS = {
     "reset_ok": Kind({"n": INT}, 0, RankService._on_reset_ok),
     "bye": Kind({"how": STR}, 0, RankService._on_bye),
     "fatal": Kind({"msg": STR, "who": STR, "host": STR}, 0, RankService._on_fatal),
-    "intr": Kind({"sig": INT, "who": STR}, 0, RankService._on_interrupted),
+    "intr": Kind({"sig": INT, "who": STR, "at": INT}, 0, RankService._on_interrupted),
 }

@@ -144,7 +144,8 @@ class ResourceStore:
         """Return the shared resource ``name``, creating it with ``factory()`` first."""
         found = self.resources.get(name)
         if found is None:
-            found = self.resources[name] = factory()
+            # setdefault is atomic: two kernels that ask at once get the same resource.
+            found = self.resources.setdefault(name, factory())
         return found
 
     def clear(self) -> None:

@@ -1,20 +1,24 @@
 """``mf.train``: the TF1 training API: cluster and server, device setter and partitioners,
 optimizers (sync replicas, allreduce, training modes), sessions, hooks and checkpoints."""
 
+from mpiflow import unsupported
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
 from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
 from mpiflow.train.checkpoint_management import (
     CheckpointState, checkpoint_exists, get_checkpoint_mtimes, get_checkpoint_state,
-    latest_checkpoint, list_variables, load_variable, remove_checkpoint,
-    update_checkpoint_state)
+    latest_checkpoint, remove_checkpoint, update_checkpoint_state)
+from mpiflow.train.checkpoint_utils import (
+    CheckpointReader, NewCheckpointReader, list_variables, load_checkpoint, load_variable)
 from mpiflow.train.cluster_spec import ClusterSpec
 from mpiflow.train.device_setter import (
     GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter)
 from mpiflow.train.global_step import (
     create_global_step, get_global_step, get_or_create_global_step, global_step)
 from mpiflow.train.gradient_descent import GradientDescentOptimizer
-from mpiflow.train.learning_rate_decay import exponential_decay, piecewise_constant
+from mpiflow.train.learning_rate_decay import (
+    cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
+    linear_cosine_decay, natural_exp_decay, piecewise_constant, polynomial_decay)
 from mpiflow.train.modes import TrainingMode
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
@@ -28,7 +32,8 @@ from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.monitored_session import (
     ChiefSessionCreator, MonitoredSession, MonitoredTrainingSession, Scaffold, SessionCreator,
     SingularMonitoredSession, StepContext, WorkerSessionCreator)
-from mpiflow.train.reporting_hooks import ProgressBarHook, StepCounterHook, SummarySaverHook
+from mpiflow.train.reporting_hooks import (
+    ProgressBarHook, StepCounterHook, SummarySaverHook, progress_report)
 from mpiflow.train.session_manager import SessionManager, report_uninitialized_variables
 from mpiflow.train.session_run_hook import (
     SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues)
@@ -45,15 +50,23 @@ __all__ = [
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",
     "get_checkpoint_state", "latest_checkpoint", "list_variables", "load_variable",
-    "remove_checkpoint", "update_checkpoint_state",
+    "remove_checkpoint", "update_checkpoint_state", "CheckpointReader",
+    "NewCheckpointReader", "load_checkpoint",
+]
+__all__ += [
+    "cosine_decay", "cosine_decay_restarts", "inverse_time_decay", "linear_cosine_decay",
+    "natural_exp_decay", "polynomial_decay",
 ]
 __all__ += [
     "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",
     "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProgressBarHook",
     "SecondOrStepTimer", "StepCounterHook", "StopAtStepHook", "SummarySaverHook",
+    "progress_report",
     "Coordinator", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
     "Scaffold", "SessionCreator", "SingularMonitoredSession", "StepContext",
     "WorkerSessionCreator", "SessionManager", "report_uninitialized_variables",
     "SessionRunArgs", "SessionRunContext", "SessionRunHook", "SessionRunValues",
     "Supervisor",
 ]
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.train")

@@ -12,8 +12,8 @@ TensorFlow does. Every path the file names must lie inside its directory: one th
 points elsewhere is ignored (with a warning), so a restart never restores from, and the
 rotation never deletes, files outside. A checkpoint "exists" when its index file does; it
 "verifies" when its index reads and every shard it names is there and of the same save.
-``latest_checkpoint`` is the newest that verifies. Also here: reading saved tensors in
-this process without a graph (``list_variables``, ``load_variable``).
+``latest_checkpoint`` is the newest that verifies. Reading the saved tensors themselves
+without a graph lives in ``checkpoint_utils``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import glob
 import logging
 import os
 import re
-
-import numpy as np
 
 from mpiflow import errors
 from mpiflow.ops import checkpoint_format as fmt
@@ -275,35 +273,3 @@ def remove_checkpoint(checkpoint_prefix: str) -> None:
             pass
         except OSError as exc:
             _LOG.warning("Ignoring: failed to delete %s: %s", path, exc)
-
-
-def _resolve_prefix(ckpt_dir_or_file: str) -> str:
-    if os.path.isdir(ckpt_dir_or_file):
-        prefix = latest_checkpoint(ckpt_dir_or_file)
-        if prefix is None:
-            raise errors.NotFoundError(f"No checkpoint found in directory '{ckpt_dir_or_file}'")
-        return prefix
-    if not checkpoint_exists(ckpt_dir_or_file):
-        raise errors.NotFoundError(
-            f"'{ckpt_dir_or_file}' is not a checkpoint: no {fmt.index_path(ckpt_dir_or_file)}")
-    return ckpt_dir_or_file
-
-
-def list_variables(ckpt_dir_or_file: str) -> list:
-    """Return ``[(name, full shape)]`` of every tensor in a checkpoint, sorted by name."""
-    prefix = _resolve_prefix(ckpt_dir_or_file)
-    index = reader.read_index(prefix)
-    out = []
-    for name, pieces in sorted(index["tensors"].items()):
-        first = pieces[0]
-        box = fmt.SliceSpec.of(first["slice"], first["shape"])
-        out.append((name, box.full_shape))
-    return out
-
-
-def load_variable(ckpt_dir_or_file: str, name: str) -> np.ndarray:
-    """Return the full value of tensor ``name`` of a checkpoint, assembled from its pieces."""
-    prefix = _resolve_prefix(ckpt_dir_or_file)
-    name = name.removesuffix(":0")
-    pieces = reader.find_pieces(reader.read_index(prefix), prefix, name)
-    return reader.read_slice(prefix, name, "", pieces[0]["dtype"], None, lookup=None)

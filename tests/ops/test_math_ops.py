@@ -37,6 +37,8 @@ GRAD_CASES = [
     GradCase("sqrt", mf.sqrt, [pos(4)]),
     GradCase("rsqrt", mf.rsqrt, [pos(4)]),
     GradCase("exp", mf.exp, [arr(2, 2)]),
+    GradCase("cos", mf.cos, [arr(2, 3) * 3]),
+    GradCase("sin", mf.sin, [arr(2, 3) * 3]),
     GradCase("log", mf.log, [pos(5)]),
     GradCase("log1p", mf.log1p, [pos(5)]),
     GradCase("abs", mf.abs, [arr(6) + np.sign(arr(6)) * 0.1]),
@@ -76,6 +78,7 @@ GRAD_CASES = [
     GradCase("identity_stop", lambda a, b: mf.identity(a) * mf.stop_gradient(b),
              [arr(3), arr(3)], wrt=[0]),
     GradCase("check_numerics", lambda a: mf.check_numerics(a * 2.0, "bad"), [arr(3)]),
+    GradCase("print_passes_through", lambda a: mf.Print(a * 2.0, [a], first_n=0), [arr(3)]),
     GradCase("placeholder_with_default",
              lambda a: mf.placeholder_with_default(a, [3]) * 3.0, [arr(3)]),
 ]
@@ -106,6 +109,7 @@ def test_binary_forward_matches_numpy(name, fn, ref, inputs):
     (mf.negative, np.negative, arr(3)), (mf.square, np.square, arr(3)),
     (mf.sqrt, np.sqrt, pos(3)), (mf.exp, np.exp, arr(3)), (mf.log, np.log, pos(3)),
     (mf.abs, np.abs, arr(3)), (mf.sign, np.sign, arr(3)), (mf.floor, np.floor, arr(3) * 5),
+    (mf.cos, np.cos, arr(3) * 4), (mf.sin, np.sin, arr(3) * 4),
     (mf.rsqrt, lambda v: 1 / np.sqrt(v), pos(3)), (mf.reciprocal, lambda v: 1 / v, pos(3)),
 ])
 def test_unary_forward_matches_numpy(fn, ref, x):

@@ -21,7 +21,16 @@ ALLOWED = {
     "mpiflow.backend": ("mpiflow.errors", "mpiflow.config"),
     "mpiflow.errors": (),
     "mpiflow.dtype_table": (),
-    "mpiflow.data": ("mpiflow.errors",),
+    # The loaders need no graph; tf.data's Dataset is only re-exported from mpiflow.dataset.
+    "mpiflow.data": ("mpiflow.errors", "mpiflow.unsupported", "mpiflow.dataset"),
+    "mpiflow.unsupported": ("mpiflow.errors",),
+    # tf.layers, tf.losses, tf.metrics: compositions of ops, with no runtime of their own.
+    "mpiflow.layers": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors", "mpiflow.layers",
+                       "mpiflow.unsupported"),
+    "mpiflow.losses": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors", "mpiflow.losses",
+                       "mpiflow.unsupported"),
+    "mpiflow.metrics": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors",
+                        "mpiflow.unsupported"),
 }
 
 

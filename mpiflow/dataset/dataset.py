@@ -1,0 +1,259 @@
+"""``tf.data.Dataset`` over arrays in memory: a description, turned into ops by iterators.
+
+A ``Dataset`` is immutable plain data: the tensors holding its arrays (constants made
+from numpy values, or any tensor for an initializable iterator, e.g. a placeholder fed at
+initialization), whether examples are their slices or the arrays whole, the pipeline of
+stages (shuffle, batch, repeat, take, skip, shard) that the iterator ops carry as an attr
+and ``ops.dataset_streams`` runs, and the static dtype and shape of each array of an
+element. No op is made until an iterator is.
+
+``map`` is applied to what ``get_next`` returns, in the graph: exact when nothing after
+it combines elements (the stages after a map only pick, reorder or repeat elements, and a
+map commutes with those). A ``batch`` after a ``map`` would call the function on a whole
+batch where TF calls it on each element, which is right for some functions and silently
+wrong for others, so it is refused; map after batching instead, with a function written
+for a batch.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.dataset import structure
+from mpiflow.dataset.iterator import Iterator, Plan
+from mpiflow.framework.dtypes import as_dtype
+from mpiflow.framework.graph import Tensor, get_default_graph
+from mpiflow.framework.per_graph import PerGraph
+from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.registry import const_value
+
+# Shuffles made so far in each graph: with only a graph seed, each shuffle still gets a
+# seed of its own (TF's op seeds count ops, and a Dataset makes none until iterated).
+_SHUFFLES = PerGraph(lambda: [0])
+
+
+def _static_int(value, what: str) -> int:
+    """A Python int from ``value`` (an int, a numpy int or a constant tensor)."""
+    if isinstance(value, Tensor):
+        found = const_value(value)
+        if found is None or np.ndim(found) != 0:
+            raise errors.UnimplementedError(
+                f"Dataset.{what}: expected a Python int or a scalar constant; mpiflow builds "
+                "the pipeline when the iterator is made, so a computed or fed value is not "
+                "supported")
+        value = found.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise errors.InvalidArgumentError(f"Dataset.{what}: expected an int, got {value!r}")
+    return int(value)
+
+
+def _count(value, what: str, allow_all: bool = False) -> int:
+    """A count >= 1, or >= 0 and -1 (meaning "all") with ``allow_all``."""
+    value = _static_int(value, what)
+    if value < (-1 if allow_all else 1):
+        lowest = "-1 (all) or >= 0" if allow_all else ">= 1"
+        raise errors.InvalidArgumentError(f"Dataset.{what}: expected {lowest}, got {value}")
+    return value
+
+
+class Dataset:
+    """A sequence of elements of in-memory arrays (TF1's ``tf.data.Dataset``).
+
+    Make one with ``from_tensor_slices``, ``from_tensors`` or ``range``; read it with
+    ``make_one_shot_iterator()`` or ``make_initializable_iterator()``.
+    """
+
+    def __init__(self, arrays, slices, template, specs, stages=(), maps=(), infinite=False):
+        self._arrays = tuple(arrays)        # the tensors of the data
+        self._slices = bool(slices)         # examples are their slices (else each whole)
+        self._template = template           # the element's nesting (dataset.structure)
+        self._specs = tuple(specs)          # (DType, TensorShape) per array of an element
+        self._stages = tuple(stages)        # the pipeline: plain-data stage specs
+        self._maps = tuple(maps)            # functions applied to what get_next returns
+        self._infinite = bool(infinite)
+
+    def _then(self, stage, specs=None, infinite=None) -> Dataset:
+        return Dataset(self._arrays, self._slices, self._template,
+                       self._specs if specs is None else specs, self._stages + (stage,),
+                       self._maps, self._infinite if infinite is None else infinite)
+
+    # -- sources ---------------------------------------------------------------------------
+    @staticmethod
+    def from_tensor_slices(tensors) -> Dataset:
+        """The slices of ``tensors`` along their first dimension, one element each.
+
+        ``tensors``: an array or tensor, or a tuple or dict (nested as you like) of them,
+        all with the same first dimension.
+        """
+        leaves, template = structure.flatten(tensors)
+        arrays = _as_tensors(leaves, "from_tensor_slices")
+        firsts = set()
+        for i, t in enumerate(arrays):
+            if t.shape.ndims == 0:
+                raise errors.InvalidArgumentError(
+                    f"Dataset.from_tensor_slices: array {i} ('{t.name}') is a scalar: "
+                    "expected a tensor with a first dimension to slice")
+            if t.shape.ndims is not None and t.shape[0] is not None:
+                firsts.add(t.shape[0])
+        if len(firsts) > 1:
+            raise errors.InvalidArgumentError(
+                "Dataset.from_tensor_slices: expected arrays with the same first dimension, "
+                f"got shapes {[str(t.shape) for t in arrays]}")
+        specs = [(t.dtype, TensorShape(None if t.shape.ndims is None
+                                       else t.shape.as_list()[1:])) for t in arrays]
+        return Dataset(arrays, True, template, specs)
+
+    @staticmethod
+    def from_tensors(tensors) -> Dataset:
+        """One element: ``tensors`` whole (an array, or a tuple or dict of them)."""
+        leaves, template = structure.flatten(tensors)
+        arrays = _as_tensors(leaves, "from_tensors")
+        return Dataset(arrays, False, template, [(t.dtype, t.shape) for t in arrays])
+
+    @staticmethod
+    def range(*args, output_type=None) -> Dataset:
+        """The values of ``range(*args)`` (start, stop, step as Python's), int64 unless
+        ``output_type`` says otherwise."""
+        dtype = np.int64 if output_type is None else as_dtype(output_type).np_dtype
+        bounds = [_static_int(a, "range") for a in args]
+        return Dataset.from_tensor_slices(np.arange(*bounds).astype(dtype))
+
+    # -- transformations -------------------------------------------------------------------
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=None) -> Dataset:
+        """Shuffle with a buffer of ``buffer_size`` elements (>= the dataset's size: a
+        uniform shuffle). Seeded from (graph seed, ``seed``) as TF's random ops are;
+        unseeded, every initialization draws a new order."""
+        size = _count(buffer_size, "shuffle(buffer_size)")
+        graph = get_default_graph()
+        graph_seed, op_seed = graph.op_seeds(seed)
+        if graph_seed is not None and seed is None:
+            counter = _SHUFFLES.of(graph)
+            op_seed += counter[0]
+            counter[0] += 1
+        reshuffle = True if reshuffle_each_iteration is None else bool(reshuffle_each_iteration)
+        return self._then(("shuffle", size, graph_seed, op_seed, reshuffle))
+
+    def batch(self, batch_size, drop_remainder=False) -> Dataset:
+        """Group ``batch_size`` consecutive elements into one; the last group may be
+        smaller (its static batch dimension is then None) unless ``drop_remainder``."""
+        if self._maps:
+            raise errors.UnimplementedError(
+                "Dataset.batch after Dataset.map is not supported: mpiflow applies map "
+                "functions to what get_next returns, which after a batch is a whole batch, "
+                "not each element as TF would; call .batch() first and .map() with a "
+                "function written for a batch")
+        size = _count(batch_size, "batch(batch_size)")
+        first = size if drop_remainder else None
+        specs = [(dt, TensorShape(None) if shape.ndims is None
+                  else TensorShape([first] + shape.as_list())) for dt, shape in self._specs]
+        return self._then(("batch", size, bool(drop_remainder)), specs)
+
+    def repeat(self, count=None) -> Dataset:
+        """Repeat the dataset ``count`` times (None or -1: forever), reshuffling each
+        pass where a shuffle comes before."""
+        count = -1 if count is None else _count(count, "repeat(count)", allow_all=True)
+        return self._then(("repeat", count), infinite=self._infinite or count < 0)
+
+    def take(self, count) -> Dataset:
+        """The first ``count`` elements (-1: all)."""
+        count = _count(count, "take(count)", allow_all=True)
+        return self._then(("take", count), infinite=self._infinite and count < 0)
+
+    def skip(self, count) -> Dataset:
+        """All but the first ``count`` elements (-1: none)."""
+        count = _count(count, "skip(count)", allow_all=True)
+        if count < 0 and self._infinite:
+            raise errors.InvalidArgumentError(
+                "Dataset.skip(-1) of an infinite dataset (after repeat()) would never end")
+        return self._then(("skip", count))
+
+    def shard(self, num_shards, index) -> Dataset:
+        """Elements ``index``, ``index + num_shards``, ...: one worker's share."""
+        num_shards = _count(num_shards, "shard(num_shards)")
+        index = _static_int(index, "shard(index)")
+        if not 0 <= index < num_shards:
+            raise errors.InvalidArgumentError(
+                f"Dataset.shard: expected 0 <= index < num_shards, got index={index}, "
+                f"num_shards={num_shards}")
+        return self._then(("shard", num_shards, index))
+
+    def prefetch(self, buffer_size=None) -> Dataset:
+        """The same dataset: elements are gathered inside the step that asks for them,
+        from memory, so there is nothing to prefetch."""
+        return self
+
+    def map(self, map_func, num_parallel_calls=None) -> Dataset:
+        """Apply ``map_func`` to each element: to the components as separate arguments
+        when the element is a tuple, else to the element. It runs in the graph on the
+        iterator's output, so a later ``batch`` is refused (see the module docstring)."""
+        if not callable(map_func):
+            raise errors.InvalidArgumentError(
+                f"Dataset.map: map_func must be callable, got {map_func!r}")
+        return Dataset(self._arrays, self._slices, self._template, self._specs,
+                       self._stages, self._maps + (map_func,), self._infinite)
+
+    # -- what an element is ----------------------------------------------------------------
+    @property
+    def output_types(self):
+        return structure.pack(self._known_template("output_types"),
+                              [dt for dt, _ in self._specs])
+
+    @property
+    def output_shapes(self):
+        return structure.pack(self._known_template("output_shapes"),
+                              [shape for _, shape in self._specs])
+
+    @property
+    def output_classes(self):
+        return structure.pack(self._known_template("output_classes"),
+                              [Tensor for _ in self._specs])
+
+    def _known_template(self, what: str):
+        if self._maps:
+            raise errors.UnimplementedError(
+                f"Dataset.{what} of a mapped dataset: the map function runs when an "
+                "iterator is made; ask the iterator (iterator.output_types)")
+        return self._template
+
+    # -- iterators ---------------------------------------------------------------------------
+    def make_one_shot_iterator(self) -> Iterator:
+        """An iterator over this dataset that starts by itself on its first get_next and
+        cannot be restarted. The data must be constants (numpy values)."""
+        return Iterator.one_shot(self._plan())
+
+    def make_initializable_iterator(self, shared_name=None) -> Iterator:
+        """An iterator with an ``initializer`` op that (re)starts it; the data may be any
+        tensors, e.g. placeholders fed when the initializer runs."""
+        return Iterator.initializable(self._plan(), shared_name)
+
+    def _plan(self) -> Plan:
+        return Plan(self._arrays, self._slices, self._template, self._specs, self._stages,
+                    self._maps)
+
+    def __iter__(self):
+        raise errors.UnimplementedError(
+            "A Dataset is not iterable in a graph: get its elements with "
+            "dataset.make_one_shot_iterator().get_next() and Session.run")
+
+    def __repr__(self):
+        kinds = ", ".join(stage[0] for stage in self._stages) or "no stages"
+        return (f"<Dataset {structure.describe(self._template)} of "
+                f"{[f'{dt.name}{shape}' for dt, shape in self._specs]}: {kinds}"
+                f"{', map' * len(self._maps)}>")
+
+
+def _as_tensors(leaves, what: str) -> list:
+    if not leaves:
+        raise errors.InvalidArgumentError(f"Dataset.{what}: expected at least one array")
+    out = []
+    for i, leaf in enumerate(leaves):
+        try:
+            out.append(convert_to_tensor(leaf, name=f"component_{i}"))
+        except errors.InvalidArgumentError as exc:
+            raise errors.InvalidArgumentError(
+                f"Dataset.{what}: array {i} cannot be made a tensor: {exc.message}") from None
+    return out

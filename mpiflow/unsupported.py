@@ -1,0 +1,94 @@
+"""The error a TF1 script meets when it uses a name mpiflow does not have.
+
+Owns the one message for every namespace: each public module (``mf``, ``mf.train``,
+``mf.nn``, ``mf.data``, ``mf.summary``, ...) ends with the line
+
+    __getattr__ = unsupported.namespace_getattr(__name__, "tf.train")
+
+Python calls a module's ``__getattr__`` only for names the module lacks, so what exists
+is untouched and a missing public name fails with ``UnsupportedAPIError``: it says which
+``tf.`` name is missing, what to do instead where there is a known alternative, and
+points to the page listing what mpiflow supports. A script run under ``--as-tensorflow``
+thus fails at the line that uses the name, not somewhere later with a bare
+``AttributeError``. The error is an ``AttributeError`` so ``hasattr``, ``getattr`` with
+a default and ``from x import y`` (which retries a submodule import) behave as for any
+missing attribute; private and dunder names (``__path__``, ``_pytest...``, which tools
+probe) get the plain ``AttributeError`` Python would have raised.
+
+Imports nothing of mpiflow but ``mpiflow.errors``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+
+from mpiflow import errors
+
+DOC_PAGE = "docs/tf1_api.md"
+
+# What to do instead, for the names TF1 scripts reach for most. A name a hint is given for
+# covers everything under it (tf.contrib.layers falls under tf.contrib).
+HINTS = {
+    "tf.cond": "graphs have no control flow; compute both branches and pick with tf.where",
+    "tf.case": "graphs have no control flow; compute the branches and pick with tf.where",
+    "tf.while_loop": "graphs have no control flow; unroll the loop in Python",
+    "tf.map_fn": "graphs have no control flow; write the function on the whole batch",
+    "tf.scan": "graphs have no control flow; unroll the loop in Python",
+    "tf.contrib": "look for the core TF1 name of what you need (tf.layers, tf.train, ...)",
+    "tf.estimator": "write the loop with tf.train.MonitoredTrainingSession and hooks",
+    "tf.keras": "build the model with tf.layers or tf.nn and tf.get_variable",
+    "tf.nn.rnn_cell": "recurrent cells need tf.while_loop, which mpiflow graphs do not have",
+    "tf.nn.dynamic_rnn": "recurrent cells need tf.while_loop, which mpiflow graphs do not have",
+    "tf.nn.static_rnn": "recurrent cells are not provided; unroll the cell in Python",
+    "tf.py_func": "a graph must be plain data to be shipped to other ranks, so it cannot "
+                  "hold Python functions",
+    "tf.string": "mpiflow has no string dtype",
+    "tf.io": "mpiflow has no string dtype or file readers; load arrays with numpy and use "
+             "tf.data.Dataset.from_tensor_slices",
+    "tf.FIFOQueue": "use tf.data.Dataset.from_tensor_slices on arrays in memory",
+    "tf.RandomShuffleQueue": "use tf.data.Dataset.from_tensor_slices(...).shuffle(...)",
+    "tf.train.batch": "use tf.data.Dataset.from_tensor_slices(...).batch(...)",
+    "tf.train.shuffle_batch": "use tf.data.Dataset.from_tensor_slices(...).shuffle(...)"
+                              ".batch(...)",
+    "tf.train.string_input_producer": "use tf.data.Dataset.from_tensor_slices on arrays",
+    "tf.train.start_queue_runners": "queue runners are not provided; use tf.data",
+    "tf.data.TFRecordDataset": "mpiflow has no string dtype; read the records with numpy "
+                               "and use tf.data.Dataset.from_tensor_slices",
+    "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "
+                               "use tf.data.Dataset.from_tensor_slices",
+}
+
+
+def message(tf_name: str, known=()) -> str:
+    """The text of the error for the missing TF1 name ``tf_name`` (e.g. "tf.train.Foo");
+    ``known``: the names its namespace has, to point at a near miss (a typo)."""
+    hint = _hint(tf_name)
+    namespace, _, name = tf_name.rpartition(".")
+    close = difflib.get_close_matches(name, [k for k in known if not k.startswith("_")], n=1)
+    advice = f": {hint}" if hint else (f" (did you mean {namespace}.{close[0]}?)" if close
+                                       else "")
+    return (f"mpiflow does not support {tf_name}{advice}. What mpiflow supports of the TF1 "
+            f"API, and what it offers instead of the rest, is listed in {DOC_PAGE}")
+
+
+def _hint(tf_name: str) -> str | None:
+    parts = tf_name.split(".")
+    for end in range(len(parts), 1, -1):
+        hint = HINTS.get(".".join(parts[:end]))
+        if hint is not None:
+            return hint
+    return None
+
+
+def namespace_getattr(module_name: str, tf_namespace: str):
+    """Return the ``__getattr__`` for module ``module_name``, which stands for
+    ``tf_namespace`` ("tf", "tf.train", ...) in TF1 scripts."""
+    def __getattr__(name: str):
+        if name.startswith("_"):
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}",
+                                 name=name)
+        module = sys.modules.get(module_name)
+        raise errors.UnsupportedAPIError(
+            message(f"{tf_namespace}.{name}", vars(module) if module is not None else ()))
+    return __getattr__

@@ -1,0 +1,41 @@
+"""Asynchronous ps training that runs until interrupted, holding a temporary directory.
+Usage: mpiexec -n 3 python interruptible.py         (1 ps + 2 workers)
+
+Every rank prints "READY <rank> <pid>" once it serves or has stepped, so a test knows
+when to interrupt; the workers train until they are stopped.
+"""
+
+import os
+import tempfile
+
+import numpy as np
+
+import mpiflow as mf
+
+
+def main():
+    cluster = mf.train.ClusterSpec.from_mpi(ps=1)
+    server = mf.train.Server(cluster)
+    rank = cluster.rank_of(server.job_name, server.task_index)
+    if server.job_name == "ps":
+        print(f"READY {rank} {os.getpid()}", flush=True)
+        server.join()
+        return
+    with tempfile.TemporaryDirectory(prefix="interruptible-"), \
+            mf.device(mf.train.replica_device_setter(cluster=cluster)):
+        x = mf.placeholder(mf.float32, [None, 16])
+        w = mf.get_variable("w", [16, 1])
+        loss = mf.reduce_mean(mf.square(mf.matmul(x, w)))
+        step = mf.train.get_or_create_global_step()
+        train = mf.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
+        batch = np.ones((32, 16), np.float32)
+        with mf.train.MonitoredTrainingSession(master=server.target,
+                                               is_chief=server.is_chief) as sess:
+            sess.run(train, {x: batch})
+            print(f"READY {rank} {os.getpid()}", flush=True)
+            while True:
+                sess.run(train, {x: batch})
+
+
+if __name__ == "__main__":
+    main()

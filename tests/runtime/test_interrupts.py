@@ -1,0 +1,149 @@
+"""Ctrl-C and SIGTERM end a job as interrupted, not failed: one line per rank at most, no
+tracebacks, no rank blaming another, every process gone within seconds, temporary
+directories removed, and the shell's exit code for the signal."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PROG = Path(__file__).parent / "progs" / "interruptible.py"
+# The requirement is 2 s; the bound leaves room for a loaded CI machine.
+GONE_WITHIN_S = 4.0
+
+pytestmark = pytest.mark.mpi
+
+
+def _wait_ready(proc, ranks=3, timeout=90):
+    """The pids of the ranks, once every rank printed READY."""
+    pids, deadline = {}, time.monotonic() + timeout
+    while len(pids) < ranks:
+        line = proc.stdout.readline()
+        assert line and time.monotonic() < deadline, \
+            f"the job ended or stalled before every rank was ready: {proc.stderr.read()}"
+        found = re.match(r"READY (\d+) (\d+)", line)
+        if found:
+            pids[int(found.group(1))] = int(found.group(2))
+    return pids
+
+
+def _interrupt(proc, send):
+    """Send the signal, wait for the launch to end; return (stdout, stderr, seconds)."""
+    sent = time.monotonic()
+    send()
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running 30 s after the signal:\n{err}")
+    return out, err, time.monotonic() - sent
+
+
+def _rank_lines(err):
+    return [line for line in err.splitlines() if line.startswith("[rank ")]
+
+
+def _assert_clean_interrupt(err, tmp):
+    assert "Traceback" not in err and "failed" not in err and "aborted" not in err, err
+    lines = _rank_lines(err)
+    assert len(lines) == len(set(lines)), err                 # no line twice
+    assert not list(tmp.iterdir()), list(tmp.iterdir())       # temp dirs removed
+    return lines
+
+
+def _alive(pids):
+    """The pids still running GONE_WITHIN_S after the launcher ended (a rank may be a
+    moment slower than the launcher that reported its end)."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    return directory
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_whole_launch_ends_every_rank_with_one_line(start_mpi, tmp, signum):
+    # A terminal's Ctrl-C reaches every process of the foreground group: the launcher
+    # (which forwards it again) and every rank.
+    proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
+    pids = _wait_ready(proc)
+    _, err, took = _interrupt(proc, lambda: os.killpg(proc.pid, signum))
+    lines = _assert_clean_interrupt(err, tmp)
+    name = signal.Signals(signum).name
+    assert sorted(lines) == sorted(
+        f"[rank {r} ({role}) on {lines[0].split(' on ')[1].split(']')[0]}] "
+        f"interrupted ({name})" for r, role in ((0, "ps:0"), (1, "worker:0"),
+                                                (2, "worker:1"))), err
+    assert proc.returncode == 128 + signum, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
+def test_the_launcher_forwarding_ctrl_c_ends_the_job_the_same_way(start_mpi, tmp):
+    proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
+    pids = _wait_ready(proc)
+    _, err, took = _interrupt(proc, lambda: proc.send_signal(signal.SIGINT))
+    lines = _assert_clean_interrupt(err, tmp)
+    assert len(lines) == 3 and all(line.endswith("interrupted (SIGINT)") for line in lines), err
+    assert proc.returncode == 130, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
+def test_one_interrupted_rank_stops_the_others_naming_it_not_blaming_it(start_mpi, tmp):
+    proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
+    pids = _wait_ready(proc)
+    _, err, took = _interrupt(proc, lambda: os.kill(pids[2], signal.SIGINT))
+    lines = _assert_clean_interrupt(err, tmp)
+    assert len(lines) == 3, err
+    own = [line for line in lines if line.startswith("[rank 2 (worker:1)")]
+    assert own and own[0].endswith("interrupted (SIGINT)"), err
+    for line in lines:
+        if line not in own:
+            assert re.search(r"interrupted: rank 2 \(worker:1\) on \S+ got SIGINT$", line), err
+    assert proc.returncode == 130, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
+def test_ctrl_c_under_mpiflow_run_names_no_killed_rank(start_mpi, tmp):
+    # The watching parent of mpiflow.run forwards the signal; the child is not "killed".
+    proc = start_mpi(3, "-m", "mpiflow.run", "--ps", 1, PROG, env={"TMPDIR": str(tmp)})
+    pids = _wait_ready(proc)
+    _, err, took = _interrupt(proc, lambda: os.killpg(proc.pid, signal.SIGINT))
+    lines = _assert_clean_interrupt(err, tmp)
+    assert len(lines) == 3 and all("interrupted (SIGINT)" in line for line in lines), err
+    assert "was killed by" not in err, err
+    assert proc.returncode == 130, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
+def test_a_single_process_keeps_pythons_own_ctrl_c(tmp_path):
+    # Outside a launch nothing is replaced: an interactive session's Ctrl-C stays its own.
+    code = ("import signal, mpiflow as mf\n"
+            "s = mf.Session()\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "True"

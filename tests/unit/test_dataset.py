@@ -1,0 +1,391 @@
+"""tf.data.Dataset over in-memory arrays: what each get_next returns, with which dtypes and
+static shapes; end of input; shuffling (seeded, buffered, reshuffled per epoch); one-shot,
+initializable and reinitializable iterators; where the iterator's state lives and runs."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+from mpiflow.framework.graph_def import as_graph_def, import_graph_def
+from mpiflow.ops import dataset_streams
+from mpiflow.runtime.placement import Placer
+
+X = np.arange(20, dtype=np.float32).reshape(10, 2)
+Y = np.arange(10, dtype=np.int64) * 10
+
+
+def drain(fetch, sess=None, feed=None, limit=1000):
+    """Run ``fetch`` until OutOfRangeError; return the values it gave."""
+    own = sess is None
+    sess = sess or mf.Session()
+    out = []
+    try:
+        for _ in range(limit):
+            out.append(sess.run(fetch, feed))
+        raise AssertionError(f"no end of input after {limit} runs")
+    except mf.errors.OutOfRangeError:
+        return out
+    finally:
+        if own:
+            sess.close()
+
+
+def labels(batches):
+    return [list(np.atleast_1d(b[1] // 10)) for b in batches]
+
+
+# -- elements, structure, dtypes and static shapes ---------------------------------------------
+
+def test_slices_come_out_in_order_then_the_input_ends():
+    x, y = mf.data.Dataset.from_tensor_slices((X, Y)).make_one_shot_iterator().get_next()
+    assert (x.dtype, y.dtype) == (mf.float32, mf.int64)
+    assert (x.shape.as_list(), y.shape.as_list()) == ([2], [])
+    with mf.Session() as sess:
+        got = drain((x, y), sess)
+        with pytest.raises(mf.errors.OutOfRangeError, match="End of sequence"):
+            sess.run(x)                     # it stays at the end
+    np.testing.assert_array_equal(np.stack([g[0] for g in got]), X)
+    np.testing.assert_array_equal([g[1] for g in got], Y)
+
+
+def test_elements_keep_the_nesting_of_dicts_namedtuples_and_tuples():
+    Pair = collections.namedtuple("Pair", "image label")
+    ds = mf.data.Dataset.from_tensor_slices({"b": Pair(X, Y), "a": (Y, {"c": X})})
+    assert ds.output_types == {"a": (mf.int64, {"c": mf.float32}),
+                               "b": Pair(mf.float32, mf.int64)}
+    element = ds.make_one_shot_iterator().get_next()
+    assert isinstance(element["b"], Pair)
+    with mf.Session() as sess:
+        first = sess.run(element)
+    np.testing.assert_array_equal(first["b"].image, X[0])
+    assert first["a"][0] == 0 and first["b"].label == 0
+    np.testing.assert_array_equal(first["a"][1]["c"], X[0])
+
+
+def test_a_list_is_one_tensor_with_tensorflows_python_dtypes():
+    ds = mf.data.Dataset.from_tensor_slices([[1, 2], [3, 4], [5, 6]])
+    assert ds.output_types == mf.int32 and ds.output_shapes.as_list() == [2]
+    assert [v.tolist() for v in drain(ds.make_one_shot_iterator().get_next())] == \
+        [[1, 2], [3, 4], [5, 6]]
+
+
+def test_from_tensors_is_one_element_of_the_whole_arrays():
+    ds = mf.data.Dataset.from_tensors((X, Y))
+    assert ds.output_shapes[0].as_list() == [10, 2]
+    (x, y), = drain(ds.make_one_shot_iterator().get_next())
+    np.testing.assert_array_equal(x, X)
+    np.testing.assert_array_equal(y, Y)
+
+
+def test_range_counts_like_pythons_range():
+    assert drain(mf.data.Dataset.range(2, 11, 3).make_one_shot_iterator().get_next()) == \
+        [2, 5, 8]
+
+
+# -- batch, repeat, take, skip, shard ------------------------------------------------------------
+
+def test_batch_has_an_unknown_batch_dimension_and_a_short_last_batch():
+    ds = mf.data.Dataset.from_tensor_slices((X, Y)).batch(4)
+    assert ds.output_shapes[0].as_list() == [None, 2]
+    got = drain(ds.make_one_shot_iterator().get_next())
+    assert labels(got) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    np.testing.assert_array_equal(got[2][0], X[8:])
+
+
+def test_drop_remainder_gives_a_static_batch_dimension_and_only_full_batches():
+    ds = mf.data.Dataset.from_tensor_slices((X, Y)).batch(4, drop_remainder=True)
+    x, _ = ds.make_one_shot_iterator().get_next()
+    assert x.shape.as_list() == [4, 2]
+    assert labels(drain(ds.make_one_shot_iterator().get_next())) == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_batch_then_repeat_repeats_the_short_batch_and_repeat_then_batch_spans_epochs():
+    base = mf.data.Dataset.from_tensor_slices((X[:5], Y[:5]))
+    assert labels(drain(base.batch(2).repeat(2).make_one_shot_iterator().get_next())) == \
+        [[0, 1], [2, 3], [4], [0, 1], [2, 3], [4]]
+    assert labels(drain(base.repeat(2).batch(4).make_one_shot_iterator().get_next())) == \
+        [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4]]
+
+
+def test_repeat_forever_take_skip_and_shard_pick_elements():
+    ds = mf.data.Dataset.range(5)
+    assert drain(ds.repeat().skip(3).take(6).make_one_shot_iterator().get_next()) == \
+        [3, 4, 0, 1, 2, 3]
+    assert drain(ds.shard(2, 1).make_one_shot_iterator().get_next()) == [1, 3]
+    assert drain(ds.take(-1).skip(0).make_one_shot_iterator().get_next()) == [0, 1, 2, 3, 4]
+    assert drain(ds.repeat(0).make_one_shot_iterator().get_next()) == []
+    assert ds.prefetch(4) is ds
+
+
+def test_a_batch_of_batches_and_a_short_inner_batch():
+    ds = mf.data.Dataset.range(7).batch(3).batch(2)
+    assert ds.output_shapes.as_list() == [None, None]
+    got = drain(ds.make_one_shot_iterator().get_next())
+    assert [g.tolist() for g in got] == [[[0, 1, 2], [3, 4, 5]], [[6]]]
+    ragged = mf.data.Dataset.range(5).batch(2).batch(3).make_one_shot_iterator().get_next()
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError,
+                                             match="Cannot batch elements of different shapes"):
+        sess.run(ragged)
+
+
+def test_repeating_an_empty_dataset_forever_ends_at_once():
+    empty = mf.data.Dataset.from_tensor_slices(np.zeros((0, 3), np.float32))
+    assert drain(empty.repeat().batch(2).make_one_shot_iterator().get_next()) == []
+
+
+# -- shuffle ------------------------------------------------------------------------------------
+
+def orders(ds, runs=1):
+    """The label order of each of ``runs`` initializations of one iterator."""
+    it = ds.make_initializable_iterator()
+    element = it.get_next()
+    out = []
+    with mf.Session() as sess:
+        for _ in range(runs):
+            sess.run(it.initializer)
+            out.append([int(v) for v in drain(element, sess)])
+    return out
+
+
+def test_a_large_buffer_shuffles_each_epoch_differently_yet_reproducibly():
+    ds = mf.data.Dataset.range(50).shuffle(50, seed=7).repeat(3)
+    (order,), (again,) = orders(ds), orders(ds)
+    epochs = [order[i * 50:(i + 1) * 50] for i in range(3)]
+    assert all(sorted(e) == list(range(50)) for e in epochs)
+    assert epochs[0] != epochs[1] != epochs[2]
+    assert order == again                       # same seed, new graph-free session
+    first, rerun = orders(ds, runs=2)
+    assert first == rerun == order              # re-initializing starts the same sequence
+
+
+def test_reshuffle_each_iteration_false_repeats_one_order():
+    ds = mf.data.Dataset.range(30).shuffle(30, seed=3, reshuffle_each_iteration=False)
+    (order,) = orders(ds.repeat(2))
+    assert order[:30] == order[30:] != list(range(30))
+
+
+def test_the_graph_seed_alone_makes_shuffles_reproducible_and_distinct():
+    def build():
+        with mf.Graph().as_default():
+            mf.set_random_seed(42)
+            ds = mf.data.Dataset.range(40)
+            return orders(ds.shuffle(40))[0], orders(ds.shuffle(40))[0]
+    a1, b1 = build()
+    a2, b2 = build()
+    assert (a1, b1) == (a2, b2)
+    assert a1 != b1                             # two shuffles of one graph differ
+
+
+def test_an_unseeded_shuffle_draws_a_new_order_at_each_initialization():
+    first, second = orders(mf.data.Dataset.range(60).shuffle(60), runs=2)
+    assert sorted(first) == sorted(second) == list(range(60)) and first != second
+
+
+def buffered_shuffle_reference(n, size, seeds, chunk):
+    """The one-at-a-time buffer of TF's shuffle, fed the draws the engine makes (one call
+    to ``integers`` per source chunk after the buffer is full)."""
+    rng = np.random.default_rng(seeds)
+    buffer, out = [], []
+    for start in range(0, n, chunk):
+        items = list(range(start, min(n, start + chunk)))
+        while items and len(buffer) < size:
+            buffer.append(items.pop(0))
+        if items:
+            for item, slot in zip(items, rng.integers(0, size, size=len(items))):
+                out.append(buffer[slot])
+                buffer[slot] = item
+    return out + [buffer[i] for i in rng.permutation(len(buffer))]
+
+
+@pytest.mark.parametrize("n,size,chunk", [(100, 10, 1 << 16), (100, 10, 7), (23, 5, 4),
+                                          (10, 1, 3), (8, 20, 3)])
+def test_the_vectorised_buffer_returns_what_a_one_at_a_time_buffer_would(
+        monkeypatch, n, size, chunk):
+    monkeypatch.setattr(dataset_streams, "SOURCE_CHUNK", chunk)
+    stream = dataset_streams.build(n, [["shuffle", size, 5, 6, True]])
+    got = np.concatenate(list(stream.chunks())).tolist()
+    assert got == buffered_shuffle_reference(n, size, [5, 6], chunk)
+    # A buffer of b items can only hand out items at most b - 1 ahead of their position.
+    assert all(item <= t + size - 1 for t, item in enumerate(got))
+
+
+def test_a_buffer_of_one_keeps_the_order():
+    (order,) = orders(mf.data.Dataset.range(12).shuffle(1, seed=1))
+    assert order == list(range(12))
+
+
+# -- map --------------------------------------------------------------------------------------
+
+def test_map_after_batch_runs_on_each_batch_and_unpacks_tuples():
+    ds = mf.data.Dataset.from_tensor_slices((X, Y)).batch(4)
+    mapped = ds.map(lambda x, y: {"x": x * 2.0, "y": y + 1})
+    element = mapped.make_one_shot_iterator().get_next()
+    assert element["x"].shape.as_list() == [None, 2]
+    got = drain(element)
+    np.testing.assert_array_equal(got[0]["x"], X[:4] * 2)
+    np.testing.assert_array_equal(got[2]["y"], Y[8:] + 1)
+
+
+def test_map_of_single_elements_then_shuffle_and_repeat_is_exact():
+    ds = mf.data.Dataset.range(6).map(lambda v: v * 10).shuffle(6, seed=2).repeat(2)
+    (order,) = orders(ds)
+    assert sorted(order) == sorted([v * 10 for v in range(6)] * 2)
+
+
+def test_batch_after_map_is_refused_with_what_to_do():
+    ds = mf.data.Dataset.range(6).map(lambda v: v * 2)
+    with pytest.raises(mf.errors.UnimplementedError, match=r"call \.batch\(\) first"):
+        ds.batch(2)
+    with pytest.raises(mf.errors.UnimplementedError, match="iterator.output_types"):
+        ds.output_types
+    it = ds.make_one_shot_iterator()
+    it.get_next()
+    assert it.output_types == mf.int64
+
+
+# -- iterators ------------------------------------------------------------------------------
+
+def test_an_initializable_iterator_reads_fed_arrays_and_restarts_at_each_initializer():
+    x = mf.placeholder(mf.float32, [None, 2])
+    it = mf.data.Dataset.from_tensor_slices(x).batch(3).make_initializable_iterator()
+    batch = it.get_next()
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.FailedPreconditionError, match="run its initializer"):
+            sess.run(batch)
+        data = X.copy()
+        sess.run(it.initializer, {x: data})
+        data[:] = -1                            # the iterator holds its own copy
+        np.testing.assert_array_equal(sess.run(batch), X[:3])
+        sess.run(it.initializer, {x: X[5:]})
+        np.testing.assert_array_equal(np.concatenate(drain(batch, sess)), X[5:])
+
+
+def test_one_shot_iterators_need_constant_data():
+    x = mf.placeholder(mf.float32, [None, 2])
+    with pytest.raises(mf.errors.InvalidArgumentError, match="make_initializable_iterator"):
+        mf.data.Dataset.from_tensor_slices(x).make_one_shot_iterator()
+    with pytest.raises(mf.errors.InvalidArgumentError, match="has none"):
+        mf.data.Dataset.range(3).make_one_shot_iterator().initializer
+
+
+def test_a_reinitializable_iterator_switches_between_datasets_of_one_structure():
+    train = mf.data.Dataset.from_tensor_slices((X, Y)).batch(5)
+    test = mf.data.Dataset.from_tensor_slices((X[:3] + 100, Y[:3])).batch(5)
+    it = mf.data.Iterator.from_structure(train.output_types, train.output_shapes)
+    x, y = it.get_next()
+    to_train, to_test = it.make_initializer(train), it.make_initializer(test)
+    with mf.Session() as sess:
+        sess.run(to_train)
+        np.testing.assert_array_equal(sess.run(y), Y[:5])
+        sess.run(to_test)
+        np.testing.assert_array_equal(sess.run(x), X[:3] + 100)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="structure"):
+        it.make_initializer(mf.data.Dataset.from_tensor_slices(X))
+    with pytest.raises(mf.errors.InvalidArgumentError, match="float64"):
+        it.make_initializer(mf.data.Dataset.from_tensor_slices((X.astype(np.float64), Y)))
+
+
+def test_from_structure_takes_shapes_as_tuples_or_lists_nested_like_the_types():
+    it = mf.data.Iterator.from_structure((mf.float32, {"a": mf.int64}),
+                                         ((None, 2), {"a": [None]}))
+    assert it.output_shapes[0].as_list() == [None, 2]
+    assert it.output_shapes[1]["a"].as_list() == [None]
+    with pytest.raises(mf.errors.InvalidArgumentError, match="structure of output_types"):
+        mf.data.Iterator.from_structure((mf.float32, mf.int64), ((None, 2),))
+
+
+def test_the_tf1_module_functions_make_the_same_iterators():
+    ds = mf.data.Dataset.range(3)
+    assert drain(mf.data.make_one_shot_iterator(ds).get_next()) == [0, 1, 2]
+    assert drain(mf.compat.v1.data.make_one_shot_iterator(ds).get_next()) == [0, 1, 2]
+    it = mf.data.make_initializable_iterator(ds)
+    assert mf.data.get_output_types(ds) == mf.int64
+    assert mf.data.get_output_shapes(it).as_list() == []
+
+
+def test_each_session_has_its_own_iterator_position():
+    element = mf.data.Dataset.range(4).make_one_shot_iterator().get_next()
+    with mf.Session() as a, mf.Session() as b:
+        assert [a.run(element), a.run(element)] == [0, 1]
+        assert [b.run(element), a.run(element), b.run(element)] == [0, 2, 1]
+
+
+def test_two_get_next_ops_advance_one_iterator():
+    it = mf.data.Dataset.range(4).make_one_shot_iterator()
+    first, second = it.get_next(), it.get_next()
+    with mf.Session() as sess:
+        assert [sess.run(first), sess.run(second), sess.run(first)] == [0, 1, 2]
+
+
+def test_monitored_training_session_stops_cleanly_at_the_end_of_input():
+    ds = mf.data.Dataset.from_tensor_slices((X, Y.astype(np.float32))).batch(4).repeat(2)
+    x, y = ds.make_one_shot_iterator().get_next()
+    w = mf.Variable(np.zeros(2, np.float32), name="w")
+    loss = mf.reduce_mean(mf.square(mf.reduce_sum(x * w, axis=1) - y))
+    step = mf.train.get_or_create_global_step()
+    train_op = mf.train.GradientDescentOptimizer(1e-3).minimize(loss, global_step=step)
+    runs = 0
+    with mf.train.MonitoredTrainingSession() as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+            runs += 1
+    assert runs == 6                            # 3 batches per epoch, 2 epochs, then the end
+
+
+def test_the_iterator_stays_on_the_worker_under_replica_device_setter():
+    cluster = mf.train.ClusterSpec({"ps": ["p0:1", "p1:1"], "worker": ["w0:1", "w1:1"]})
+    with mf.device(mf.train.replica_device_setter(cluster=cluster,
+                                                  worker_device="/job:worker/task:1")):
+        ds = mf.data.Dataset.from_tensor_slices((X, Y)).shuffle(10, seed=1).batch(2)
+        it = ds.make_initializable_iterator()
+        x, _ = it.get_next()
+        w = mf.Variable(np.ones(2, np.float32), name="w")
+        out = mf.reduce_sum(x * w)
+    placer = Placer(mf.get_default_graph(), cluster, "worker", 1)
+    iterator_ops = [op for op in mf.get_default_graph().get_operations()
+                    if op.type.startswith("Iterator")]
+    assert {op.type for op in iterator_ops} == {"IteratorAnchor", "IteratorInit",
+                                                "IteratorGetNext"}
+    for op in iterator_ops + [out.op]:
+        assert placer.task_of(op) == ("worker", 1), op.name
+    assert placer.task_of(w.op)[0] == "ps"
+
+
+def test_iterator_ops_are_plain_data_that_import_into_another_graph():
+    """What a partition shipped to another rank carries: the pipeline is an attr."""
+    with mf.Graph().as_default() as g:
+        ds = mf.data.Dataset.from_tensor_slices({"x": X}).shuffle(10, seed=4).batch(3)
+        x = ds.make_one_shot_iterator().get_next()["x"]
+        want = drain(x)
+    with mf.Graph().as_default() as h:
+        import_graph_def(as_graph_def(g), name="")
+        got = drain(h.get_tensor_by_name(x.name))
+    assert len(got) == len(want) == 4
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: mf.data.Dataset.from_tensor_slices(np.float32(3)), "is a scalar"),
+    (lambda: mf.data.Dataset.from_tensor_slices((X, Y[:5])), "same first dimension"),
+    (lambda: mf.data.Dataset.range(3).batch(0), r"expected >= 1, got 0"),
+    (lambda: mf.data.Dataset.range(3).shuffle(2.5), "expected an int"),
+    (lambda: mf.data.Dataset.range(3).repeat().skip(-1), "never end"),
+    (lambda: mf.data.Dataset.range(3).shard(2, 2), "0 <= index < num_shards"),
+])
+def test_bad_arguments_are_refused_when_the_dataset_is_built(build, match):
+    with pytest.raises(mf.errors.InvalidArgumentError, match=match):
+        build()
+
+
+def test_fed_arrays_of_different_lengths_fail_at_initialization_naming_the_op():
+    a, b = mf.placeholder(mf.float32, [None]), mf.placeholder(mf.float32, [None])
+    it = mf.data.Dataset.from_tensor_slices((a, b)).make_initializable_iterator()
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError,
+                                             match=r"same number of examples.*MakeIterator"):
+        sess.run(it.initializer, {a: np.zeros(3), b: np.zeros(4)})
