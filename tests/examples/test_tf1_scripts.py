@@ -4,7 +4,8 @@ Each script in examples/tf1_scripts/ is written the TF1 way (flags, ClusterSpec 
 lists, Server, replica_device_setter, Supervisor or MonitoredTrainingSession) and imports
 ``tensorflow.compat.v1``. The accuracies beside them are TensorFlow's own on the same
 data, from ``python examples/tf1_scripts/run_with_tensorflow.py SCRIPT`` (tensorflow-cpu
-2.21.0, tf.compat.v1, 1 ps + 2 workers over gRPC on 127.0.0.1, 2026-11-26).
+2.21.0 with tf_keras 2.21.0 and TF_USE_LEGACY_KERAS=1, tf.compat.v1, 1 ps + 2 workers over
+gRPC on 127.0.0.1, 2026-11-26).
 """
 
 import re
@@ -21,9 +22,22 @@ TENSORFLOW_ACCURACY = {
     "replica_supervisor_sync.py": 0.8390,
     # Worker 0's figure; TensorFlow's worker 1 did not exit within 120 s (killed).
     "supervisor_managed_async.py": 0.7950,
+    # tf.layers CNN (conv2d, batch_normalization and its update ops, pooling, dropout):
+    # the lowest of 3 TensorFlow runs (0.6660, 0.6660, 0.6195); its features have no
+    # spatial layout, so pooling loses signal and asynchronous runs spread widely (here
+    # 0.54-0.64 over 9 runs; with one worker the two libraries agree: 0.66-0.67 against
+    # 0.64-0.68 over 4 seeds).
+    "layers_cnn.py": 0.6195,
+    # tf.losses with a kernel regularizer and get_total_loss, clip_by_global_norm,
+    # exponential_decay, tf.metrics accuracy and mean (TensorFlow: 0.7990, 0.7960).
+    "losses_metrics.py": 0.7960,
+    # tf.data: shard, shuffle, repeat, batch, one-shot and initializable iterators up to
+    # OutOfRangeError (TensorFlow: 0.8135, 0.8330, 0.8135 for worker 0).
+    "dataset_input.py": 0.8135,
 }
 # Asynchronous updates interleave differently in every run, under TensorFlow as here.
-TOLERANCE = 0.02
+TOLERANCE = {"layers_cnn.py": 0.1}
+DEFAULT_TOLERANCE = 0.02
 
 pytestmark = pytest.mark.mpi
 
@@ -35,7 +49,8 @@ def test_tf1_script_runs_unmodified_and_matches_tensorflow(run_mpi, script, tmp_
     out = proc.stdout
     accuracies = [float(a) for a in re.findall(r"worker \d: test accuracy (\d\.\d+)", out)]
     assert len(accuracies) == 2, out                      # both workers finished
-    assert min(accuracies) >= TENSORFLOW_ACCURACY[script] - TOLERANCE, out
+    assert min(accuracies) >= TENSORFLOW_ACCURACY[script] - TOLERANCE.get(
+        script, DEFAULT_TOLERANCE), out
 
 
 def test_script_flags_that_contradict_the_launch_fail_fast_on_every_rank(run_mpi):
