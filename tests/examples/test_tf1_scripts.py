@@ -25,7 +25,7 @@ TENSORFLOW_ACCURACY = {
     # tf.layers CNN (conv2d, batch_normalization and its update ops, pooling, dropout):
     # the lowest of 3 TensorFlow runs (0.6660, 0.6660, 0.6195); its features have no
     # spatial layout, so pooling loses signal and asynchronous runs spread widely (here
-    # 0.54-0.64 over 9 runs; with one worker the two libraries agree: 0.66-0.67 against
+    # 0.54-0.64 in the runs made; with one worker the libraries agree: 0.66-0.67 against
     # 0.64-0.68 over 4 seeds).
     "layers_cnn.py": 0.6195,
     # tf.losses with a kernel regularizer and get_total_loss, clip_by_global_norm,
