@@ -38,6 +38,8 @@ class _State:
         self.peer = None            # "rank 1 (worker:0) on node2": whose interrupt a peer
         self.peer_signum = None     # told of, and its signal
         self.raising_for_peer = False   # the next SIGINT is interrupt_main's, for the peer
+        self.prefix = str
+        self.said = False
         self.timer = None
 
 
@@ -80,8 +82,27 @@ def leave_at(moment: float) -> None:
     exit_now()
 
 
+def say_once() -> None:
+    """Print this rank's line about the interrupt, unless it was printed already."""
+    with _STATE.lock:
+        if _STATE.said:
+            return
+        _STATE.said = True
+    sys.stderr.write(_STATE.prefix() + report_line() + "\n")
+    sys.stderr.flush()
+
+
+def set_line_prefix(prefix) -> None:
+    """Start this rank's line with ``prefix()`` ("[rank 2 (worker:1) on node3] ", once
+    the rank knows its role)."""
+    _STATE.prefix = prefix
+
+
 def exit_now() -> None:
-    """Flush what the script printed and end the process with ``exit_code()``."""
+    """Flush what the script printed and end the process with ``exit_code()``, having
+    said why (also when the main thread never got to it: stuck in C, or slow to
+    unwind)."""
+    say_once()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

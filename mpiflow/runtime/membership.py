@@ -142,7 +142,8 @@ class JobMembership:
                                       "at": int(leave_at * 1e6)})
             self._wait_until(lambda: all(r in self._interrupted_peers or self.peers.is_gone(r)
                                          for r in self.peers.ranks()),
-                             lambda: "the other ranks to stop", grace_s)
+                             lambda: "the other ranks to stop", grace_s,
+                             during_interrupt=True)
         except BaseException:   # leaving anyway: a lost peer or the grace ran out
             pass
         return min(max([leave_at, *self._interrupted_peers.values()]),

@@ -29,6 +29,8 @@ def rank_service():
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
+        interrupts.set_line_prefix(
+            lambda: f"[{service.describe(service.rank)} on {service.host}] ")
         interrupts.install()
         _fail_on_nonzero_exit(service, MPI.COMM_WORLD)
         _SERVICE.append(service)
@@ -64,11 +66,10 @@ def _leave_interrupted(service, prefix: str) -> None:
     """An interrupt is no failure: one line, a word to the peers (those not interrupted
     themselves stop too), and gone together (no MPI_Abort: its message would be one more
     line)."""
-    sys.stderr.write(prefix + interrupts.report_line() + "\n")
-    sys.stderr.flush()
+    interrupts.say_once()
     signum, origin = interrupts.origin()
     interrupts.leave_at(service.announce_interrupt(signum, origin,
-                                                   grace_s=interrupts.EXIT_WITHIN_S * 0.6))
+                                                   grace_s=interrupts.EXIT_WITHIN_S * 0.8))
 
 
 def _fail_on_nonzero_exit(service, world) -> None:

@@ -31,7 +31,7 @@ from mpiflow.comm.transport import Transport
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
 from mpiflow.ops.registry import registered_op_types
-from mpiflow.runtime import tracing, waiting
+from mpiflow.runtime import interrupts, tracing, waiting
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.kernel_env import ServiceEnv
 from mpiflow.runtime.membership import JobMembership
@@ -207,11 +207,12 @@ class RankService(JobMembership):
         self.steps.forget(self.rank, step)
 
     # -- waiting ---------------------------------------------------------------------------------
-    def _wait_until(self, predicate, describe, timeout=None) -> None:
+    def _wait_until(self, predicate, describe, timeout=None, during_interrupt=False) -> None:
         """Serve (dispatch messages, advance collectives) until ``predicate()``; with
         ``describe``, give up after ``timeout`` (default MPIFLOW_TIMEOUT) with an error
         saying what was waited for. Safe from several threads: whichever thread polls
-        dispatches, and each checks its own predicate."""
+        dispatches, and each checks its own predicate. Once the job is interrupted, only
+        a wait ``during_interrupt`` goes on; any other raises CancelledError."""
         transport = self.transport
 
         def step():
@@ -230,9 +231,19 @@ class RankService(JobMembership):
                     return waiting.MOVED
             return waiting.IDLE
 
+        def idle():
+            self.peers.check()
+            # Interrupted, the rank unwinds (closing sessions, leaving joins) while its
+            # peers stop too: a wait for them would last until the exit timer kills this
+            # rank mid-cleanup. Only the interrupt's own handshake waits.
+            if interrupts.interrupted() and not during_interrupt:
+                raise errors.CancelledError(
+                    f"Rank {self.rank} stopped waiting for "
+                    f"{describe() if describe else 'the other ranks'}: the job is being "
+                    "interrupted")
+
         waiting.wait_until(step, describe, timeout or self.timeout,
-                           self._new_backoff(),
-                           idle=self.peers.check, busy=lambda: self.env.tracking,
+                           self._new_backoff(), idle=idle, busy=lambda: self.env.tracking,
                            who=f"Rank {self.rank}")
 
     def _dispatch(self, message) -> None:

@@ -142,9 +142,10 @@ class ProgressBarHook(SessionRunHook):
         self._file = file
         self._desc = desc
         # disable=False forces the bar, as it forces tqdm's.
-        self._mode = "off" if disable else mode or (
-            "bar" if disable is False else config.get("MPIFLOW_PROGRESS"))
-        config.option("MPIFLOW_PROGRESS").parse(self._mode)       # a clear error if bad
+        # Parsed: a clear error if bad, and the declared spelling ("Lines" -> "lines").
+        self._mode = config.option("MPIFLOW_PROGRESS").parse(
+            "off" if disable else mode or (
+                "bar" if disable is False else config.get("MPIFLOW_PROGRESS")))
         self._interval_s = interval_s
         self._report = None
 
@@ -210,8 +211,8 @@ def progress_report(start_step=0, last_step=None, desc="train", mode=None, file=
     MPIFLOW_PROGRESS: a bar where stderr reaches a terminal, else a line every
     MPIFLOW_PROGRESS_INTERVAL_S seconds).
     """
-    mode = mode or config.get("MPIFLOW_PROGRESS")
-    config.option("MPIFLOW_PROGRESS").parse(mode)             # a clear error if bad
+    # Parsed: a clear error if bad, and the declared spelling ("Lines" -> "lines").
+    mode = config.option("MPIFLOW_PROGRESS").parse(mode or config.get("MPIFLOW_PROGRESS"))
     if mode == "auto":
         on_terminal = file.isatty() if file is not None and hasattr(file, "isatty") \
             else stderr_reaches_terminal()
@@ -271,15 +272,21 @@ class _LineReport:
         self._started = (now, start)
         self._window = (now, start)
         self._step = start
+        self._asked = None          # what due() last answered, until the next update
 
     def due(self) -> bool:
-        return time.monotonic() - self._window[0] >= self._interval_s
+        self._asked = time.monotonic() - self._window[0] >= self._interval_s
+        return self._asked
 
     def update(self, step, loss=None):
         self._step = max(self._step, step)
+        asked, self._asked = self._asked, None
         now = time.monotonic()
         since, from_step = self._window
-        if now - since < self._interval_s:
+        # A step told "not due" fetched no loss: a line falling due while it ran waits
+        # for the next step, which fetches it (steps take most of the time, so without
+        # this most lines would come without the loss).
+        if asked is False or now - since < self._interval_s:
             return
         rate = (self._step - from_step) / (now - since)
         text = f"{self._desc}: {self._progress()}, {rate:.3g} steps/s"

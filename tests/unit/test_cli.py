@@ -1,0 +1,101 @@
+"""The ``mpiflow`` command (``python -m mpiflow``, the ``mpiflow`` console script) and the
+version flag every mpiflow command takes. Each runs as a process of its own, as a user
+types it, with no launcher."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mpiflow
+from mpiflow import config
+from tests.conftest import REPO_ROOT
+
+VERSION_LINE = f"mpiflow {mpiflow.__version__}\n"
+_LAUNCH_VARIABLES = ("PMI_", "OMPI_", "PMIX_", "SLURM_", "HYDRA_", "MPIFLOW_")
+
+
+def _env(**extra):
+    """This environment without any launcher's or mpiflow's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCH_VARIABLES)}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env.update(extra)
+    return env
+
+
+def _run(*args, env=None, program=(sys.executable,)):
+    return subprocess.run([*program, *args], check=False, capture_output=True, text=True,
+                          env=env or _env(), cwd=REPO_ROOT, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args", [
+    ("-m", "mpiflow", "--version"),
+    ("-m", "mpiflow", "version"),
+    ("-m", "mpiflow.run", "--version"),
+    ("-m", "mpiflow.info", "--version"),
+], ids=" ".join)
+def test_every_command_prints_mpiflows_version(args):
+    proc = _run(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, VERSION_LINE, "")
+
+
+def test_the_console_script_is_the_same_command():
+    script = Path(sys.executable).parent / "mpiflow"
+    if not script.is_file():
+        pytest.skip(f"no mpiflow console script beside {sys.executable} (pip install -e .)")
+    proc = _run("--version", program=(str(script),))
+    assert (proc.returncode, proc.stdout) == (0, VERSION_LINE), proc.stderr
+
+
+def test_no_command_prints_the_usage_with_every_command_and_exits_2():
+    proc = _run("-m", "mpiflow")
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("usage: mpiflow [--version] <command> [args...]")
+    listed = re.findall(r"^  (\w+)  +\S", proc.stdout, flags=re.MULTILINE)
+    assert listed == ["info", "run", "version"], proc.stdout
+
+
+def test_help_prints_the_usage_and_succeeds():
+    proc = _run("-m", "mpiflow", "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: mpiflow ")
+
+
+def test_an_unknown_command_exits_2_naming_it():
+    proc = _run("-m", "mpiflow", "trian")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("mpiflow: unknown command 'trian'\n"), proc.stderr
+    assert "usage: mpiflow" in proc.stderr and proc.stdout == ""
+
+
+def test_info_alone_prints_the_rank_table_versions_and_settings_in_effect():
+    proc = _run("-m", "mpiflow", "info", env=_env(MPIFLOW_PS_POLICY="spread"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["rank", "host", "node", "local", "role", "threads", "gpu"]
+    assert re.fullmatch(r"\s+0  \S+\s+0\s+0  worker:0\s+\d+  \S+", lines[1]), lines[1]
+    fields = dict(line.split(": ", 1) for line in lines[2:] if ": " in line)
+    assert fields["mpiflow"] == mpiflow.__version__
+    assert fields["Python"] == sys.version.split()[0]
+    for component in ("numpy", "mpi4py", "MPI", "cupy", "NCCL", "CUDA-aware MPI", "GPUs"):
+        assert fields.get(component), (component, proc.stdout)
+    assert fields["MPIFLOW_* set"] == "MPIFLOW_PS_POLICY='spread'"
+    assert "settings:" not in proc.stdout       # only with --settings
+
+
+def test_info_with_nothing_set_says_all_defaults():
+    proc = _run("-m", "mpiflow", "info")
+    assert proc.returncode == 0, proc.stderr
+    assert "MPIFLOW_* set: none (all defaults)\n" in proc.stdout
+
+
+def test_info_settings_describes_every_option():
+    proc = _run("-m", "mpiflow", "info", "--settings")
+    assert proc.returncode == 0, proc.stderr
+    described = proc.stdout.split("settings:\n", 1)[1]
+    names = re.findall(r"^(MPIFLOW_\w+) \(", described, flags=re.MULTILINE)
+    assert names == sorted(config.OPTIONS), described
+    assert "MPIFLOW_TIMEOUT (a float > 0, default 300.0): seconds any wait" in described
