@@ -29,7 +29,9 @@ def test_workers_wait_for_the_chief_then_train_to_the_last_step(run_mpi, tmp_pat
     reports, out = train(run_mpi, tmp_path, 40)
     # Worker 1 started first and waited for the chief, which slept 1 s before initializing.
     assert reports[1][0] >= 0.5, out
-    assert all(runs >= 1 and final >= 40 for _, runs, _, final in reports.values()), out
+    # A worker that comes in after the last step runs none (the chief may be that fast).
+    assert all(final >= 40 and (runs >= 1 or first >= 40)
+               for _, runs, first, final in reports.values()), out
     # Async workers stop once they see step 40; each may have one step in flight by then.
     assert 40 <= reports[0][1] + reports[1][1] <= 42, out
     # The chief's checkpoint at its final step and its summaries are on disk.
