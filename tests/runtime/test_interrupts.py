@@ -147,6 +147,10 @@ def test_one_interrupted_rank_stops_the_others_naming_it_not_blaming_it(start_mp
     assert not _alive(pids.values())
 
 
+@pytest.mark.xfail(strict=False, reason="known open defect (issue 21): under mpiflow.run a "
+                   "worker can still be unwinding when the others leave; it is then killed "
+                   "mid-cleanup, and once in a clean-clone CI run the launch outlived the "
+                   "signal by 30 s")
 @_retrying
 def test_ctrl_c_under_mpiflow_run_names_no_killed_rank(start_mpi, tmp):
     # The watching parent of mpiflow.run forwards the signal; the child is not "killed".
