@@ -28,6 +28,11 @@ def version_line() -> str:
     return f"mpiflow {mpiflow.__version__}"
 
 
+def add_version_argument(parser) -> None:
+    """``--version``, which every mpiflow command takes."""
+    parser.add_argument("--version", action="version", version=version_line())
+
+
 def _usage() -> str:
     width = max(map(len, SUBCOMMANDS))
     lines = [f"  {name:<{width}}  {what}" for name, (_, what) in SUBCOMMANDS.items()]

@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from mpiflow.cli import add_version_argument
+
 
 def add_layout_arguments(parser) -> None:
     """``--ps`` and ``--policy``, as ``ClusterSpec.from_mpi`` takes them (shared by the
@@ -38,12 +40,6 @@ def _parse(argv):
                         help="describe every MPIFLOW_* setting, not only those set")
     add_version_argument(parser)
     return parser.parse_args(argv)
-
-
-def add_version_argument(parser) -> None:
-    """``--version``, which every mpiflow command takes."""
-    from mpiflow import __version__
-    parser.add_argument("--version", action="version", version=f"mpiflow {__version__}")
 
 
 def versions(mpi) -> list[tuple[str, str]]:

@@ -26,7 +26,8 @@ import os
 import runpy
 import sys
 
-from mpiflow.info import add_layout_arguments, add_version_argument
+from mpiflow.cli import add_version_argument
+from mpiflow.info import add_layout_arguments
 
 BASE_PORT = 2222
 _STATUS_FD = "_MPIFLOW_RUN_STATUS_FD"     # set in the supervised child: where to say who it is
@@ -149,8 +150,7 @@ def main(argv=None) -> int:
     name_roles(service, cluster)
     if _STATUS_FD in os.environ:
         from mpiflow.supervise import tell_parent
-        tell_parent(os.environ.pop(_STATUS_FD),
-                    f"{service.describe(service.rank)} on {service.host}")
+        tell_parent(os.environ.pop(_STATUS_FD), service.describe_self())
     job, task = cluster.task_of_rank(world.Get_rank())
     set_launch_cluster(cluster)
     flags = [f"--ps_hosts={','.join(addresses.get('ps', []))}",

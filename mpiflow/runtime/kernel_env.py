@@ -1,13 +1,14 @@
 """What a kernel may ask of the runtime, and nothing more: its whole interface.
 
 A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random generator
-(``rng``), shared resources (``resource``), the rank's output (``print_lines``), signals for steps parked on an event
-(``notify``), the collectives of its process group (``collectives``), collective handles
-to advance between kernels (``track``) or to be woken by once done (``watch``), and who
-has left the job (``departed``, ``tasks_of``). ``LocalEnv`` serves an in-process session
-(no cluster: asking for collectives is an error that says so); ``ServiceEnv`` serves the
-rank service of a cluster rank. Op modules use nothing of the runtime but this (the
-layering test holds them to it); everything else about the runtime is free to change.
+(``rng``), shared resources (``resource``), the rank's output (``print_lines``), signals
+for steps parked on an event (``notify``), the collectives of its process group
+(``collectives``), collective handles to advance between kernels (``track``) or to be
+woken by once done (``watch``), and who has left the job (``departed``, ``tasks_of``).
+``LocalEnv`` serves an in-process session (no cluster: asking for collectives is an error
+that says so); ``ServiceEnv`` serves the rank service of a cluster rank. Op modules use
+nothing of the runtime but this (the layering test holds them to it); everything else
+about the runtime is free to change.
 """
 
 from __future__ import annotations

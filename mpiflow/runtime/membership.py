@@ -134,7 +134,7 @@ class JobMembership:
         "killed"). So every rank proposes a moment to leave, hears every other's (up to
         ``grace_s``) and leaves at the latest one: the same moment everywhere.
         """
-        origin = origin or f"{self.describe(self.rank)} on {self.host}"
+        origin = origin or self.describe_self()
         leave_at = time.time() + _LEAVE_TOGETHER_S
         try:
             with self._lock:
@@ -174,7 +174,7 @@ class JobMembership:
     def _on_fatal(self, source, h, arrays):
         if interrupts.interrupted():
             return      # stopping already: a peer failing on the way out is no news
-        sys.stderr.write(f"[{self.describe(self.rank)} on {self.host}] aborted because "
+        sys.stderr.write(f"[{self.describe_self()}] aborted because "
                          f"{h['who']} on {h['host']} failed: {h['msg']}\n")
         sys.stderr.flush()
         # Wait for the failed rank's MPI_Abort to end the job: a rank that left first

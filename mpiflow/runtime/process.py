@@ -29,8 +29,7 @@ def rank_service():
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
-        interrupts.set_line_prefix(
-            lambda: f"[{service.describe(service.rank)} on {service.host}] ")
+        interrupts.set_line_prefix(lambda: f"[{service.describe_self()}] ")
         interrupts.install()
         _fail_on_nonzero_exit(service, MPI.COMM_WORLD)
         _SERVICE.append(service)
@@ -44,11 +43,11 @@ def _install_abort_hook(service, world):
     scheduler's time limit; with it the job ends in seconds with a non-zero exit code.
     """
     def hook(exc_type, exc, tb):
-        prefix = f"[{service.describe(service.rank)} on {service.host}] "
         # Once interrupted, what else goes wrong (a peer that already left) is part of
         # the interrupt, not a failure to report.
         if issubclass(exc_type, KeyboardInterrupt) or interrupts.interrupted():
-            _leave_interrupted(service, prefix)
+            _leave_interrupted(service)
+        prefix = f"[{service.describe_self()}] "
         text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
             "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
@@ -62,7 +61,7 @@ def _install_abort_hook(service, world):
     sys.excepthook = hook
 
 
-def _leave_interrupted(service, prefix: str) -> None:
+def _leave_interrupted(service) -> None:
     """An interrupt is no failure: one line, a word to the peers (those not interrupted
     themselves stop too), and gone together (no MPI_Abort: its message would be one more
     line)."""
@@ -95,7 +94,7 @@ def _fail_on_nonzero_exit(service, world) -> None:
         code = noted[0]
         summary = f"it called sys.exit({code!r})"
         service.leaving_how = summary
-        sys.stderr.write(f"[{service.describe(service.rank)} on {service.host}] {summary}; "
+        sys.stderr.write(f"[{service.describe_self()}] {summary}; "
                          "the job ends\n")
         sys.stderr.flush()
         service.announce_failure(summary)

@@ -86,10 +86,14 @@ class RankService(JobMembership):
         # loop beside training): every MPI call and every change of this state happens
         # under this lock, and a waiting thread releases it between polls.
         self._lock = threading.RLock()
-        tracing.TRACER.describe = lambda: f"{self.describe(self.rank)} on {self.host}"
+        tracing.TRACER.describe = self.describe_self
 
     def describe(self, rank: int) -> str:
         return self.peers.describe(rank)
+
+    def describe_self(self) -> str:
+        """This rank as every line about it names it: "rank 2 (worker:1) on node3"."""
+        return f"{self.describe(self.rank)} on {self.host}"
 
     @property
     def lost_contact(self) -> bool:

@@ -105,7 +105,7 @@ class Optimizer:
             var_list = graph.get_collection(GraphKeys.TRAINABLE_VARIABLES) + \
                 graph.get_collection(GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
         else:
-            var_list = _flatten(var_list)
+            var_list = flatten_nested(var_list)
         if not var_list:
             raise errors.InvalidArgumentError(
                 f"No variables to optimize for loss '{loss.name}': create trainable "
@@ -371,7 +371,8 @@ def _op_of(value):
     return value.op
 
 
-def _flatten(items) -> list:
+def flatten_nested(items) -> list:
+    """The leaves of nested lists, tuples and dicts, in order."""
     out = []
     stack = [items]
     while stack:

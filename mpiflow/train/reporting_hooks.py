@@ -1,7 +1,8 @@
 """Hooks that report progress: steps per second, summaries for TensorBoard, a progress bar.
 
 They follow TensorFlow's ``StepCounterHook`` and ``SummarySaverHook``; ``ProgressBarHook``
-(a tqdm bar, or progress lines for logs, on the chief) is mpiflow's own. Schedules use ``basic_hooks.SecondOrStepTimer``.
+(a tqdm bar, or progress lines for logs, on the chief) is mpiflow's own. Schedules use
+``basic_hooks.SecondOrStepTimer``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from mpiflow import config, errors, summary
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.logger import get_logger, stderr_reaches_terminal
 from mpiflow.train.basic_hooks import require_global_step, schedule_timer
-from mpiflow.train.optimizer import MINIMIZED_LOSSES
+from mpiflow.train.optimizer import MINIMIZED_LOSSES, flatten_nested
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
 
 _LOG = get_logger("mpiflow.train")
@@ -174,18 +175,8 @@ class ProgressBarHook(SessionRunHook):
         runs (the loss is computed by the step anyway, so fetching it is free)."""
         if self._loss is not None:
             return self._loss
-        if not self._train_losses:
-            return None
-        stack = [user_fetches]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, (list, tuple)):
-                stack.extend(item)
-            elif isinstance(item, dict):
-                stack.extend(item.values())
-            elif item in self._train_losses:
-                return self._train_losses[item]
-        return None
+        return next((self._train_losses[item] for item in flatten_nested(user_fetches)
+                     if item in self._train_losses), None)
 
     def after_run(self, run_context, run_values):
         if self._report is None:
