@@ -254,6 +254,32 @@ class Layer:
         return f"<mf.layers.{type(self).__name__} '{self.name}'>"
 
 
+class KernelLayer(Layer):
+    """A layer with a kernel and an optional bias (Dense, Conv2D): the options they share,
+    kept and checked one way, and their variables made one way."""
+
+    def _keep_kernel_options(self, activation, use_bias, kernel_initializer,
+                             bias_initializer, kernel_regularizer, bias_regularizer,
+                             kernel_constraint, bias_constraint) -> None:
+        reject_unimplemented(self, kernel_constraint=(kernel_constraint, None),
+                             bias_constraint=(bias_constraint, None))
+        self.activation = activation
+        self.use_bias = use_bias
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel_regularizer = kernel_regularizer
+        self.bias_regularizer = bias_regularizer
+        self.kernel = self.bias = None
+
+    def _add_kernel_and_bias(self, kernel_shape: list, units: int) -> None:
+        self.kernel = self.add_weight("kernel", kernel_shape,
+                                      initializer=self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", [units], initializer=self.bias_initializer,
+                                        regularizer=self.bias_regularizer)
+
+
 def needs_defined(layer, input_shape, axis: int, what: str) -> int:
     """Return ``input_shape[axis]``; raise naming the layer when it is unknown, since the
     variables' shapes depend on it."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numbers
 
-from mpiflow.layers.base import Layer, layer_error, needs_defined, reject_unimplemented
+from mpiflow.layers.base import KernelLayer, layer_error, needs_defined
 from mpiflow.layers.utils import normalize_data_format, normalize_padding, normalize_tuple
 from mpiflow.ops.conv_ops import conv2d as nn_conv2d
 from mpiflow.ops.init_ops import zeros_initializer
 from mpiflow.ops.nn_ops import bias_add
 
 
-class Conv2D(Layer):
+class Conv2D(KernelLayer):
     """2-D convolution (cross-correlation, as TensorFlow) of rank-4 images."""
 
     input_ndim = 4
@@ -28,34 +28,22 @@ class Conv2D(Layer):
         if not isinstance(filters, numbers.Integral) or filters < 1:
             raise layer_error(self, "Bad filters", expected="a positive int",
                               got=repr(filters))
-        reject_unimplemented(self, kernel_constraint=(kernel_constraint, None),
-                             bias_constraint=(bias_constraint, None))
+        self._keep_kernel_options(activation, use_bias, kernel_initializer, bias_initializer,
+                                  kernel_regularizer, bias_regularizer, kernel_constraint,
+                                  bias_constraint)
         self.filters = int(filters)
         self.kernel_size = normalize_tuple(self, kernel_size, 2, "kernel_size")
         self.strides = normalize_tuple(self, strides, 2, "strides")
         self.dilation_rate = normalize_tuple(self, dilation_rate, 2, "dilation_rate")
         self.padding = normalize_padding(self, padding)
         self.layout = normalize_data_format(self, data_format)
-        self.activation = activation
-        self.use_bias = use_bias
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
-        self.kernel_regularizer = kernel_regularizer
-        self.bias_regularizer = bias_regularizer
-        self.kernel = self.bias = None
 
     def build(self, input_shape):
         axis = self.layout.channel_axis
         channels = needs_defined(self, input_shape, axis, "channel dimension")
         self._input_axes = {axis: channels}
-        self.kernel = self.add_weight("kernel", list(self.kernel_size) + [channels,
-                                                                          self.filters],
-                                      initializer=self.kernel_initializer,
-                                      regularizer=self.kernel_regularizer)
-        if self.use_bias:
-            self.bias = self.add_weight("bias", [self.filters],
-                                        initializer=self.bias_initializer,
-                                        regularizer=self.bias_regularizer)
+        self._add_kernel_and_bias(list(self.kernel_size) + [channels, self.filters],
+                                  self.filters)
 
     def call(self, inputs):
         outputs = nn_conv2d(self.layout.to_channels_last(inputs), self.kernel,

@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from mpiflow.layers.base import Layer, layer_error, needs_defined, reject_unimplemented
+from mpiflow.layers.base import KernelLayer, Layer, layer_error, needs_defined
 from mpiflow.layers.utils import normalize_data_format, smart_select, training_value
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import concat, expand_dims, reshape, stack
@@ -16,7 +16,7 @@ from mpiflow.ops.nn_ops import bias_add
 from mpiflow.ops.nn_ops import dropout as nn_dropout
 
 
-class Dense(Layer):
+class Dense(KernelLayer):
     """``activation(inputs @ kernel + bias)`` over the last axis of ``inputs``.
 
     Variables ``<scope>/kernel`` [in, units] (glorot uniform by default) and
@@ -34,26 +34,15 @@ class Dense(Layer):
                          activity_regularizer=activity_regularizer, **kwargs)
         if not isinstance(units, numbers.Integral) or units < 1:
             raise layer_error(self, "Bad units", expected="a positive int", got=repr(units))
-        reject_unimplemented(self, kernel_constraint=(kernel_constraint, None),
-                             bias_constraint=(bias_constraint, None))
+        self._keep_kernel_options(activation, use_bias, kernel_initializer, bias_initializer,
+                                  kernel_regularizer, bias_regularizer, kernel_constraint,
+                                  bias_constraint)
         self.units = int(units)
-        self.activation = activation
-        self.use_bias = use_bias
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
-        self.kernel_regularizer = kernel_regularizer
-        self.bias_regularizer = bias_regularizer
-        self.kernel = self.bias = None
 
     def build(self, input_shape):
         inputs = needs_defined(self, input_shape, -1, "last dimension")
         self._input_axes = {-1: inputs}
-        self.kernel = self.add_weight("kernel", [inputs, self.units],
-                                      initializer=self.kernel_initializer,
-                                      regularizer=self.kernel_regularizer)
-        if self.use_bias:
-            self.bias = self.add_weight("bias", [self.units], initializer=self.bias_initializer,
-                                        regularizer=self.bias_regularizer)
+        self._add_kernel_and_bias([inputs, self.units], self.units)
 
     def call(self, inputs):
         if inputs.shape.ndims == 2:
