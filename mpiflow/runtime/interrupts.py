@@ -33,7 +33,9 @@ class _State:
     """The interrupt this process is handling: its own signal, or a peer's notice."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        # Reentrant: a second signal's handler can run inside the first one, in the main
+        # thread, while it holds the lock (the launcher and the terminal both send Ctrl-C).
+        self.lock = threading.RLock()
         self.signum = None          # the signal this rank got, once it got one
         self.peer = None            # "rank 1 (worker:0) on node2": whose interrupt a peer
         self.peer_signum = None     # told of, and its signal
@@ -41,6 +43,7 @@ class _State:
         self.prefix = str
         self.said = False
         self.timer = None
+        self.watched = False        # a thread arms the exit timer from the wakeup fd
 
 
 _STATE = _State()
@@ -120,7 +123,10 @@ def _on_signal(signum, frame):
         first = _STATE.signum is None and _STATE.peer is None
         if _STATE.signum is None:
             _STATE.signum = signum
-    _arm_exit_timer()
+    if not _STATE.watched:
+        # No thread sees the signal arrive (the script owns the wakeup fd): arm it here.
+        # Starting a thread in a handler is a last resort; the watcher does it otherwise.
+        _arm_exit_timer()
     if first:
         # Both signals unwind the script as Ctrl-C does, so its cleanup (and a
         # ``except KeyboardInterrupt``) runs for SIGTERM too.
@@ -156,6 +162,7 @@ def install() -> bool:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
         signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        _STATE.watched = True
         threading.Thread(target=_watch_wakeups, args=(read_fd,), name="mpiflow-interrupts",
                          daemon=True).start()
     return installed
