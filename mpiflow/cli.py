@@ -2,6 +2,8 @@
 
     mpiflow info [--ps N] [--policy block|spread] [--settings]   # alone or under mpiexec
     mpiexec -n 4 mpiflow run --ps 1 --as-tensorflow train.py      # a TF1 script on every rank
+    mpiflow launch -n 4 --ps 1 --max-restarts 2 train.py          # start, watch, restart
+    mpiflow stacks                                                 # where its ranks are
     mpiflow version                                                # or: mpiflow --version
 
 Each subcommand is the module of the same name (``python -m mpiflow.info`` and
@@ -20,6 +22,8 @@ import mpiflow
 SUBCOMMANDS = {
     "info": ("mpiflow.info", "the layout a launch gives, versions and settings"),
     "run": ("mpiflow.run", "run a TF1 ps/worker script on every rank of an MPI launch"),
+    "launch": ("mpiflow.launch", "start an MPI job, watch it, end it on a fault, restart it"),
+    "stacks": ("mpiflow.stacks", "where every rank of a running launch is (its stack)"),
     "version": ("mpiflow.cli", "print mpiflow's version"),
 }
 

@@ -118,6 +118,12 @@ _declare(
                "terminal (also through the MPI launcher), else lines"),
     Option("MPIFLOW_PROGRESS_INTERVAL_S", "float", 10.0, minimum=0, above_minimum=True,
            doc="seconds between progress lines (MPIFLOW_PROGRESS=lines)"),
+    Option("MPIFLOW_LAUNCH_ADDRESS", "str", None,
+           doc="set by mpiflow launch for its ranks: host:port of its line to them (who "
+               "each rank is, how it ended, its stack on demand)"),
+    Option("MPIFLOW_RESTART", "int", 0, minimum=0,
+           doc="set by mpiflow launch for its ranks: how many times it has started the job "
+               "again after a failure (0 on the first start)"),
     Option("MPIFLOW_LOG_LEVEL", "str", "INFO",
            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
            doc="level of mpiflow's logger"),

@@ -10,6 +10,7 @@ settings can differ per node).
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 from mpiflow import config, logger
@@ -39,5 +40,29 @@ def check_settings(cfg: config.Config | None = None) -> None:
 def prepare_process() -> None:
     """Everything importing mpiflow does to the process."""
     check_settings()
-    if logger.launch_rank() is not None:
+    rank = logger.launch_rank()
+    if rank is not None:
         logger.whole_lines()
+        _open_launch_link(rank)
+
+
+def _open_launch_link(rank: str) -> None:
+    """Under ``mpiflow launch``: tell it this rank is here (from import on, so a rank
+    stuck before it ever reaches MPI is seen too), and that it ended well at exit."""
+    from mpiflow.comm import launch_link  # noqa: PLC0415  (only under mpiflow launch)
+    from mpiflow.runtime import whereabouts  # noqa: PLC0415  (idem)
+
+    link = launch_link.connect_from_environment(rank)
+    if link is None:
+        return
+    link.whereabouts = whereabouts.report
+    atexit.register(launch_link.tell, "bye")
+    # Until the rank service installs its own hook, an uncaught exception is still this
+    # rank's failure, not a "bye".
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        launch_link.tell("failed", why=f"{exc_type.__name__}: {exc}".splitlines()[0][:500])
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook

@@ -28,12 +28,14 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, sign
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
-    """In the child, before exec: get SIGKILL when the parent dies (Linux)."""
+def on_parent_death(signum: int):
+    """A ``preexec_fn`` that makes the child get ``signum`` when this process dies (Linux;
+    elsewhere None). prctl is looked up here, before the fork, so the child only calls it."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+    return lambda: prctl(_PR_SET_PDEATHSIG, signum)
 
 
 def supervise(command: list[str], status_variable: str) -> int:
@@ -45,7 +47,8 @@ def supervise(command: list[str], status_variable: str) -> int:
     os.set_inheritable(write_end, True)
     env = dict(os.environ, **{status_variable: str(write_end)})
     # Every descriptor is inherited: the launcher's own (MPICH's PMI_FD) belong to the rank.
-    child = subprocess.Popen(command, env=env, close_fds=False, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(command, env=env, close_fds=False,
+                             preexec_fn=on_parent_death(signal.SIGKILL))
     os.close(write_end)
     forwarded = []
 

@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.comm.cluster import rank_ranges
 
 HEARTBEAT_TAG = 7201
@@ -198,4 +199,6 @@ def leave_job(who: str, what: str) -> None:
     """
     sys.stderr.write(f"[{who}] {what}; ending the job\n")
     sys.stderr.flush()
+    launch_link.tell("lost", why=what)
+    launcher_reaper.end_launcher_later()
     os._exit(1)

@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from mpiflow.comm import launch_link
+
 # From the signal to the process's end, at the most: long enough to unwind and print,
 # short enough that a user pressing Ctrl-C sees the prompt at once.
 EXIT_WITHIN_S = 1.5
@@ -93,6 +95,7 @@ def say_once() -> None:
         _STATE.said = True
     sys.stderr.write(_STATE.prefix() + report_line() + "\n")
     sys.stderr.flush()
+    launch_link.tell("interrupted", why=report_line())
 
 
 def set_line_prefix(prefix) -> None:

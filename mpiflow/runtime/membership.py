@@ -23,6 +23,7 @@ import sys
 import time
 
 from mpiflow import errors
+from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.runtime import interrupts
 
 _FATAL_WAIT_S = 10.0
@@ -177,6 +178,8 @@ class JobMembership:
         sys.stderr.write(f"[{self.describe_self()}] aborted because "
                          f"{h['who']} on {h['host']} failed: {h['msg']}\n")
         sys.stderr.flush()
+        launch_link.tell("aborted", why=f"{h['who']} on {h['host']} failed")
+        launcher_reaper.end_launcher_later()
         # Wait for the failed rank's MPI_Abort to end the job: a rank that left first
         # would make the launcher kill every rank at once, the failed one before it says
         # why and others before their lines are forwarded. Leave alone only if it never

@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 
+from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.runtime import interrupts
 
 _SERVICE = []
@@ -52,8 +53,12 @@ def _install_abort_hook(service, world):
             "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
         sys.stderr.flush()
+        summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
+        # A rank that lost contact with a host names that host: it is the fault.
+        launch_link.tell("lost" if service.lost_contact else "failed", why=summary)
+        launcher_reaper.end_launcher_later()
         # Tell the other ranks who failed, so each prints one line instead of vanishing.
-        service.announce_failure(f"{exc_type.__name__}: {exc}".splitlines()[0][:500])
+        service.announce_failure(summary)
         if service.lost_contact:
             os._exit(1)     # MPI_Abort could wait forever for the rank it cannot reach
         world.Abort(1)
@@ -97,6 +102,8 @@ def _fail_on_nonzero_exit(service, world) -> None:
         sys.stderr.write(f"[{service.describe_self()}] {summary}; "
                          "the job ends\n")
         sys.stderr.flush()
+        launch_link.tell("failed", why=summary)
+        launcher_reaper.end_launcher_later()
         service.announce_failure(summary)
         world.Abort(code if isinstance(code, int) and 0 < code < 256 else 1)
 

@@ -14,7 +14,7 @@ import threading
 from mpiflow import backend, errors
 from mpiflow.framework import graph as graph_module
 from mpiflow.framework.graph import Operation, Tensor, get_default_graph
-from mpiflow.runtime import tracing
+from mpiflow.runtime import tracing, whereabouts
 from mpiflow.runtime.distributed import DistributedPlan, make_placer, resolve_target
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.feeds import check_feed, feed_tensor, sorted_feeds
@@ -80,6 +80,7 @@ class BaseSession:
         with self._running():
             plan = self._plan(mapper.elements, feed_tensors)
             values = plan.run(feed_values, self._timeout(options), trace)
+        whereabouts.NOW.steps += 1
         if trace is not None:
             tracing.TRACER.extend(trace)
             if run_metadata is not None:

@@ -11,9 +11,11 @@ setting bounds it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from mpiflow import config, errors
+from mpiflow.runtime.whereabouts import NOW
 
 DONE, MOVED, IDLE = "done", "moved", "idle"
 
@@ -39,6 +41,16 @@ def wait_until(step, describe=None, timeout=None, backoff=None, idle=None, busy=
     """
     timeout = timeout or config.get("MPIFLOW_TIMEOUT")
     deadline = None if describe is None else time.monotonic() + timeout
+    outer = NOW.waiting_for, NOW.since
+    if describe is not None and threading.current_thread() is threading.main_thread():
+        NOW.waiting_for, NOW.since = describe, time.monotonic()
+    try:
+        _wait(step, describe, timeout, deadline, backoff, idle, busy, who)
+    finally:
+        NOW.waiting_for, NOW.since = outer
+
+
+def _wait(step, describe, timeout, deadline, backoff, idle, busy, who) -> None:
     while True:
         state = step()
         if state == DONE:

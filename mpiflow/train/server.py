@@ -14,6 +14,7 @@ import os
 import socket
 
 from mpiflow import errors, logger
+from mpiflow.comm import launch_link
 from mpiflow.comm.cluster import check_agreement
 from mpiflow.runtime.distributed import ClusterContext, register_target
 from mpiflow.runtime.process import rank_service
@@ -27,6 +28,7 @@ def name_roles(service, cluster) -> None:
     service.peers.role_names.update(
         {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
     logger.set_role(*cluster.task_of_rank(service.rank), service.rank)
+    launch_link.tell("name", name=service.describe_self())
 
 
 def _join_job_group(service, cluster, job) -> None:

@@ -1,0 +1,111 @@
+"""A rank's line to ``mpiflow.launch``: who it is, how it ends, and its stack on demand.
+
+An MPI launcher knows processes, not ranks: it cannot say which rank failed or why, it
+may wait forever for a host that vanished, and nobody can ask it where a hung rank is.
+Under ``mpiflow.launch`` every rank opens one TCP connection to the launcher at import
+(the address is in ``MPIFLOW_LAUNCH_ADDRESS``) and says who it is, what its role became,
+and how it ends: failed (the culprit), lost contact with a host, interrupted, or done.
+A connection that closes without such a word is a rank that died. The launcher asks for
+stacks over the same line, and a thread here answers from whatever the main thread is
+doing (``whereabouts``, given by the runtime).
+
+Messages are JSON lines (control only; nothing here is on a step's path). Everything is
+best effort: a launcher that cannot be reached costs a warning, never the training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from typing import Callable
+
+ADDRESS_VARIABLE = "MPIFLOW_LAUNCH_ADDRESS"
+_CONNECT_TIMEOUT_S = 5.0
+
+
+class LaunchLink:
+    """One rank's connection to the launcher (module functions use the process's one)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self.whereabouts: Callable[[], dict] = lambda: {}
+        threading.Thread(target=self._serve, name="mpiflow-launch-link", daemon=True).start()
+
+    def tell(self, kind: str, **fields) -> None:
+        """Send one message; a launcher gone (it ends the job) is not this rank's error."""
+        data = (json.dumps({"k": kind, **fields}) + "\n").encode()
+        with self._send_lock:
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def _serve(self) -> None:
+        """Answer the launcher's requests (stacks) from this thread, so a main thread
+        stuck anywhere, even before MPI, is still seen."""
+        reader = self._sock.makefile("rb")
+        for line in reader:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                continue
+            if request.get("k") == "stacks":
+                try:
+                    report = self.whereabouts()
+                except Exception as exc:        # a report that failed is still a report
+                    report = {"error": f"{type(exc).__name__}: {exc}"}
+                self.tell("stacks", id=request.get("id"), report=report)
+
+
+_LINK: list[LaunchLink] = []
+
+
+def connect_from_environment(rank: str | None) -> LaunchLink | None:
+    """Open this process's line to the launcher named in ``MPIFLOW_LAUNCH_ADDRESS``, if
+    any, and say hello as ``rank`` (from the launcher's rank variable)."""
+    address = os.environ.get(ADDRESS_VARIABLE)
+    if not address or _LINK or rank is None:
+        return _LINK[0] if _LINK else None
+    host, _, port = address.rpartition(":")
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S)
+        sock.settimeout(None)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"[r{rank}] mpiflow: cannot reach mpiflow.launch at {address} "
+                         f"({exc}); this rank runs without it\n")
+        return None
+    link = LaunchLink(sock)
+    link.tell("hello", rank=int(rank), pid=os.getpid(), host=socket.gethostname())
+    _LINK.append(link)
+    return link
+
+
+def current() -> LaunchLink | None:
+    """The process's line to the launcher, or None (not under ``mpiflow.launch``)."""
+    return _LINK[0] if _LINK else None
+
+
+def tell(kind: str, **fields) -> None:
+    """Send one message to the launcher, if this process has a line to it."""
+    if _LINK:
+        _LINK[0].tell(kind, **fields)
+
+
+def hand_over() -> None:
+    """This process is not the rank (``mpiflow.run``'s watching parent starts the rank as
+    its child): the launcher forgets this connection, and the child opens its own."""
+    if _LINK:
+        link = _LINK.pop()
+        link.tell("handover")
+        link.close()

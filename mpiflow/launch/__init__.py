@@ -1,0 +1,165 @@
+"""``python -m mpiflow.launch`` (``mpiflow launch``): start an MPI job, watch it, end it.
+
+    mpiflow launch -n 4 --ps 1 train.py --steps 1000
+    mpiflow launch -n 8 --hosts node1:4,node2:4 --max-restarts 3 train.py
+    srun -N 2 --ntasks-per-node 4 --pty mpiflow launch train.py     # (inside an allocation)
+
+A thin layer over the MPI library's own launcher (MPICH's or Open MPI's ``mpiexec``, or
+``srun`` in a Slurm allocation), in the spirit of ``horovodrun`` and ``torchrun``:
+
+- every rank keeps a line to it (``comm.launch_link``), so a failure is reported once,
+  naming the culprit rank, its role and host, and the exit code is non-zero;
+- a job the MPI launcher would wait out (a host that vanished, a cut link) is ended
+  within ``MPIFLOW_PEER_TIMEOUT`` + ``job.END_GRACE_S`` of the fault;
+- ``--max-restarts K`` starts the job again after a failure (not after Ctrl-C), with
+  ``MPIFLOW_RESTART`` counting; a script with a checkpoint directory resumes from it;
+- output lines carry the rank they came from (the launcher's own tagging, turned into
+  mpiflow's ``[rank 2 (worker:1) on node3]``; lines mpiflow tagged already keep theirs);
+- ``mpiflow stacks`` asks every rank of a running launch where it is.
+
+A command whose first word ends in ``.py`` runs with this Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import sys
+import tempfile
+import time
+
+from mpiflow.cli import add_version_argument
+from mpiflow.launch import job as job_lib
+from mpiflow.launch.launchers import LAUNCHERS, find
+from mpiflow.launch.server import LaunchServer
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(
+        prog="mpiflow launch",
+        description="Start an MPI job of mpiflow ranks, watch it, and end it when a fault "
+                    "would leave it hanging; restart it from its checkpoints on failure.")
+    parser.add_argument("-n", "-np", dest="ranks", type=int,
+                        help="number of ranks (default: the launcher's, e.g. the allocation)")
+    parser.add_argument("--hosts", help="hosts and slots, e.g. node1:4,node2:4 (passed to "
+                                        "the launcher's own host option)")
+    parser.add_argument("--ps", type=int, help="number of ps ranks (sets MPIFLOW_PS)")
+    parser.add_argument("--policy", choices=("block", "spread"),
+                        help="which ranks become ps (sets MPIFLOW_PS_POLICY)")
+    parser.add_argument("--max-restarts", type=int, default=0,
+                        help="start the job again up to this many times after a failure")
+    parser.add_argument("--launcher", default="auto",
+                        choices=("auto", "mpiexec", *LAUNCHERS),
+                        help="the MPI launcher to drive (auto: srun inside a Slurm "
+                             "allocation, else mpiexec)")
+    parser.add_argument("--launcher-args", default="",
+                        help="more arguments for the MPI launcher, as one string")
+    parser.add_argument("--address",
+                        help="the host name or address ranks reach this process at "
+                             "(default: 127.0.0.1 for a one-host launch, else this host's "
+                             "name)")
+    add_version_argument(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the program every rank runs (script.py args, or any command)")
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.error("give the program to run, e.g. mpiflow launch -n 4 train.py")
+    if args.max_restarts < 0:
+        parser.error("--max-restarts must be >= 0")
+    return args
+
+
+class _Say:
+    """The launcher's own lines, tagged as its own."""
+
+    def __call__(self, text: str) -> None:
+        sys.stderr.write(f"mpiflow.launch: {text}\n")
+        sys.stderr.flush()
+
+
+def _advertised(args, launcher_name: str) -> tuple[str, str]:
+    """(where ranks connect, where to listen): loopback when every rank is on this host."""
+    if args.address:
+        return args.address, "0.0.0.0"
+    if args.hosts or launcher_name == "srun" or "-hosts" in args.launcher_args or \
+            "--host" in args.launcher_args or "-f" in shlex.split(args.launcher_args):
+        return socket.gethostname(), "0.0.0.0"
+    return "127.0.0.1", "127.0.0.1"
+
+
+def registry_dir() -> str:
+    """Where running launches note their address, for ``mpiflow stacks``."""
+    return os.path.join(tempfile.gettempdir(), f"mpiflow-launch-{os.getuid()}")
+
+
+def _register(address: str, command: list[str]) -> str:
+    directory = registry_dir()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, f"{os.getpid()}.json")
+    with open(path, "w") as f:
+        json.dump({"address": address, "command": command, "started": time.time()}, f)
+    return path
+
+
+def main(argv=None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else list(argv))
+    say = _Say()
+    try:
+        launcher, program = find(args.launcher)
+        command = list(args.command)
+        if command[0] == "--":
+            command = command[1:]
+        if command and command[0].endswith(".py"):
+            command = [sys.executable, *command]
+        connect_host, bind_host = _advertised(args, launcher.name)
+        server = LaunchServer(bind_host)
+        address = f"{connect_host}:{server.port}"
+        variables = {"MPIFLOW_LAUNCH_ADDRESS": address}
+        if args.ps is not None:
+            variables["MPIFLOW_PS"] = str(args.ps)
+        if args.policy:
+            variables["MPIFLOW_PS_POLICY"] = args.policy
+        argv = launcher.argv(program, args.ranks, args.hosts, shlex.split(args.launcher_args),
+                             command, [*variables, "MPIFLOW_RESTART"])
+    except Exception as exc:       # an mpiflow error: the message says it all
+        say(str(getattr(exc, "message", exc)))
+        return 2
+    registered = _register(address, command)
+    try:
+        return _run_with_restarts(args, launcher, argv, variables, server, say)
+    finally:
+        try:
+            os.unlink(registered)
+        except OSError:
+            pass
+
+
+def _run_with_restarts(args, launcher, argv, variables, server, say) -> int:
+    for attempt in range(args.max_restarts + 1):
+        server.reset()
+        env = dict(os.environ, **variables, MPIFLOW_RESTART=str(attempt))
+        outcome = job_lib.Job(launcher, argv, env, server, say).run()
+        if outcome.interrupted is not None:
+            say(f"interrupted ({_signal_name(outcome.interrupted)})")
+            return 128 + outcome.interrupted
+        if outcome.code == 0 and outcome.fault is None:
+            return 0
+        code = outcome.code if outcome.code > 0 else 1
+        culprit = outcome.fault.describe() if outcome.fault is not None else \
+            "no rank reported a fault (see the output above)"
+        how = "ended by mpiflow.launch" if outcome.ended_by_launch else f"exit code {code}"
+        if attempt < args.max_restarts:
+            say(f"the job failed ({how}) after {outcome.seconds:.1f} s: {culprit}; restart "
+                f"{attempt + 1} of {args.max_restarts}")
+            continue
+        say(f"the job failed ({how}) after {outcome.seconds:.1f} s: {culprit}")
+        return code
+    return 1
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+    return signal.Signals(signum).name

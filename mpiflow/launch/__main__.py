@@ -1,0 +1,5 @@
+import sys
+
+from mpiflow.launch import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""One attempt of a launch: the MPI launcher started, its output tagged, the job watched
+and ended when it cannot end by itself.
+
+An MPI launcher ends the job when a rank exits non-zero, but waits without end for a
+proxy on a host that vanished (power loss, a cut link) or a rank that hangs. Here a fault
+a rank reported (``failed``, ``lost``) or saw (a rank that ``died``) starts a clock: the
+launcher gets ``END_GRACE_S`` to end the job itself, then its whole process group gets
+SIGTERM, and ``KILL_AFTER_S`` later SIGKILL. Ctrl-C / SIGTERM to ``mpiflow.launch`` go to
+the launcher, which forwards them to the ranks; they get the same bound.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from mpiflow.comm.launcher_reaper import END_GRACE_S, KILL_AFTER_S
+from mpiflow.launch.launchers import Launcher
+from mpiflow.launch.server import Fault, LaunchServer
+from mpiflow.supervise import on_parent_death
+
+# Lines mpiflow tagged itself: "[rank 2 (worker:1) on node3] ...", and the logger's
+# "[worker:1 r3] ..." / "[r3] ...".
+_TAGGED = re.compile(r"\[(?:rank \d+[ \]]|r\d+\]|[\w-]+:\d+ r\d+\])")
+_LINE_END = re.compile(rb"(?<=[\r\n])")
+
+
+@dataclass
+class Outcome:
+    code: int
+    fault: Fault | None
+    interrupted: int | None         # the signal that stopped the launch, if one did
+    seconds: float
+    ended_by_launch: bool = False   # the launcher did not end by itself: it was killed
+
+
+class Job:
+    """Run ``argv`` (the MPI launcher's command line) and watch it."""
+
+    def __init__(self, launcher: Launcher, argv: list[str], env: dict, server: LaunchServer,
+                 say):
+        self.launcher = launcher
+        self.argv = argv
+        self.env = env
+        self.server = server
+        self.say = say
+        self.interrupted = None
+
+    def run(self) -> Outcome:
+        start = time.monotonic()
+        # A session of its own: a terminal's Ctrl-C reaches the launcher through this
+        # process only (twice would make MPICH's abort at once). It still ends if this
+        # process is killed (SIGTERM on the parent's death).
+        proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=on_parent_death(signal.SIGTERM))
+        pumps = [threading.Thread(target=self._pump, args=(stream, out), daemon=True)
+                 for stream, out in ((proc.stdout, sys.stdout.buffer),
+                                     (proc.stderr, sys.stderr.buffer))]
+        for pump in pumps:
+            pump.start()
+        previous = {s: signal.signal(s, self._on_signal(proc)) for s in
+                    (signal.SIGINT, signal.SIGTERM)}
+        fault, ended_by_launch = None, False
+        try:
+            end_by = None               # monotonic time to end the launcher ourselves
+            while proc.poll() is None:
+                try:
+                    found = self.server.faults.get(timeout=0.1)
+                except queue.Empty:
+                    found = None
+                if found is not None and fault is None:
+                    fault = found
+                if (fault is not None or self.interrupted) and end_by is None:
+                    end_by = time.monotonic() + END_GRACE_S
+                if end_by is not None and time.monotonic() > end_by:
+                    ended_by_launch = True
+                    self._end(proc)
+            for pump in pumps:
+                pump.join(2.0)
+            if fault is None:
+                try:
+                    fault = self.server.faults.get_nowait()
+                except queue.Empty:
+                    pass
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return Outcome(proc.returncode, fault, self.interrupted, time.monotonic() - start,
+                       ended_by_launch)
+
+    def _on_signal(self, proc):
+        def forward(signum, frame):
+            if self.interrupted is None:
+                self.interrupted = signum
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        return forward
+
+    def _end(self, proc) -> None:
+        """End the launcher's whole process group: SIGTERM, then SIGKILL."""
+        self.say(f"the MPI launcher did not end within {END_GRACE_S:g} s of the fault; "
+                 "ending it")
+        for signum, wait in ((signal.SIGTERM, KILL_AFTER_S), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, signum)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _pump(self, stream, out) -> None:
+        """Copy the launcher's output line by line, each tagged with its rank once."""
+        pending = b""
+        while True:
+            chunk = stream.read1(65536)
+            if not chunk:
+                break
+            # A bar redraws its line with '\r': those pieces count as lines too.
+            *lines, pending = _LINE_END.split(pending + chunk)
+            if lines:
+                out.write(b"".join(self._tag_line(line) for line in lines))
+                out.flush()
+        if pending:
+            out.write(self._tag_line(pending))
+            out.flush()
+
+    def _tag_line(self, raw: bytes) -> bytes:
+        line = raw.decode("utf-8", errors="replace")
+        rank, text = self.launcher.split_tag(line)
+        if rank is None or _TAGGED.match(text):
+            return (text if rank is not None else line).encode()
+        state = self.server.ranks.get(rank)
+        title = state.title() if state is not None and state.name else f"rank {rank}"
+        return f"[{title}] {text}".encode()

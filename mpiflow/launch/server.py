@@ -1,0 +1,194 @@
+"""The launcher's end of every rank's line (``comm.launch_link``): who each rank is, how
+it ended, and the stacks of all of them on demand.
+
+A thread per connection reads it. A rank says ``hello`` (its rank,
+pid, host), its ``name`` once it has a role, and how it ends: ``failed`` (it is the
+culprit), ``lost`` (it lost contact with a host: that host is), ``aborted`` (another
+rank failed), ``interrupted`` or ``bye``. A connection that closes without one of those
+is a rank that died. Faults go to the job's watcher as events, in the order they came.
+
+A stacks client (``python -m mpiflow.stacks``) connects to the same port and says
+``stacks``: every rank is asked, the answers are merged in rank order and sent back.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+FAULTS = ("failed", "lost", "died")
+ENDINGS = ("failed", "lost", "aborted", "interrupted", "bye")
+STACKS_WAIT_S = 3.0
+_DIED = "its process ended without a word (killed by a signal, the OOM killer, or os._exit)"
+
+
+@dataclass
+class RankState:
+    rank: int
+    pid: int
+    host: str
+    name: str = ""
+    ended: str | None = None        # one of ENDINGS, or "died"
+    why: str = ""
+
+    def title(self) -> str:
+        return self.name or f"rank {self.rank} on {self.host}"
+
+
+@dataclass
+class Fault:
+    kind: str                       # one of FAULTS
+    culprit: str                    # who, e.g. "rank 2 (worker:1) on node2"
+    why: str
+    at: float = field(default_factory=time.monotonic)
+
+    def describe(self) -> str:
+        return f"{self.culprit}: {self.why}" if self.why else self.culprit
+
+
+class LaunchServer:
+    """Listen for the ranks of one launch (reused across restarts: ``reset``)."""
+
+    def __init__(self, bind_host: str = "0.0.0.0"):
+        self._listener = socket.create_server((bind_host, 0), backlog=1024)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self.faults: queue.Queue[Fault] = queue.Queue()
+        self.ranks: dict[int, RankState] = {}
+        self._conns: dict[socket.socket, dict] = {}    # conn -> {"rank": its rank or None}
+        self._answers: dict[int, dict] = {}
+        self._next_request = 0
+        threading.Thread(target=self._accept_forever, name="mpiflow-launch-server",
+                         daemon=True).start()
+
+    def reset(self) -> None:
+        """Forget the ranks of the previous attempt (a restart starts from nothing)."""
+        with self._lock:
+            self.ranks.clear()
+            self.faults = queue.Queue()
+
+    # -- stacks ----------------------------------------------------------------------------
+    def collect_stacks(self, wait_s: float = STACKS_WAIT_S) -> dict[int, dict]:
+        """Ask every connected rank where it is; return ``{rank: report}`` (a rank that
+        did not answer within ``wait_s`` has ``{"error": "no answer ..."}``)."""
+        with self._lock:
+            self._next_request += 1
+            request = self._next_request
+            self._answers[request] = {}
+            asked = {state["rank"]: conn for conn, state in self._conns.items()
+                     if state.get("rank") is not None}
+            for conn in asked.values():
+                _send(conn, {"k": "stacks", "id": request})
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self._answers[request]) >= len(asked):
+                    break
+            time.sleep(0.02)
+        with self._lock:
+            answers = self._answers.pop(request)
+        return {rank: answers.get(rank, {"error": f"no answer within {wait_s:g} s"})
+                for rank in sorted(asked)}
+
+    def stacks_report(self) -> str:
+        """Every rank's whereabouts, merged into one text ordered by rank."""
+        answers = self.collect_stacks()
+        if not answers:
+            return "no rank is connected to this launch (yet)\n"
+        return "".join(format_report(self.ranks.get(rank), rank, report)
+                       for rank, report in answers.items())
+
+    # -- the threads -----------------------------------------------------------------------
+    def _accept_forever(self) -> None:
+        while True:
+            conn, _ = self._listener.accept()
+            with self._lock:
+                self._conns[conn] = {"rank": None}
+            threading.Thread(target=self._read_forever, args=(conn,), daemon=True,
+                             name="mpiflow-launch-rank").start()
+
+    def _read_forever(self, conn) -> None:
+        """One thread per rank, blocked on its connection: when a rank dies and the MPI
+        launcher then kills the others, the first connection to close wakes its thread
+        first, so the first death is the one reported."""
+        state = self._conns[conn]
+        with conn.makefile("rb") as reader:
+            while True:
+                try:
+                    line = reader.readline()
+                except OSError:
+                    line = b""
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict):
+                    self._handle(conn, state, message)
+        self._closed(conn, state)
+
+    def _closed(self, conn, state) -> None:
+        conn.close()
+        with self._lock:
+            del self._conns[conn]
+            rank = self.ranks.get(state["rank"]) if state["rank"] is not None else None
+            if rank is not None and rank.ended is None:
+                rank.ended = "died"
+                self.faults.put(Fault("died", rank.title(), _DIED))
+
+    def _handle(self, conn, state, message) -> None:
+        kind = message.get("k")
+        with self._lock:
+            rank = self.ranks.get(state["rank"]) if state["rank"] is not None else None
+            if kind == "hello":
+                number = int(message["rank"])
+                state["rank"] = number
+                self.ranks[number] = RankState(number, int(message.get("pid", 0)),
+                                               str(message.get("host", "?")))
+            elif kind == "handover":
+                state["rank"] = None        # a watching parent: its child is the rank
+            elif kind == "name" and rank is not None:
+                rank.name = str(message.get("name", ""))
+            elif kind in ENDINGS and rank is not None:
+                if rank.ended is None:
+                    rank.ended, rank.why = kind, str(message.get("why", ""))
+                    if kind in FAULTS:
+                        self.faults.put(Fault(kind, rank.title(), rank.why))
+            elif kind == "stacks" and rank is not None:
+                answers = self._answers.get(message.get("id"))
+                if answers is not None:
+                    answers[rank.rank] = message.get("report") or {}
+            elif kind == "report":
+                threading.Thread(target=self._answer_report, args=(conn,),
+                                 daemon=True).start()
+
+    def _answer_report(self, conn) -> None:
+        _send(conn, {"k": "report", "text": self.stacks_report()})
+
+
+def _send(conn, message: dict) -> None:
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode())
+    except OSError:
+        pass
+
+
+def format_report(state: RankState | None, rank: int, report: dict) -> str:
+    """One rank's part of a stacks report: a header line, then its main thread's stack."""
+    title = state.title() if state is not None else f"rank {rank}"
+    lines = [f"=== {title}"]
+    if "error" in report:
+        lines.append(f"    ({report['error']})")
+    if report.get("waiting_for"):
+        lines.append(f"    waiting {report.get('waiting_s', 0):.1f} s for "
+                     f"{report['waiting_for']}")
+    if "steps" in report:
+        lines.append(f"    steps run: {report['steps']}")
+    stack = report.get("stack", "")
+    lines += ["    " + line for line in stack.rstrip("\n").splitlines()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,157 @@
+"""``mpiflow launch``: the job's culprit named once with a non-zero exit code, a killed
+rank noticed, restarts that resume from the last checkpoint, output tagged once per line,
+Ctrl-C that stops without a restart, and every rank's stack on demand."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _launch_env, _require_mpiexec
+
+PROG = Path(__file__).parent / "progs" / "launched_training.py"
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture
+def start_launch(tmp_path):
+    """Return ``start(*launch_args, prog_args...)``: the running ``mpiflow launch`` (text
+    pipes); whatever still runs when the test ends is stopped."""
+    _require_mpiexec()
+    started = []
+
+    def start(*args):
+        proc = subprocess.Popen([sys.executable, "-m", "mpiflow", "launch", *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_launch_env({"TMPDIR": str(tmp_path)}), cwd=tmp_path,
+                                start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)    # the MPI launcher gets SIGTERM from it
+            proc.communicate()
+
+
+def finish(proc, timeout=120):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"mpiflow launch still ran after {timeout} s\n{out}\n{err}")
+    return out, err
+
+
+def launch_lines(err):
+    return [line for line in err.splitlines() if line.startswith("mpiflow.launch: ")]
+
+
+def test_a_failing_rank_is_named_once_as_the_culprit_with_a_non_zero_exit(start_launch,
+                                                                         tmp_path):
+    proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "raise")
+    _, err = finish(proc)
+    assert proc.returncode == 1, err
+    assert launch_lines(err) == [launch_lines(err)[0]], err
+    assert re.fullmatch(r"mpiflow\.launch: the job failed \(exit code 1\) after [\d.]+ s: "
+                        r"rank 2 \(worker:1\) on \S+: RuntimeError: worker 1 failed on "
+                        r"purpose", launch_lines(err)[0]), err
+
+
+def test_a_rank_killed_by_a_signal_is_named(start_launch, tmp_path):
+    proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "kill")
+    _, err = finish(proc)
+    assert proc.returncode != 0, err
+    assert re.search(r"the job failed .*: rank 2 \(worker:1\) on \S+: its process ended "
+                     r"without a word \(killed by a signal", err), err
+
+
+def test_a_failed_job_restarts_and_resumes_from_its_last_checkpoint(start_launch, tmp_path):
+    checkpoint_dir = tmp_path / "ckpt"
+    proc = start_launch("-n", 3, "--max-restarts", 2, PROG, checkpoint_dir, 60, "raise")
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    restarts = [line for line in launch_lines(err) if "restart" in line]
+    assert len(restarts) == 1 and restarts[0].endswith("restart 1 of 2"), err
+    assert "RuntimeError: worker 1 failed on purpose" in restarts[0]
+    restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", err)
+    assert restored and int(restored.group(1)) >= 20, err
+    starts = [int(s) for s in re.findall(r"\] start (\d+)$", out, re.M)]
+    # Two workers started twice: near 0 (asynchronous: one may have stepped already),
+    # then from the checkpoint the restart restored.
+    saved = int(restored.group(1))
+    assert len(starts) == 4 and max(starts[:2]) < saved <= min(starts[2:]), out
+    done = [int(s) for s in re.findall(r"\] done (\d+)$", out, re.M)]
+    assert len(done) == 2 and max(done) >= 60, out
+
+
+def test_a_job_that_succeeds_is_not_restarted_and_exits_0(start_launch, tmp_path):
+    proc = start_launch("-n", 3, "--max-restarts", 2, PROG, tmp_path / "ckpt", 15)
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    assert launch_lines(err) == [], err
+    assert len(re.findall(r"\] start \d+$", out, re.M)) == 2, out   # one start each
+
+
+def test_every_output_line_carries_its_rank_once(start_launch, tmp_path):
+    proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 12, "print")
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    for rank, role in ((0, "ps:0"), (1, "worker:0"), (2, "worker:1")):
+        assert re.search(rf"^\[rank {rank} \({role}\) on \S+\] plain line from {role}$", out,
+                         re.M), out
+    # Lines mpiflow tags itself (its logger's) keep their one tag.
+    saving = [line for line in err.splitlines() if "Saving checkpoints" in line]
+    assert saving and all(line.startswith("[worker:0 r1] INFO") for line in saving), err
+
+
+def test_ctrl_c_stops_the_job_without_a_restart(start_launch, tmp_path):
+    proc = start_launch("-n", 3, "--max-restarts", 2, PROG, tmp_path / "ckpt", 10**6)
+    for line in proc.stdout:
+        if line.rstrip().endswith("start 0"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = finish(proc, timeout=30)
+    assert proc.returncode == 130, err
+    assert launch_lines(err) == ["mpiflow.launch: interrupted (SIGINT)"], err
+    assert len([line for line in err.splitlines()
+                if line.endswith("interrupted (SIGINT)") and line.startswith("[rank ")]) == 3
+
+
+def test_stacks_shows_where_each_rank_is_and_the_function_a_hung_rank_is_stuck_in(
+        start_launch, tmp_path):
+    proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "hang")
+    for line in proc.stdout:
+        if line.rstrip().endswith("HANGING"):
+            break
+    time.sleep(0.5)
+    env = _launch_env({"TMPDIR": str(tmp_path)})
+    shown = subprocess.run([sys.executable, "-m", "mpiflow", "stacks", "--pid", str(proc.pid)],
+                           capture_output=True, text=True, env=env, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    finish(proc, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    report = shown.stdout
+    headers = re.findall(r"^=== (rank \d+ \(\S+\) on \S+)$", report, re.M)
+    assert [h.split(" (")[0] for h in headers] == ["rank 0", "rank 1", "rank 2"], report
+    stuck = report.split("=== rank 2 (worker:1)")[1]
+    assert "in deadlocked_in_user_code" in stuck and "lock.acquire()" in stuck, report
+    assert re.search(r"steps run: [1-9]", stuck), report
+    # The ps waits in its server loop.
+    assert "in join" in report.split("=== rank 1")[0], report
+
+
+def test_stacks_without_a_running_launch_says_so(tmp_path):
+    env = _launch_env({"TMPDIR": str(tmp_path)})
+    shown = subprocess.run([sys.executable, "-m", "mpiflow", "stacks"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert shown.returncode == 1
+    assert "no running mpiflow launch found" in shown.stderr
