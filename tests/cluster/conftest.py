@@ -1,6 +1,7 @@
 """Fixtures for multi-node tests: simulated hosts and MPI jobs launched across them."""
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -91,14 +92,25 @@ class Job:
 
 @pytest.fixture
 def launch(hosts, tmp_path):
-    """Return ``launch(script, *args, ranks_per_host=2, hosts=None, env=None)`` -> Job.
+    """Return ``launch(script, *args, ranks_per_host=2, on=None, env=None, via="mpiexec")``
+    -> Job; ``via="mpiflow"`` starts the job with ``mpiflow launch`` (around the same
+    mpiexec) instead of plain mpiexec.
 
     The launcher itself runs on node0; every host left running after the test is cleaned.
     """
     jobs = []
 
-    def start(script, *args, ranks_per_host=2, on=None, env=None):
+    def start(script, *args, ranks_per_host=2, on=None, env=None, via="mpiexec"):
         argv = hosts.mpiexec_argv(hosts.mpiexec, ranks_per_host, on)
+        if via == "mpiflow":
+            hydra = argv[1:]
+            for flag in ("-hosts", "-n"):       # given to mpiflow launch itself
+                at = hydra.index(flag)
+                del hydra[at:at + 2]
+            hosts_arg = argv[argv.index("-hosts") + 1]
+            count = argv[argv.index("-n") + 1]
+            argv = [sys.executable, "-m", "mpiflow", "launch", "--hosts", hosts_arg,
+                    "-n", count, "--launcher-args", shlex.join(hydra)]
         argv += [sys.executable, str(script), *map(str, args)]
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(

@@ -17,6 +17,9 @@ PEER_TIMEOUT = 3.0
 LIVENESS = {"MPIFLOW_HEARTBEAT_S": "0.5", "MPIFLOW_PEER_TIMEOUT": str(PEER_TIMEOUT),
             "MPIFLOW_TIMEOUT": "120"}
 SURVIVORS = {0: "ps:0", 1: "worker:0", 2: "ps:1", 3: "worker:1"}
+# The user's command must return within MPIFLOW_PEER_TIMEOUT + 10 s of a fault (the
+# bound mpiflow sets itself); the slack covers a loaded CI machine.
+RETURNS_WITHIN_S = PEER_TIMEOUT + 10 + 5
 LOST = "host node2 (all its ranks: rank 4 (worker:2), rank 5 (worker:3))"
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multinode]
@@ -30,8 +33,8 @@ def saved_step(checkpoint_dir) -> int:
     return int(found.group(1)) if found else -1
 
 
-def train_until_a_checkpoint(launch, checkpoint_dir, step=50):
-    job = launch(PROG, checkpoint_dir, 10**9, 0.02, env=LIVENESS)
+def train_until_a_checkpoint(launch, checkpoint_dir, step=50, via="mpiexec"):
+    job = launch(PROG, checkpoint_dir, 10**9, 0.02, env=LIVENESS, via=via)
     deadline = time.monotonic() + 120
     while saved_step(checkpoint_dir) < step:
         if job.proc.poll() is not None or time.monotonic() > deadline:
@@ -92,9 +95,9 @@ def test_every_survivor_names_the_silent_host_and_training_resumes(hosts, launch
         # The cut-off ranks hear nothing from rank 0 and end by themselves as well.
         wait_until_ranks_end(hosts, ["node2"], job, PEER_TIMEOUT + 30)
     print(f"{fault}: every surviving rank ended {took:.1f} s after the fault")
-    # MPICH's mpiexec itself keeps waiting for node2's proxy, which never answers (its
-    # control sockets have no keep-alive); under a scheduler the allocation ends the step.
-    job.stop()
+    # The user's command returns too (a rank on the launcher's host ends it if it waits
+    # for the proxy it cannot reach).
+    job.wait(RETURNS_WITHIN_S)
     stderr = job.stderr
     for rank, role in SURVIVORS.items():
         lines = [line for line in stderr.splitlines()
@@ -116,4 +119,41 @@ def test_every_process_of_a_host_killed_ends_the_job_at_once_and_training_resume
     print(f"kill_host: the job ended {took:.1f} s after the fault")
     assert job.returncode != 0
     wait_until_ranks_end(hosts, hosts.names, job, 10)   # the launcher's proxies kill them
+    resume_reaches_the_saved_step(launch, checkpoint_dir)
+
+
+@pytest.mark.parametrize("via", ["mpiexec", "mpiflow"])
+def test_the_users_command_returns_when_the_launching_host_is_cut_off(hosts, launch, tmp_path,
+                                                                     via):
+    """node0, where the launcher runs, loses its link: MPICH's mpiexec waits for proxies it
+    can no longer reach. A rank there that ends the job ends its launcher too (plain
+    mpiexec), or mpiflow launch ends it."""
+    checkpoint_dir = tmp_path / "ckpt"
+    job = train_until_a_checkpoint(launch, checkpoint_dir, via=via)
+    hosts.cut_link("node0")
+    took = job.wait(RETURNS_WITHIN_S)
+    print(f"{via}: the command returned {took:.1f} s after node0's link was cut")
+    assert job.returncode != 0, job.report()
+    if via == "mpiflow":
+        last = job.stderr.strip().splitlines()[-1]
+        assert re.match(r"mpiflow\.launch: the job failed \(.*\) after [\d.]+ s: rank 0 "
+                        r"\(ps:0\) on node0: .*lost contact with host node1 .*host node2",
+                        last), job.report()
+    hosts.restore_link("node0")
+    wait_until_ranks_end(hosts, hosts.names, job, 20)     # the cut-off ranks end too
+    resume_reaches_the_saved_step(launch, checkpoint_dir)
+
+
+def test_mpiflow_launch_names_a_powered_off_host_and_returns_in_bounded_time(hosts, launch,
+                                                                           tmp_path):
+    checkpoint_dir = tmp_path / "ckpt"
+    job = train_until_a_checkpoint(launch, checkpoint_dir, via="mpiflow")
+    hosts.power_off("node2")
+    took = job.wait(RETURNS_WITHIN_S)
+    print(f"mpiflow launch returned {took:.1f} s after node2 powered off")
+    assert job.returncode != 0, job.report()
+    last = job.stderr.strip().splitlines()[-1]
+    assert last.startswith("mpiflow.launch: the job failed") and "lost contact with " + LOST \
+        in last, job.report()
+    hosts.restore_link("node2")
     resume_reaches_the_saved_step(launch, checkpoint_dir)
