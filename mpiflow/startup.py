@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import traceback
 
 from mpiflow import config, logger
 
@@ -44,25 +45,49 @@ def prepare_process() -> None:
     if rank is not None:
         logger.whole_lines()
         _open_launch_link(rank)
+        _fail_the_job_on_uncaught_errors()
 
 
 def _open_launch_link(rank: str) -> None:
     """Under ``mpiflow launch``: tell it this rank is here (from import on, so a rank
     stuck before it ever reaches MPI is seen too), and that it ended well at exit."""
-    from mpiflow.comm import launch_link  # noqa: PLC0415  (only under mpiflow launch)
+    from mpiflow.comm import launch_link  # noqa: PLC0415  (only in a launched rank)
     from mpiflow.runtime import whereabouts  # noqa: PLC0415  (idem)
 
     link = launch_link.connect_from_environment(rank)
-    if link is None:
-        return
-    link.whereabouts = whereabouts.report
-    atexit.register(launch_link.tell, "bye")
-    # Until the rank service installs its own hook, an uncaught exception is still this
-    # rank's failure, not a "bye".
-    previous = sys.excepthook
+    if link is not None:
+        link.whereabouts = whereabouts.report
+        atexit.register(launch_link.tell, "bye")
+
+
+def _fail_the_job_on_uncaught_errors() -> None:
+    """Until the rank service installs its own hook: an uncaught error ends the whole job.
+
+    A rank that raises once MPI is running (a start-up wait that timed out, a bad layout,
+    the script's own error before its Server) would otherwise finalize MPI and exit
+    cleanly, while the others wait for it in a collective without end. Here it prints its
+    error with its tag, tells mpiflow launch, and aborts the job. Before MPI starts, the
+    launcher sees a failed process and ends the job itself.
+    """
+    from mpiflow.comm import launch_link, launcher_reaper  # noqa: PLC0415  (launched rank)
+    from mpiflow.runtime import whereabouts  # noqa: PLC0415  (idem)
 
     def hook(exc_type, exc, tb):
-        launch_link.tell("failed", why=f"{exc_type.__name__}: {exc}".splitlines()[0][:500])
-        previous(exc_type, exc, tb)
+        summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
+        if issubclass(exc_type, KeyboardInterrupt):
+            sys.__excepthook__(exc_type, exc, tb)
+            return
+        text = summary if getattr(exc, "brief", False) else \
+            "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        rank = logger.launch_rank()
+        text += "\n" + whereabouts.for_timeout(exc, int(rank) if rank else None)
+        tag = logger.line_tag()
+        sys.stderr.write("".join(f"{tag}{line}\n" for line in text.splitlines()))
+        sys.stderr.flush()
+        launch_link.tell("failed", why=summary)
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            launcher_reaper.end_launcher_later()
+            mpi.COMM_WORLD.Abort(1)
 
     sys.excepthook = hook

@@ -17,6 +17,7 @@ import numpy as np
 
 from mpiflow import config as config_lib
 from mpiflow import errors
+from mpiflow.comm import arrival
 from mpiflow.comm.backoff import Backoff, poll_until
 
 if TYPE_CHECKING:
@@ -217,6 +218,8 @@ class Layout:
         from mpi4py import MPI
 
         config = config or config_lib.default()
+        # Every rank first, or the ones that never come named (not a gather that hangs).
+        arrival.meet(comm, "the cluster layout (ClusterSpec.from_mpi, Server)", config)
         rank, size = comm.Get_rank(), comm.Get_size()
         name = (MPI.Get_processor_name() if host is None else host).encode("utf-8")
         waiter = _Waiter(config, f"rank {rank} of {size}")

@@ -33,6 +33,9 @@ class LaunchLink:
         self._sock = sock
         self._send_lock = threading.Lock()
         self.whereabouts: Callable[[], dict] = lambda: {}
+        self._answers: dict[int, dict] = {}
+        self._answered = threading.Condition()
+        self._next_question = 0
         threading.Thread(target=self._serve, name="mpiflow-launch-link", daemon=True).start()
 
     def tell(self, kind: str, **fields) -> None:
@@ -43,6 +46,17 @@ class LaunchLink:
                 self._sock.sendall(data)
             except OSError:
                 pass
+
+    def whereabouts_of(self, ranks, wait_s: float = 3.0) -> dict[int, dict]:
+        """Ask the launcher where ``ranks`` are (it asks them); ``{rank: report}``."""
+        with self._answered:
+            self._next_question += 1
+            question = self._next_question
+        self.tell("stacks_of", id=question, ranks=[int(r) for r in ranks], wait_s=wait_s)
+        with self._answered:
+            self._answered.wait_for(lambda: question in self._answers, wait_s + 1.0)
+            reports = self._answers.pop(question, {})
+        return {int(rank): report for rank, report in reports.items()}
 
     def close(self) -> None:
         try:
@@ -60,7 +74,11 @@ class LaunchLink:
                 request = json.loads(line)
             except ValueError:
                 continue
-            if request.get("k") == "stacks":
+            if request.get("k") == "stacks_of":
+                with self._answered:
+                    self._answers[request.get("id")] = request.get("reports") or {}
+                    self._answered.notify_all()
+            elif request.get("k") == "stacks":
                 try:
                     report = self.whereabouts()
                 except Exception as exc:        # a report that failed is still a report

@@ -21,6 +21,7 @@ thread never waits again the thread ends the job itself after a grace period.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -34,6 +35,8 @@ from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.comm.cluster import rank_ranges
 
 HEARTBEAT_TAG = 7201
+WHEREABOUTS_ASK_TAG = 7202      # "where are you?" (any rank to any rank)
+WHEREABOUTS_TAG = 7203          # the answer: this rank's whereabouts as JSON
 ALIVE, LEAVING, ACK = 0, 1, 2
 MONITOR = 0
 _TICK_S = 0.05      # how often the thread looks for messages (beats go every ``interval``)
@@ -64,6 +67,9 @@ class Heartbeat:
         self.timeout = timeout
         self.grace = max(grace, 2 * interval)
         self.on_unhandled = on_unhandled
+        # What this rank answers when asked where it is (set by the runtime): the thread
+        # answers, so a rank whose main thread is stuck still does.
+        self.whereabouts: Callable[[], dict] = lambda: {}
         self.lost: str | None = None          # what was lost, once it was
         self.lost_ranks: list[int] = []
         now = time.monotonic()
@@ -136,9 +142,45 @@ class Heartbeat:
             if rank not in self._left:
                 self._sends.append(self.comm.Isend(self._beat, rank, HEARTBEAT_TAG))
 
+    def ask_whereabouts(self, ranks, wait_s: float = 2.0) -> dict[int, dict]:
+        """Ask ``ranks`` where they are (their threads answer); ``{rank: report}`` of those
+        that answered within ``wait_s``. Called from the main thread."""
+        ranks = [r for r in ranks if r != self.rank and 0 <= r < self.size]
+        if not ranks or not self._thread.is_alive():
+            return {}
+        ask = np.zeros(1, np.uint8)
+        sends = [self.comm.Isend(ask, r, WHEREABOUTS_ASK_TAG) for r in ranks]
+        found, status = {}, MPI.Status()
+        deadline = time.monotonic() + wait_s
+        while len(found) < len(ranks) and time.monotonic() < deadline:
+            if not self.comm.Iprobe(MPI.ANY_SOURCE, WHEREABOUTS_TAG, status):
+                time.sleep(0.005)
+                continue
+            data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+            self.comm.Recv(data, status.Get_source(), WHEREABOUTS_TAG)
+            try:
+                found[status.Get_source()] = json.loads(data.tobytes())
+            except ValueError:
+                continue
+        for request in sends:
+            if not request.Test():
+                request.Cancel()
+        return found
+
+    def _answer_whereabouts(self, source: int) -> None:
+        self.comm.Recv(np.empty(1, np.uint8), source, WHEREABOUTS_ASK_TAG)
+        try:
+            report = self.whereabouts()
+        except Exception as exc:        # a report that failed is still an answer
+            report = {"error": f"{type(exc).__name__}: {exc}"}
+        data = np.frombuffer(json.dumps(report).encode(), np.uint8)
+        self._sends.append(self.comm.Isend(data, source, WHEREABOUTS_TAG))
+
     def _receive(self) -> None:
         status = MPI.Status()
         now = time.monotonic()
+        while self.comm.Iprobe(MPI.ANY_SOURCE, WHEREABOUTS_ASK_TAG, status):
+            self._answer_whereabouts(status.Get_source())
         while self.comm.Iprobe(MPI.ANY_SOURCE, HEARTBEAT_TAG, status):
             source, count = status.Get_source(), status.Get_count(MPI.INT64_T)
             if count != 1:

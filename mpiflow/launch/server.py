@@ -20,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from mpiflow.runtime.whereabouts import format_report
+
 FAULTS = ("failed", "lost", "died")
 ENDINGS = ("failed", "lost", "aborted", "interrupted", "bye")
 STACKS_WAIT_S = 3.0
@@ -72,15 +74,17 @@ class LaunchServer:
             self.faults = queue.Queue()
 
     # -- stacks ----------------------------------------------------------------------------
-    def collect_stacks(self, wait_s: float = STACKS_WAIT_S) -> dict[int, dict]:
-        """Ask every connected rank where it is; return ``{rank: report}`` (a rank that
-        did not answer within ``wait_s`` has ``{"error": "no answer ..."}``)."""
+    def collect_stacks(self, wait_s: float = STACKS_WAIT_S, ranks=None) -> dict[int, dict]:
+        """Ask every connected rank (or those of ``ranks``) where it is; return
+        ``{rank: report}`` (a rank that did not answer within ``wait_s`` has
+        ``{"error": "no answer ..."}``)."""
         with self._lock:
             self._next_request += 1
             request = self._next_request
             self._answers[request] = {}
             asked = {state["rank"]: conn for conn, state in self._conns.items()
-                     if state.get("rank") is not None}
+                     if state.get("rank") is not None and (ranks is None or
+                                                           state["rank"] in ranks)}
             for conn in asked.values():
                 _send(conn, {"k": "stacks", "id": request})
         deadline = time.monotonic() + wait_s
@@ -99,8 +103,12 @@ class LaunchServer:
         answers = self.collect_stacks()
         if not answers:
             return "no rank is connected to this launch (yet)\n"
-        return "".join(format_report(self.ranks.get(rank), rank, report)
+        return "".join(format_report(self._title(rank), report)
                        for rank, report in answers.items())
+
+    def _title(self, rank: int) -> str:
+        state = self.ranks.get(rank)
+        return state.title() if state is not None else f"rank {rank}"
 
     # -- the threads -----------------------------------------------------------------------
     def _accept_forever(self) -> None:
@@ -166,9 +174,18 @@ class LaunchServer:
             elif kind == "report":
                 threading.Thread(target=self._answer_report, args=(conn,),
                                  daemon=True).start()
+            elif kind == "stacks_of":
+                threading.Thread(target=self._answer_stacks_of, args=(conn, message),
+                                 daemon=True).start()
 
     def _answer_report(self, conn) -> None:
         _send(conn, {"k": "report", "text": self.stacks_report()})
+
+    def _answer_stacks_of(self, conn, message) -> None:
+        """A rank that gives up waiting asks where the ranks it waited for are."""
+        wait_s = min(float(message.get("wait_s", STACKS_WAIT_S)), STACKS_WAIT_S)
+        reports = self.collect_stacks(wait_s, set(message.get("ranks", [])))
+        _send(conn, {"k": "stacks_of", "id": message.get("id"), "reports": reports})
 
 
 def _send(conn, message: dict) -> None:
@@ -176,19 +193,3 @@ def _send(conn, message: dict) -> None:
         conn.sendall((json.dumps(message) + "\n").encode())
     except OSError:
         pass
-
-
-def format_report(state: RankState | None, rank: int, report: dict) -> str:
-    """One rank's part of a stacks report: a header line, then its main thread's stack."""
-    title = state.title() if state is not None else f"rank {rank}"
-    lines = [f"=== {title}"]
-    if "error" in report:
-        lines.append(f"    ({report['error']})")
-    if report.get("waiting_for"):
-        lines.append(f"    waiting {report.get('waiting_s', 0):.1f} s for "
-                     f"{report['waiting_for']}")
-    if "steps" in report:
-        lines.append(f"    steps run: {report['steps']}")
-    stack = report.get("stack", "")
-    lines += ["    " + line for line in stack.rstrip("\n").splitlines()]
-    return "\n".join(lines) + "\n"

@@ -15,8 +15,8 @@ import os
 import sys
 import traceback
 
-from mpiflow.comm import launch_link, launcher_reaper
-from mpiflow.runtime import interrupts
+from mpiflow.comm import arrival, launch_link, launcher_reaper
+from mpiflow.runtime import interrupts, whereabouts
 
 _SERVICE = []
 
@@ -27,6 +27,9 @@ def rank_service():
         from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
 
         from mpiflow.runtime.rank_service import RankService
+        # MPI_Comm_dup waits for every rank without end: meet first, naming the absent.
+        arrival.meet(MPI.COMM_WORLD, "the start of the rank service (Server, or a Session "
+                     "on a cluster)")
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
@@ -51,6 +54,8 @@ def _install_abort_hook(service, world):
         prefix = f"[{service.describe_self()}] "
         text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
             "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        text += "\n" + whereabouts.for_timeout(exc, service.rank, service.describe,
+                                               service.peers.heartbeat)
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
         sys.stderr.flush()
         summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]

@@ -31,7 +31,7 @@ from mpiflow.comm.transport import Transport
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
 from mpiflow.ops.registry import registered_op_types
-from mpiflow.runtime import interrupts, tracing, waiting
+from mpiflow.runtime import interrupts, tracing, waiting, whereabouts
 from mpiflow.runtime.executor import Plan
 from mpiflow.runtime.kernel_env import ServiceEnv
 from mpiflow.runtime.membership import JobMembership
@@ -72,6 +72,8 @@ class RankService(JobMembership):
         self.size = self.transport.size
         self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
         self.peers = Peers(comm, layout, self.host, config.heartbeat_settings())
+        if self.peers.heartbeat is not None:     # a peer that gives up waiting asks
+            self.peers.heartbeat.whereabouts = whereabouts.report
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
         self.env = ServiceEnv(self)         # what kernels of this rank see of it

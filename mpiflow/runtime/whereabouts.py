@@ -5,10 +5,14 @@ waits) while the main thread is stuck, so what it records costs two stores per w
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
 import traceback
+
+from mpiflow import errors
+from mpiflow.comm import launch_link
 
 
 class _Now:
@@ -38,3 +42,59 @@ def report() -> dict:
             found["waiting_for"] = f"(cannot say: {type(exc).__name__}: {exc})"
         found["waiting_s"] = time.monotonic() - NOW.since
     return found
+
+
+def format_report(title: str, report: dict) -> str:
+    """One rank's part of a whereabouts report: a header line naming it, what it waits
+    for, its steps, then its main thread's stack."""
+    lines = [f"=== {title}"]
+    if "error" in report:
+        lines.append(f"    ({report['error']})")
+    if report.get("waiting_for"):
+        lines.append(f"    waiting {report.get('waiting_s', 0):.1f} s for "
+                     f"{report['waiting_for']}")
+    if "steps" in report:
+        lines.append(f"    steps run: {report['steps']}")
+    lines += ["    " + line for line in report.get("stack", "").rstrip("\n").splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+# At most this many ranks are asked where they are for one error: a message naming a
+# whole job must not make its report the size of the job.
+MAX_RANKS_ASKED = 8
+_RANK_NAMED = re.compile(r"\brank (\d+)\b")
+
+
+def for_timeout(exc, own_rank: int | None, describe=None, heartbeat=None) -> str:
+    """For a wait that timed out (DeadlineExceededError): where the ranks it waited for
+    are, as text to print after the error; empty for any other error."""
+    if not isinstance(exc, errors.DeadlineExceededError):
+        return ""
+    found = of_ranks_named_in(str(exc), own_rank, describe, heartbeat)
+    return f"where the ranks it waited for are:\n{found}" if found else ""
+
+
+def of_ranks_named_in(text: str, own_rank: int | None, describe=None,
+                      heartbeat=None) -> str:
+    """Where the ranks that ``text`` (an error message) names are, asked from their own
+    threads: through ``mpiflow launch`` when the job runs under it, else through the
+    heartbeat threads (``heartbeat``: this rank's, once the rank service runs). Empty
+    when nobody can be asked."""
+    ranks = []
+    for found in _RANK_NAMED.finditer(text):
+        rank = int(found.group(1))
+        if rank != own_rank and rank not in ranks:
+            ranks.append(rank)
+    ranks = ranks[:MAX_RANKS_ASKED]
+    if not ranks:
+        return ""
+    link = launch_link.current()
+    if link is not None:
+        reports = link.whereabouts_of(ranks)
+    elif heartbeat is not None:
+        reports = heartbeat.ask_whereabouts(ranks)
+    else:
+        return ""
+    describe = describe or (lambda r: f"rank {r}")
+    return "".join(format_report(describe(rank), reports.get(rank, {
+        "error": "no answer: it has ended, or its thread cannot answer"})) for rank in ranks)

@@ -14,7 +14,7 @@ import os
 import socket
 
 from mpiflow import errors, logger
-from mpiflow.comm import launch_link
+from mpiflow.comm import arrival, launch_link
 from mpiflow.comm.cluster import check_agreement
 from mpiflow.runtime.distributed import ClusterContext, register_target
 from mpiflow.runtime.process import rank_service
@@ -40,6 +40,8 @@ def _join_job_group(service, cluster, job) -> None:
     if job in service.groups:
         return
     jobs = sorted(cluster.jobs)
+    arrival.meet(service.transport.comm, "Server (the job groups, MPI_Comm_split)",
+                 describe=service.describe)
     comm = service.transport.comm.Split(jobs.index(job), service.rank)
     service.add_group(job, comm)
 

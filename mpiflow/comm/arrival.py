@@ -1,0 +1,132 @@
+"""Start-up meeting points: every rank arrives, or every arrived rank says who did not.
+
+A blocking collective (``MPI_Comm_dup``, ``MPI_Comm_split``, the first gather of the
+layout) waits without end for a rank that never calls it: one stuck in its own start-up,
+or started with another script. Before each of those, mpiflow's ranks meet here first:
+each rank tells rank 0 it arrived (and where: the point's name), rank 0 waits up to
+``MPIFLOW_TIMEOUT`` and answers every rank with who arrived. Then the collective runs
+with everyone present; or every rank that arrived raises DeadlineExceededError naming
+the ranks that did not, and the job ends at once instead of hanging.
+
+Point-to-point only, on the communicator about to be used, with tags of its own; a few
+bytes per rank and one round trip, once per start-up step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from mpiflow import config as config_lib
+from mpiflow import errors
+from mpiflow.comm import cluster  # cluster uses meet: its names are read at call time
+from mpiflow.comm.backoff import Backoff
+
+ARRIVE_TAG = 7301
+ANSWER_TAG = 7302
+_POINT_BYTES = 64
+# A rank other than 0 waits this much longer than rank 0 does, so that rank 0's answer
+# (which names the missing ranks) comes first whenever rank 0 itself is there.
+_EXTRA_WAIT_S = 2.0
+_NAMED = 8          # missing ranks named one by one; more are counted
+
+
+def meet(comm, point: str, cfg: config_lib.Config | None = None,
+         describe: Callable[[int], str] | None = None) -> None:
+    """Wait until every rank of ``comm`` has called ``meet`` with the same ``point``.
+
+    Raises:
+        DeadlineExceededError: on every rank that arrived, when some rank did not arrive
+            within MPIFLOW_TIMEOUT; the message names those ranks and the point.
+        InvalidArgumentError: ranks arrived at different points (different scripts).
+    """
+    from mpi4py import MPI  # noqa: PLC0415  (importing mpi4py.MPI initialises MPI)
+
+    cfg = cfg or config_lib.default()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1:
+        return
+    describe = describe or (lambda r: f"rank {r}")
+    timeout = cfg.get("MPIFLOW_TIMEOUT")
+    backoff = Backoff(spin_s=0.0, first_s=1e-6,
+                      max_s=cfg.get("MPIFLOW_POLL_MAX_SLEEP_US") * 1e-6)
+    name = np.zeros(_POINT_BYTES, np.uint8)
+    raw = point.encode("utf-8")[:_POINT_BYTES]
+    name[:len(raw)] = np.frombuffer(raw, np.uint8)
+    if rank != 0:
+        comm.Isend(name, 0, ARRIVE_TAG).Wait()     # eager: a few bytes
+        answer = np.empty(size + _POINT_BYTES, np.uint8)
+        request = comm.Irecv(answer, 0, ANSWER_TAG)
+        if not _poll(request, timeout + _EXTRA_WAIT_S, backoff):
+            request.Cancel()
+            request.Wait()
+            raise _brief(errors.DeadlineExceededError(
+                f"Start-up: {describe(rank)} waited {timeout + _EXTRA_WAIT_S:g} s at "
+                f"{point} for {describe(0)}, which never arrived there (MPIFLOW_TIMEOUT="
+                f"{timeout:g}): it is stuck before it, or runs another program"))
+        _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe,
+                          timeout)
+        return
+    names = np.zeros((size, _POINT_BYTES), np.uint8)
+    requests = [comm.Irecv(names[r], r, ARRIVE_TAG) for r in range(1, size)]
+    _poll_all(requests, timeout, backoff)
+    arrived = np.ones(size, np.uint8)
+    for r, request in enumerate(requests, start=1):
+        if not request.Test():
+            request.Cancel()
+            request.Wait()
+            arrived[r] = 0
+    # Points that differ: report the first, as if that rank had not arrived.
+    elsewhere = next((r for r in range(1, size) if arrived[r] and
+                      not np.array_equal(names[r], name)), None)
+    answer = np.concatenate([arrived, names[elsewhere] if elsewhere is not None
+                             else np.zeros(_POINT_BYTES, np.uint8)])
+    if elsewhere is not None:
+        answer[elsewhere] = 2
+    sends = [comm.Isend(answer, r, ANSWER_TAG) for r in range(1, size) if arrived[r]]
+    MPI.Request.Waitall(sends)
+    _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe, timeout)
+
+
+def _poll(request, timeout: float, backoff: Backoff) -> bool:
+    deadline = time.monotonic() + timeout
+    while not request.Test():
+        if time.monotonic() > deadline:
+            return False
+        backoff.wait()
+    return True
+
+
+def _poll_all(requests, timeout: float, backoff: Backoff) -> None:
+    from mpi4py import MPI  # noqa: PLC0415  (importing mpi4py.MPI initialises MPI)
+    deadline = time.monotonic() + timeout
+    while not MPI.Request.Testall(requests) and time.monotonic() <= deadline:
+        backoff.wait()
+
+
+def _brief(error):
+    """A start-up error is said in one line: its traceback would add nothing."""
+    error.brief = True
+    return error
+
+
+def _raise_if_missing(arrived, elsewhere_name: bytes, point, rank, describe, timeout):
+    elsewhere = [r for r, flag in enumerate(arrived) if flag == 2]
+    if elsewhere:
+        other = elsewhere_name.rstrip(b"\0").decode("utf-8", "replace")
+        raise _brief(errors.InvalidArgumentError(
+            f"Start-up: {describe(elsewhere[0])} arrived at {other} while {describe(0)} "
+            f"arrived at {point}: the ranks run different programs (an MPMD launch?) or "
+            "call mpiflow in a different order"))
+    missing = [r for r, flag in enumerate(arrived) if flag == 0]
+    if missing:
+        named = ", ".join(describe(r) for r in missing[:_NAMED])
+        if len(missing) > _NAMED:
+            named += f" and {len(missing) - _NAMED} more (ranks {cluster.rank_ranges(missing)})"
+        raise _brief(errors.DeadlineExceededError(
+            f"Start-up: {describe(rank)} waited {timeout:g} s at {point} for {named} (of "
+            f"{len(arrived)} ranks), which never arrived there "
+            f"(MPIFLOW_TIMEOUT={timeout:g}): they are stuck before it, or run another "
+            "program"))
