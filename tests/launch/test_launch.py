@@ -155,3 +155,20 @@ def test_stacks_without_a_running_launch_says_so(tmp_path):
                            text=True, env=env, timeout=60)
     assert shown.returncode == 1
     assert "no running mpiflow launch found" in shown.stderr
+
+
+def test_a_killed_launch_takes_the_job_with_it(start_launch, tmp_path):
+    checkpoint_dir = tmp_path / "ckpt-killed-launch"
+    proc = start_launch("-n", 3, PROG, checkpoint_dir, 10**6)
+    for line in proc.stdout:
+        if line.rstrip().endswith("start 0") or " start " in line:
+            break
+    ranks = subprocess.run(["pgrep", "-f", str(checkpoint_dir)], capture_output=True,
+                           text=True).stdout.split()
+    assert len(ranks) >= 3, ranks       # the MPI launcher's command line names it too
+    os.kill(proc.pid, signal.SIGKILL)   # the launch alone, not its process group
+    proc.communicate()
+    deadline = time.monotonic() + 15
+    while subprocess.run(["pgrep", "-f", str(checkpoint_dir)], capture_output=True).stdout:
+        assert time.monotonic() < deadline, "the job outlived its launch by 15 s"
+        time.sleep(0.1)

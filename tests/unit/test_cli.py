@@ -56,7 +56,7 @@ def test_no_command_prints_the_usage_with_every_command_and_exits_2():
     assert proc.returncode == 2
     assert proc.stdout.startswith("usage: mpiflow [--version] <command> [args...]")
     listed = re.findall(r"^  (\w+)  +\S", proc.stdout, flags=re.MULTILINE)
-    assert listed == ["info", "run", "version"], proc.stdout
+    assert listed == ["info", "run", "launch", "stacks", "version"], proc.stdout
 
 
 def test_help_prints_the_usage_and_succeeds():
