@@ -118,6 +118,10 @@ _declare(
                "terminal (also through the MPI launcher), else lines"),
     Option("MPIFLOW_PROGRESS_INTERVAL_S", "float", 10.0, minimum=0, above_minimum=True,
            doc="seconds between progress lines (MPIFLOW_PROGRESS=lines)"),
+    Option("MPIFLOW_STOP_GRACE_S", "float", 25.0, minimum=0, above_minimum=True,
+           doc="seconds a graceful stop may take (SIGTERM while training: the current step, "
+               "the chief's checkpoint); then the rank ends as interrupted. Slurm waits 30 s "
+               "(KillWait) between SIGTERM and SIGKILL unless --signal asks earlier"),
     Option("MPIFLOW_LAUNCH_ADDRESS", "str", None,
            doc="set by mpiflow launch for its ranks: host:port of its line to them (who "
                "each rank is, how it ended, its stack on demand)"),

@@ -10,6 +10,16 @@ prints one line (``interrupted (SIGINT)``), tells its peers, and is gone within
 peer's interrupt before (or instead of) its own signal stops the same way and says whose
 interrupt it was, in one line of its own.
 
+SIGTERM while the rank trains in a ``MonitoredTrainingSession`` (or serves as a ps) is
+a graceful stop instead (what Slurm sends before its time limit, with ``--signal``): the
+session stops after its current step, its hooks end (the chief writes its checkpoint),
+the ps keep serving until the workers are done, and the job ends with exit code 0, every
+rank saying ``stopping (SIGTERM)`` once. Peers hear of it and stop the same way. A second
+signal of another kind (Ctrl-C) interrupts at once; ``MPIFLOW_STOP_GRACE_S`` bounds it.
+
+SIGUSR1 (MPICH's ``mpiexec`` forwards it to every rank) prints where every rank is: rank
+0 asks the others from a thread and prints one report (``whereabouts``).
+
 Only the default handlers are replaced, and only in a rank of an MPI job (the rank service
 installs them): a handler the script set itself, or an interactive session's, stays.
 """
@@ -23,12 +33,25 @@ import sys
 import threading
 import time
 
+from mpiflow import config
 from mpiflow.comm import launch_link
 
 # From the signal to the process's end, at the most: long enough to unwind and print,
 # short enough that a user pressing Ctrl-C sees the prompt at once.
 EXIT_WITHIN_S = 1.5
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+GRACEFUL = signal.SIGTERM
+DUMP = signal.SIGUSR1
+
+# What can stop at a step boundary, while it can: ``request_stop()`` of each is called on a
+# graceful stop (an open MonitoredSession; a ps serving in ``Server.join``, which just
+# keeps serving). Empty: SIGTERM interrupts like Ctrl-C.
+STOPPABLE = []
+# Called with the signal when this rank begins a graceful stop of its own: the rank
+# service tells its peers, which stop too.
+STOP_LISTENERS = []
+# Returns the report SIGUSR1 prints ("" prints nothing); the rank service sets it.
+dump_report = None
 
 
 class _State:
@@ -45,6 +68,8 @@ class _State:
         self.prefix = str
         self.said = False
         self.timer = None
+        self.stopping = None        # the signal of a graceful stop under way
+        self.stop_origin = None     # who got it (None: this rank)
         self.watched = False        # a thread arms the exit timer from the wakeup fd
 
 
@@ -53,7 +78,12 @@ _STATE = _State()
 
 def exit_code() -> int:
     """The shell's code for the interrupt being handled (128 + signal number)."""
-    return 128 + int(_STATE.signum or _STATE.peer_signum or signal.SIGINT)
+    return 128 + int(_STATE.signum or _STATE.peer_signum or _STATE.stopping or signal.SIGINT)
+
+
+def stopping() -> bool:
+    """Whether this rank is stopping gracefully (SIGTERM while training)."""
+    return _STATE.stopping is not None
 
 
 def interrupted() -> bool:
@@ -88,13 +118,9 @@ def leave_at(moment: float) -> None:
 
 
 def say_once() -> None:
-    """Print this rank's line about the interrupt, unless it was printed already."""
-    with _STATE.lock:
-        if _STATE.said:
-            return
-        _STATE.said = True
-    sys.stderr.write(_STATE.prefix() + report_line() + "\n")
-    sys.stderr.flush()
+    """Print this rank's line about the interrupt, unless it printed its one line already
+    (about a graceful stop, perhaps)."""
+    _say(report_line())
     launch_link.tell("interrupted", why=report_line())
 
 
@@ -117,7 +143,17 @@ def exit_now() -> None:
     os._exit(exit_code())
 
 
+def graceful_stop_applies(signum) -> bool:
+    """Whether ``signum`` stops this rank gracefully (see the module's docstring)."""
+    return signum == GRACEFUL and _STATE.signum is None and _STATE.peer is None and \
+        (_STATE.stopping is not None or bool(STOPPABLE))
+
+
 def _on_signal(signum, frame):
+    if signum == DUMP:
+        return              # the watcher thread prints the report
+    if graceful_stop_applies(signum):
+        return              # the watcher thread begins the stop (no MPI from a handler)
     with _STATE.lock:
         if _STATE.raising_for_peer:
             # interrupt_main's simulated SIGINT, for a peer's notice: unwind, as below.
@@ -147,8 +183,14 @@ def _watch_wakeups(read_fd: int) -> None:
             return
         if not data:
             return
-        if any(b in HANDLED for b in data):
-            _arm_exit_timer()
+        for signum in data:
+            if signum == DUMP:
+                threading.Thread(target=_print_dump, daemon=True,
+                                 name="mpiflow-whereabouts").start()
+            elif graceful_stop_applies(signum):
+                begin_stop(signum, None)
+            elif signum in HANDLED:
+                _arm_exit_timer()
 
 
 def install() -> bool:
@@ -157,7 +199,7 @@ def install() -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     installed = False
-    for signum in HANDLED:
+    for signum in (*HANDLED, DUMP):
         if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
             signal.signal(signum, _on_signal)
             installed = True
@@ -171,6 +213,77 @@ def install() -> bool:
     return installed
 
 
+def begin_stop(signum: int, who: str | None) -> None:
+    """Stop gracefully for ``signum`` that this rank (``who`` None) or ``who`` got: every
+    stoppable stops at its next step boundary, the peers hear of it, and the rank ends
+    within MPIFLOW_STOP_GRACE_S whatever happens. Called from a thread, never a handler."""
+    with _STATE.lock:
+        if _STATE.stopping is not None:
+            if who is None:
+                _STATE.stop_origin = None   # a peer's word came first, but it got it too
+            return
+        _STATE.stopping, _STATE.stop_origin = signum, who
+        # A serving rank says nothing yet: the workers may still be interrupted instead
+        # (then so is it), or it says "stopped" when its serving ends (``say_stopped``).
+        speaks = any(not getattr(s, "silent", False) for s in STOPPABLE)
+    if speaks:
+        _say(_stop_line("stopping", "after the current step"))
+    for stoppable in list(STOPPABLE):
+        stoppable.request_stop()
+    if who is None:
+        for listener in STOP_LISTENERS:
+            try:
+                listener(signum)
+            except Exception:       # the peers stop on their own signal, or time out
+                pass
+    with _STATE.lock:
+        if _STATE.timer is None:
+            _STATE.timer = threading.Timer(config.get("MPIFLOW_STOP_GRACE_S"), exit_now)
+            _STATE.timer.daemon = True
+            _STATE.timer.start()
+
+
+def _stop_line(verb: str, how: str) -> str:
+    name = signal.Signals(_STATE.stopping).name
+    return f"{verb} ({name}): {how}" if _STATE.stop_origin is None else \
+        f"{verb}: {_STATE.stop_origin} got {name}"
+
+
+def _say(line: str) -> None:
+    with _STATE.lock:
+        if _STATE.said:
+            return
+        _STATE.said = True
+    sys.stderr.write(f"{_STATE.prefix()}{line}\n")
+    sys.stderr.flush()
+
+
+def say_stopped(how: str) -> None:
+    """A serving rank's one line at the end of a graceful stop (if it is one)."""
+    if _STATE.stopping is not None and not interrupted():
+        _say(_stop_line("stopped", how))
+
+
+def on_peer_stopping(who: str, signum: int) -> None:
+    """A peer stops gracefully: stop the same way, or be interrupted where nothing here
+    can stop at a step boundary."""
+    if STOPPABLE or _STATE.stopping is not None:
+        begin_stop(signum, who)
+    else:
+        on_peer_interrupted(who, signum)
+
+
+def _print_dump() -> None:
+    """SIGUSR1: print the report of where the ranks are, in one write."""
+    try:
+        text = dump_report() if dump_report is not None else ""
+    except Exception as exc:    # a report that failed says so instead
+        text = f"mpiflow: no whereabouts report: {type(exc).__name__}: {exc}\n"
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
 def on_peer_interrupted(who: str, signum: int) -> None:
     """A peer says it was interrupted: stop this rank too, unless it is already stopping.
 
@@ -179,8 +292,13 @@ def on_peer_interrupted(who: str, signum: int) -> None:
     with _STATE.lock:
         if _STATE.signum is not None or _STATE.peer is not None:
             return
-        _STATE.peer = who
-        _STATE.peer_signum = signum
+        if _STATE.stopping is not None and _STATE.stop_origin is None:
+            # This rank got the signal itself (and was waiting to stop gracefully): it is
+            # interrupted by its own signal, not by the peer's.
+            _STATE.signum = _STATE.stopping
+        else:
+            _STATE.peer = who
+            _STATE.peer_signum = signum
         _STATE.raising_for_peer = True
     _arm_exit_timer()
     _thread.interrupt_main()
@@ -193,6 +311,9 @@ def report_line() -> str:
     if _STATE.peer is not None:
         return (f"interrupted: {_STATE.peer} got "
                 f"{signal.Signals(_STATE.peer_signum).name}")
+    if _STATE.stopping is not None:
+        return (f"interrupted: the stop for {signal.Signals(_STATE.stopping).name} took "
+                f"longer than MPIFLOW_STOP_GRACE_S={config.get('MPIFLOW_STOP_GRACE_S'):g} s")
     return "interrupted (KeyboardInterrupt)"
 
 

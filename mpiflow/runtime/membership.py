@@ -6,7 +6,9 @@
 - bye: a rank leaving says how; the others stop waiting for it, and a step that needs it
   ends with an error naming it;
 - fatal: a failing rank's last word, printed by every other rank before the abort;
-- intr: an interrupted rank's last word: the others stop as interrupted, blaming nobody.
+- intr: an interrupted rank's last word: the others stop as interrupted, blaming nobody;
+- stop: a rank stops gracefully (SIGTERM while training): the others stop after their
+  current step too.
 
 ``JobMembership`` is a part of ``RankService`` (its base class), kept apart because these
 protocols concern the job, not one step. It owns the join and reset counters and how
@@ -150,6 +152,25 @@ class JobMembership:
         return min(max([leave_at, *self._interrupted_peers.values()]),
                    time.time() + grace_s)
 
+    def wait_for_others_done(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every other rank has left or serves (joined):
+        a chief stopping gracefully saves its last checkpoint after the other workers'
+        last steps, so none of them is lost."""
+        def others_done():
+            return all(self.peers.is_gone(r) or self._peer_joins[r] > 0
+                       for r in self.peers.ranks())
+        try:
+            self._wait_until(others_done, lambda: "the other workers to stop", timeout)
+        except Exception:      # saving anyway: a worker that does not stop loses its step
+            pass
+
+    def announce_stop(self, signum: int) -> None:
+        """Tell every other rank this one stops gracefully for ``signum`` (SIGTERM): they
+        stop after their current step too (``interrupts.on_peer_stopping``)."""
+        with self._lock:
+            self._send_to_active({"k": "stop", "sig": int(signum),
+                                  "who": self.describe_self()})
+
     def _send_to_active(self, header: dict) -> None:
         for rank in self.peers.active():
             self.transport.send(rank, header)
@@ -186,6 +207,9 @@ class JobMembership:
         # comes (the failed rank hangs).
         time.sleep(_FATAL_WAIT_S)
         os._exit(1)
+
+    def _on_stop(self, source, h, arrays):
+        interrupts.on_peer_stopping(h["who"], h["sig"])
 
     def _on_interrupted(self, source, h, arrays):
         self._interrupted_peers[source] = h["at"] * 1e-6

@@ -34,10 +34,20 @@ def rank_service():
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
         interrupts.set_line_prefix(lambda: f"[{service.describe_self()}] ")
+        interrupts.STOP_LISTENERS.append(service.announce_stop)
+        interrupts.dump_report = lambda: whereabouts.job_report(
+            service.rank, service.size, service.describe, service.peers.heartbeat)
         interrupts.install()
         _fail_on_nonzero_exit(service, MPI.COMM_WORLD)
         _SERVICE.append(service)
     return _SERVICE[0]
+
+
+def wait_for_other_workers(timeout: float) -> None:
+    """In a cluster: wait up to ``timeout`` s until every other rank has left or serves
+    (``JobMembership.wait_for_others_done``); alone, return at once."""
+    if _SERVICE:
+        _SERVICE[0].wait_for_others_done(timeout)
 
 
 def _install_abort_hook(service, world):

@@ -354,4 +354,5 @@ KINDS = {
     "bye": Kind({"how": STR}, 0, RankService._on_bye),
     "fatal": Kind({"msg": STR, "who": STR, "host": STR}, 0, RankService._on_fatal),
     "intr": Kind({"sig": INT, "who": STR, "at": INT}, 0, RankService._on_interrupted),
+    "stop": Kind({"sig": INT, "who": STR}, 0, RankService._on_stop),
 }

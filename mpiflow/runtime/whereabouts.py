@@ -98,3 +98,15 @@ def of_ranks_named_in(text: str, own_rank: int | None, describe=None,
     describe = describe or (lambda r: f"rank {r}")
     return "".join(format_report(describe(rank), reports.get(rank, {
         "error": "no answer: it has ended, or its thread cannot answer"})) for rank in ranks)
+
+
+def job_report(rank: int, size: int, describe, heartbeat) -> str:
+    """On rank 0: where every rank of the job is, in rank order (asked from the others'
+    heartbeat threads); elsewhere nothing (rank 0 speaks for the job)."""
+    if rank != 0:
+        return ""
+    others = heartbeat.ask_whereabouts(range(1, size)) if heartbeat is not None else {}
+    parts = [format_report(describe(r), report() if r == rank else others.get(r, {
+        "error": "no answer: it has ended, or has no heartbeat thread"}))
+             for r in range(size)]
+    return f"mpiflow: where every rank is ({size} ranks)\n" + "".join(parts)

@@ -13,14 +13,21 @@ or ``UnavailableError``: in an MPI job a lost rank ends the job.
 
 from __future__ import annotations
 
-from mpiflow import errors, summary
+from mpiflow import config, errors, summary
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.ops.variables import (
-    global_variables, global_variables_initializer, local_variables_initializer)
+    global_variables,
+    global_variables_initializer,
+    local_variables_initializer,
+)
+from mpiflow.runtime import interrupts, process
 from mpiflow.train import basic_hooks, reporting_hooks
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.session_manager import (
-    SessionManager, get_saver_or_default, report_uninitialized_variables)
+    SessionManager,
+    get_saver_or_default,
+    report_uninitialized_variables,
+)
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
 
 USE_DEFAULT = object()
@@ -215,9 +222,16 @@ class _MonitoredSession:
         try:
             for hook in self._hooks:
                 hook.begin()
-            self._sess = (session_creator or ChiefSessionCreator()).create_session()
+            self._creator = session_creator or ChiefSessionCreator()
+            self._sess = self._creator.create_session()
             for hook in self._hooks:
                 hook.after_create_session(self._sess, self._coord)
+            # SIGTERM (Slurm's time limit) stops training after the current step, with the
+            # hooks' ends (the chief's checkpoint), instead of interrupting it; not where
+            # workers step in lockstep through collectives: each would stop at its own
+            # step, one a collective ahead of another.
+            if not _runs_collectives(self._graph):
+                interrupts.STOPPABLE.append(self._coord)
         except BaseException:
             if self._sess is not None:
                 self._sess.close()
@@ -304,6 +318,9 @@ class _MonitoredSession:
             return
         try:
             if exception_type is None:
+                if interrupts.stopping() and isinstance(self._creator, ChiefSessionCreator):
+                    # The last checkpoint comes after the other workers' last steps.
+                    process.wait_for_other_workers(config.get("MPIFLOW_STOP_GRACE_S") / 2)
                 for hook in self._hooks:
                     hook.end(self._sess)
         finally:
@@ -312,6 +329,8 @@ class _MonitoredSession:
                 self._coord.join(stop_grace_period_secs=self._stop_grace_period_secs,
                                  ignore_live_threads=True)
             finally:
+                if self._coord in interrupts.STOPPABLE:
+                    interrupts.STOPPABLE.remove(self._coord)
                 sess, self._sess = self._sess, None
                 sess.close()
                 self._restore_graph()
@@ -329,6 +348,11 @@ class _MonitoredSession:
             exception_type = None
         self._close_internal(exception_type)
         return exception_type is None
+
+
+def _runs_collectives(graph) -> bool:
+    """Whether the graph's steps run collectives between workers (allreduce, hybrid)."""
+    return any(op.type.startswith("Collective") for op in graph.get_operations())
 
 
 def _check_disjoint(feeds, more, who):

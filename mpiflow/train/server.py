@@ -16,10 +16,23 @@ import socket
 from mpiflow import errors, logger
 from mpiflow.comm import arrival, launch_link
 from mpiflow.comm.cluster import check_agreement
+from mpiflow.runtime import interrupts
 from mpiflow.runtime.distributed import ClusterContext, register_target
 from mpiflow.runtime.process import rank_service
 from mpiflow.runtime.session_options import ConfigProto
 from mpiflow.train.cluster_spec import ClusterSpec
+
+
+class _KeepServing:
+    """What a serving rank does when asked to stop gracefully: go on until it is done."""
+
+    silent = True       # it says "stopped" when its serving ends
+
+    def request_stop(self) -> None:
+        pass
+
+
+_KEEP_SERVING = _KeepServing()
 
 
 def name_roles(service, cluster) -> None:
@@ -138,8 +151,16 @@ class Server:
         """Servers serve from construction on; kept for TensorFlow compatibility."""
 
     def join(self) -> None:
-        """Serve requests until every rank that is not serving has left the job."""
-        self._service.join()
+        """Serve requests until every rank that is not serving has left the job.
+
+        A graceful stop (SIGTERM) keeps it serving: the workers stop after their step and
+        the chief's last checkpoint needs this rank."""
+        interrupts.STOPPABLE.append(_KEEP_SERVING)
+        try:
+            self._service.join()
+        finally:
+            interrupts.STOPPABLE.remove(_KEEP_SERVING)
+        interrupts.say_stopped("served until the workers were done")
 
     def __repr__(self):
         return f"<mf.train.Server /job:{self._job}/task:{self._task} rank {self.rank}>"

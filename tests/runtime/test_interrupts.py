@@ -86,7 +86,9 @@ def tmp(tmp_path):
 def test_a_signal_to_the_whole_launch_ends_every_rank_with_one_line(start_mpi, tmp, signum):
     # A terminal's Ctrl-C reaches every process of the foreground group: the launcher
     # (which forwards it again) and every rank.
-    proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
+    # SIGTERM interrupts a loop of its own (a MonitoredTrainingSession stops gracefully
+    # instead: test_graceful_stop.py).
+    proc = start_mpi(3, PROG, "--plain-session", env={"TMPDIR": str(tmp)})
     pids = _wait_ready(proc)
     _, err, took = _interrupt(proc, lambda: os.killpg(proc.pid, signum))
     lines = _assert_clean_interrupt(err, tmp)

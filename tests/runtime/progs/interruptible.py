@@ -1,11 +1,14 @@
 """Asynchronous ps training that runs until interrupted, holding a temporary directory.
-Usage: mpiexec -n 3 python interruptible.py         (1 ps + 2 workers)
+Usage: mpiexec -n 3 python interruptible.py [--plain-session]   (1 ps + 2 workers)
 
 Every rank prints "READY <rank> <pid>" once it serves or has stepped, so a test knows
-when to interrupt; the workers train until they are stopped.
+when to interrupt; the workers train until they are stopped. They train in a
+MonitoredTrainingSession (which SIGTERM stops gracefully), or with --plain-session in a
+plain Session loop (which SIGTERM interrupts, as Ctrl-C does).
 """
 
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -29,11 +32,21 @@ def main():
         step = mf.train.get_or_create_global_step()
         train = mf.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
         batch = np.ones((32, 16), np.float32)
+        if "--plain-session" in sys.argv:
+            with mf.Session(server.target) as sess:
+                if server.is_chief:
+                    sess.run(mf.global_variables_initializer())
+                while not sess.run(mf.is_variable_initialized(w)):
+                    pass
+                sess.run(train, {x: batch})
+                print(f"READY {rank} {os.getpid()}", flush=True)
+                while True:
+                    sess.run(train, {x: batch})
         with mf.train.MonitoredTrainingSession(master=server.target,
                                                is_chief=server.is_chief) as sess:
             sess.run(train, {x: batch})
             print(f"READY {rank} {os.getpid()}", flush=True)
-            while True:
+            while not sess.should_stop():
                 sess.run(train, {x: batch})
 
 
