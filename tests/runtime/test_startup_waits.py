@@ -38,10 +38,11 @@ def test_a_rank_that_never_arrives_is_named_and_the_job_ends(run_mpi, where):
                                          timeout=60))
     assert result.returncode != 0
     assert took < ENDS_WITHIN_S, took
-    for rank in (0, 1):
-        assert re.search(rf"rank {rank}\b.* waited 3 s at {re.escape(POINTS[where])} for "
-                         r"rank 2\b.*\(of 3 ranks\), which never arrived there",
-                         result.stderr), result.stderr
+    # Rank 0 says it (the others raise the same error, but rank 0's abort may end them
+    # before their line is out).
+    assert re.search(rf"rank 0\b.* waited 3 s at {re.escape(POINTS[where])} for "
+                     r"rank 2\b.*\(of 3 ranks\), which never arrived there",
+                     result.stderr), result.stderr
 
 
 def test_ranks_that_run_different_programs_are_told_so(run_mpi):
