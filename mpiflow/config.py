@@ -118,6 +118,11 @@ _declare(
                "terminal (also through the MPI launcher), else lines"),
     Option("MPIFLOW_PROGRESS_INTERVAL_S", "float", 10.0, minimum=0, above_minimum=True,
            doc="seconds between progress lines (MPIFLOW_PROGRESS=lines)"),
+    Option("MPIFLOW_ELASTIC", "bool", False,
+           doc="a non-chief worker lost in ps training (its exception, kill -9, its host) "
+               "is left behind and the others train on, instead of ending the job; needs a "
+               "launcher that keeps the other ranks (mpiflow launch --elastic, mpiexec "
+               "-disable-auto-cleanup, srun --no-kill)"),
     Option("MPIFLOW_STOP_GRACE_S", "float", 25.0, minimum=0, above_minimum=True,
            doc="seconds a graceful stop may take (SIGTERM while training: the current step, "
                "the chief's checkpoint); then the rank ends as interrupted. Slurm waits 30 s "

@@ -28,9 +28,9 @@ import sys
 
 from mpiflow.cli import add_version_argument
 from mpiflow.info import add_layout_arguments
+from mpiflow.supervise import STATUS_VARIABLE as _STATUS_FD
 
 BASE_PORT = 2222
-_STATUS_FD = "_MPIFLOW_RUN_STATUS_FD"     # set in the supervised child: where to say who it is
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from mpiflow import config
 from mpiflow.logger import launch_rank
 
 _LEAVING = "leaving-at"
@@ -74,8 +75,10 @@ def supervise(command: list[str], status_variable: str) -> int:
         if signum not in forwarded:     # not the launcher stopping the job: say who died
             rank = launch_rank()      # who we are, until the child told us more
             who = name or (f"rank {rank}" if rank is not None else "this rank")
+            ending = "the others go on if they can (MPIFLOW_ELASTIC)" if \
+                config.get("MPIFLOW_ELASTIC") else "the job ends"
             sys.stderr.write(f"[{who}] was killed by {signal.Signals(signum).name} (signal "
-                             f"{signum}); the job ends\n")
+                             f"{signum}); {ending}\n")
             sys.stderr.flush()
         return 128 + signum
     return code
@@ -108,3 +111,28 @@ def _lines(fd: int) -> list[str]:
     os.close(fd)
     return [line for line in b"".join(chunks).decode(errors="replace").split("\n")
             if line.strip()]
+
+
+STATUS_VARIABLE = "_MPIFLOW_RUN_STATUS_FD"     # in the watched child: where to say who it is
+
+
+def main(argv=None) -> int:
+    """``python -m mpiflow.supervise COMMAND...``: run COMMAND as this rank, watched.
+
+    What ``mpiflow launch --elastic`` runs on every rank: MPICH's launcher ends the whole
+    job when a rank dies by a signal, even with ``-disable-auto-cleanup``, but not when it
+    exits; the watching parent turns the child's death by a signal into an exit (with the
+    shell's code for it), so the other ranks live on.
+    """
+    from mpiflow.comm import launch_link  # noqa: PLC0415  (the parent is not the rank)
+
+    command = sys.argv[1:] if argv is None else list(argv)
+    if not command:
+        sys.stderr.write("usage: python -m mpiflow.supervise COMMAND [ARGS...]\n")
+        return 2
+    launch_link.hand_over()     # the child is the rank
+    return supervise(command, STATUS_VARIABLE)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -72,6 +72,10 @@ class Heartbeat:
         self.whereabouts: Callable[[], dict] = lambda: {}
         self.lost: str | None = None          # what was lost, once it was
         self.lost_ranks: list[int] = []
+        # Ranks the job can go on without (``expendable(rank)``): their silence is no loss
+        # of the job; they are listed in ``expended`` (appended by the thread) instead.
+        self.expendable: Callable[[int], bool] = lambda rank: False
+        self.expended: list[int] = []
         now = time.monotonic()
         self._last = {r: now for r in self._watched_ranks()}
         self._left = set()
@@ -203,6 +207,10 @@ class Heartbeat:
     def _check_silence(self) -> None:
         now = time.monotonic()
         quiet = {r: now - t for r, t in self._last.items() if r not in self._left}
+        for rank in [r for r, s in quiet.items() if s > self.timeout and self.expendable(r)]:
+            self._left.add(rank)          # no beat expected from it any more
+            del quiet[rank]
+            self.expended.append(rank)
         if not any(s > self.timeout for s in quiet.values()):
             return
         # Ranks of one dead host fall silent within a beat or two of each other.

@@ -32,9 +32,14 @@ class Peers:
         heartbeat: ``(interval, peer timeout)`` seconds; interval 0 = no heartbeats.
     """
 
-    def __init__(self, comm, layout, host: str, heartbeat: tuple[float, float]):
+    def __init__(self, comm, layout, host: str, heartbeat: tuple[float, float],
+                 elastic: bool = False):
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.host = host
+        self.elastic = elastic          # MPIFLOW_ELASTIC: see ``expendable``
+        self.hosts = list(layout.hosts)
+        self.lost_on_the_way = []       # ranks lost that the job went on without
+        self.newly_lost = []            # ... not yet handled by the service
         self.role_names = {}            # rank -> "job:task", once the cluster is known
         self._state = {r: ACTIVE for r in range(self.size) if r != self.rank}
         self._dead = set()              # found dead, not merely left with a "bye"
@@ -47,7 +52,9 @@ class Peers:
             self.heartbeat = Heartbeat(
                 comm, layout.hosts, self.describe, interval, timeout,
                 on_unhandled=lambda what: leave_job(
-                    f"{self.describe(self.rank)} on {self.host}", what)).start()
+                    f"{self.describe(self.rank)} on {self.host}", what))
+            self.heartbeat.expendable = self.expendable
+            self.heartbeat.start()
 
     # -- names and states ---------------------------------------------------------------
     def describe(self, rank: int) -> str:
@@ -74,6 +81,38 @@ class Peers:
         """``rank`` said "bye": it has left the job, ``how`` ("its script ended")."""
         self._state[rank] = GONE
         self._left[rank] = (time.monotonic(), how)
+
+    # -- elastic training -----------------------------------------------------------------
+    def expendable(self, rank: int) -> bool:
+        """Whether the job goes on without ``rank`` when it is lost: with MPIFLOW_ELASTIC,
+        a worker that is not the chief (task 0 of "chief", else of "worker"). Whether its
+        loss can be absorbed (async ps: yes; allreduce: no) is the waits' to find out."""
+        if not self.elastic:
+            return False
+        job, _, task = self.role_names.get(rank, "").partition(":")
+        has_chief = any(r.startswith("chief:") for r in self.role_names.values())
+        return job == "worker" and (has_chief or task != "0")
+
+    def lose(self, rank: int, how: str, found_here: bool = True) -> bool:
+        """``rank`` is lost and the job goes on without it (``expendable``); ``found_here``
+        (not told by a peer): the service tells the others. Return whether it is news."""
+        if rank in self.lost_on_the_way:
+            return False
+        self.mark_left(rank, how)
+        self._dead.add(rank)
+        self.lost_on_the_way.append(rank)
+        if found_here:
+            self.newly_lost.append(rank)
+        return True
+
+    def take_newly_lost(self) -> list:
+        """The ranks lost since the last call (the service forgets them and tells the
+        others)."""
+        found, self.newly_lost[:] = list(self.newly_lost), []
+        return found
+
+    def how_it_left(self, rank: int) -> str:
+        return self._left.get(rank, (0.0, "its process died"))[1]
 
     def check_not_gone(self, rank: int, what: str) -> None:
         """Raise UnavailableError if ``rank`` has left (``what``: "run a step on")."""
@@ -113,7 +152,9 @@ class Peers:
         """A rank of this host whose process is gone: a launcher that keeps the job after
         a rank is killed would otherwise leave the others waiting until the timeout."""
         for rank, pid in self._pids.items():
-            if not self.is_gone(rank) and not _process_alive(pid):
+            if not self.is_gone(rank) and not _process_alive(pid) and self.expendable(rank):
+                self.lose(rank, f"its process {pid} on {self.host} no longer runs (killed?)")
+            elif not self.is_gone(rank) and not _process_alive(pid):
                 self._state[rank] = GONE
                 self._dead.add(rank)
                 raise errors.UnavailableError(
@@ -121,7 +162,14 @@ class Peers:
                     f"longer runs (killed?); rank {self.rank} cannot continue")
 
     def _check_heartbeats(self) -> None:
-        if self.heartbeat is None or self.heartbeat.lost is None:
+        if self.heartbeat is None:
+            return
+        while self.heartbeat.expended:
+            rank = self.heartbeat.expended.pop(0)
+            self.lose(rank, f"no heartbeat for more than {self.heartbeat.timeout:g} s "
+                            "(MPIFLOW_PEER_TIMEOUT): its host died or its network is cut, or "
+                            "it hangs")
+        if self.heartbeat.lost is None:
             return
         for rank in self.heartbeat.lost_ranks:
             if rank in self._state:

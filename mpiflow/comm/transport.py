@@ -138,8 +138,9 @@ class Transport:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.backoff = backoff or Backoff()
-        self._pending = []           # [(requests, keepalive objects)]
-        self._guarded = {}           # name -> [requests]
+        self._pending = []           # [(dest, requests, keepalive objects)]
+        self._guarded = {}           # name -> [(dest, request)]
+        self._abandoned = []         # sends to dead ranks: never waited for again
         self._status = MPI.Status()
         self._pool = BufferPool()
 
@@ -162,9 +163,9 @@ class Transport:
         requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
         for a in arrays:
             requests.append(self.comm.Isend([a, MPI.BYTE], dest, PAYLOAD_TAG))
-        self._pending.append((requests, (packed, arrays)))
+        self._pending.append((dest, requests, (packed, arrays)))
         if guard is not None and arrays:
-            self._guarded.setdefault(guard, []).extend(requests[1:])
+            self._guarded.setdefault(guard, []).extend((dest, r) for r in requests[1:])
         if len(self._pending) > 64:
             self.complete_sends()
 
@@ -173,28 +174,35 @@ class Transport:
 
     def complete_sends(self) -> None:
         """Drop the sends that have completed (cheap test, never blocks)."""
-        still = []
-        for requests, keep in self._pending:
-            if not MPI.Request.Testall(requests):
-                still.append((requests, keep))
-        self._pending = still
+        self._pending = [entry for entry in self._pending
+                         if not MPI.Request.Testall(entry[1])]
         if self._guarded:
             for name in list(self._guarded):
-                reqs = [r for r in self._guarded[name] if r != MPI.REQUEST_NULL]
-                if not reqs or MPI.Request.Testall(reqs):
+                reqs = [(d, r) for d, r in self._guarded[name] if r != MPI.REQUEST_NULL]
+                if not reqs or MPI.Request.Testall([r for _, r in reqs]):
                     del self._guarded[name]
                 else:
                     self._guarded[name] = reqs
+
+    def forget(self, dest: int) -> None:
+        """``dest`` is dead: stop waiting for the sends to it (they can never complete;
+        a writer's guard or the flush at exit would wait for them without end). Their
+        buffers stay referenced until the process ends, in case MPI still reads them."""
+        kept = [entry for entry in self._pending if entry[0] == dest]
+        self._abandoned.extend(kept)
+        self._pending = [entry for entry in self._pending if entry[0] != dest]
+        for name in list(self._guarded):
+            self._guarded[name] = [(d, r) for d, r in self._guarded[name] if d != dest]
 
     def wait_guard(self, name: str) -> None:
         """Finish every in-flight send of arrays guarded by ``name``."""
         reqs = self._guarded.pop(name, None)
         if reqs:
-            self._wait(reqs, f"sends of '{name}'")
+            self._wait([r for _, r in reqs], f"sends of '{name}'")
 
     def flush(self, timeout: float | None = None) -> None:
         """Finish every pending send (before the process leaves MPI)."""
-        for requests, _ in self._pending:
+        for _, requests, _ in self._pending:
             self._wait(requests, "pending sends", timeout)
         self._pending = []
         self._guarded.clear()

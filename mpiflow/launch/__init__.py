@@ -49,6 +49,10 @@ def _parse(argv):
     parser.add_argument("--ps", type=int, help="number of ps ranks (sets MPIFLOW_PS)")
     parser.add_argument("--policy", choices=("block", "spread"),
                         help="which ranks become ps (sets MPIFLOW_PS_POLICY)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="ps training goes on when a non-chief worker is lost (sets "
+                             "MPIFLOW_ELASTIC and the launcher's flag that keeps the other "
+                             "ranks: -disable-auto-cleanup, --enable-recovery, --no-kill)")
     parser.add_argument("--max-restarts", type=int, default=0,
                         help="start the job again up to this many times after a failure")
     parser.add_argument("--launcher", default="auto",
@@ -114,6 +118,10 @@ def main(argv=None) -> int:
             command = command[1:]
         if command and command[0].endswith(".py"):
             command = [sys.executable, *command]
+        if args.elastic:
+            # MPICH ends the job when a rank dies by a signal, whatever its flags: each
+            # rank runs under a watching parent that turns such a death into an exit.
+            command = [sys.executable, "-m", "mpiflow.supervise", *command]
         connect_host, bind_host = _advertised(args, launcher.name)
         server = LaunchServer(bind_host)
         address = f"{connect_host}:{server.port}"
@@ -122,8 +130,10 @@ def main(argv=None) -> int:
             variables["MPIFLOW_PS"] = str(args.ps)
         if args.policy:
             variables["MPIFLOW_PS_POLICY"] = args.policy
+        if args.elastic:
+            variables["MPIFLOW_ELASTIC"] = "1"
         argv = launcher.argv(program, args.ranks, args.hosts, shlex.split(args.launcher_args),
-                             command, [*variables, "MPIFLOW_RESTART"])
+                             command, [*variables, "MPIFLOW_RESTART"], args.elastic)
     except Exception as exc:       # an mpiflow error: the message says it all
         say(str(getattr(exc, "message", exc)))
         return 2
@@ -141,11 +151,15 @@ def _run_with_restarts(args, launcher, argv, variables, server, say) -> int:
     for attempt in range(args.max_restarts + 1):
         server.reset()
         env = dict(os.environ, **variables, MPIFLOW_RESTART=str(attempt))
-        outcome = job_lib.Job(launcher, argv, env, server, say).run()
+        outcome = job_lib.Job(launcher, argv, env, server, say, args.elastic).run()
         if outcome.interrupted is not None:
             say(f"interrupted ({_signal_name(outcome.interrupted)})")
             return 128 + outcome.interrupted
-        if outcome.code == 0 and outcome.fault is None:
+        if outcome.fault is None and (outcome.code == 0 or outcome.lost):
+            if outcome.lost:
+                # The MPI launcher's own code counts the lost ranks' ends: not a failure.
+                say(f"the job ended after {outcome.seconds:.1f} s; it went on without: " +
+                    "; ".join(f.describe() for f in outcome.lost))
             return 0
         code = outcome.code if outcome.code > 0 else 1
         culprit = outcome.fault.describe() if outcome.fault is not None else \

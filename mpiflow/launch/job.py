@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpiflow.comm.launcher_reaper import END_GRACE_S, KILL_AFTER_S
 from mpiflow.launch.launchers import Launcher
@@ -39,18 +39,21 @@ class Outcome:
     interrupted: int | None         # the signal that stopped the launch, if one did
     seconds: float
     ended_by_launch: bool = False   # the launcher did not end by itself: it was killed
+    lost: list = field(default_factory=list)    # faults an elastic job went on without
 
 
 class Job:
     """Run ``argv`` (the MPI launcher's command line) and watch it."""
 
     def __init__(self, launcher: Launcher, argv: list[str], env: dict, server: LaunchServer,
-                 say):
+                 say, elastic: bool = False):
         self.launcher = launcher
         self.argv = argv
         self.env = env
         self.server = server
         self.say = say
+        self.elastic = elastic          # a lost non-chief worker is no fault of the job
+        self.lost = []                  # the faults the job went on without
         self.interrupted = None
 
     def run(self) -> Outcome:
@@ -76,7 +79,10 @@ class Job:
                     found = self.server.faults.get(timeout=0.1)
                 except queue.Empty:
                     found = None
-                if found is not None and fault is None:
+                if found is not None and self.elastic and self.server.expendable(found):
+                    self.say(f"going on without {found.describe()}")
+                    self.lost.append(found)
+                elif found is not None and fault is None:
                     fault = found
                 if (fault is not None or self.interrupted) and end_by is None:
                     end_by = time.monotonic() + END_GRACE_S
@@ -85,16 +91,17 @@ class Job:
                     self._end(proc)
             for pump in pumps:
                 pump.join(2.0)
-            if fault is None:
-                try:
-                    fault = self.server.faults.get_nowait()
-                except queue.Empty:
-                    pass
+            while fault is None and not self.server.faults.empty():
+                found = self.server.faults.get_nowait()
+                if self.elastic and self.server.expendable(found):
+                    self.lost.append(found)
+                else:
+                    fault = found
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return Outcome(proc.returncode, fault, self.interrupted, time.monotonic() - start,
-                       ended_by_launch)
+                       ended_by_launch, self.lost)
 
     def _on_signal(self, proc):
         def forward(signum, frame):

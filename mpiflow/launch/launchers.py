@@ -30,10 +30,12 @@ class Launcher:
     tag_flags: tuple[str, ...]
     tag: re.Pattern            # group 1: the rank; the match is the whole tag
     export: Callable[[list[str]], list[str]] = lambda names: []
+    # What keeps the other ranks running when one dies (MPIFLOW_ELASTIC).
+    elastic_flags: tuple[str, ...] = ()
 
     def argv(self, program: str, ranks: int | None, hosts: str | None, extra: list[str],
-             command: list[str], exported: list[str]) -> list[str]:
-        argv = [program, *self.tag_flags]
+             command: list[str], exported: list[str], elastic: bool = False) -> list[str]:
+        argv = [program, *self.tag_flags, *(self.elastic_flags if elastic else ())]
         if ranks is not None:
             argv += [self.count_flag, str(ranks)]
         if hosts:
@@ -53,11 +55,14 @@ class Launcher:
 
 
 LAUNCHERS = {
-    "mpich": Launcher("mpich", "-n", "-hosts", ("-prepend-rank",), re.compile(r"\[(\d+)\] ")),
+    "mpich": Launcher("mpich", "-n", "-hosts", ("-prepend-rank",), re.compile(r"\[(\d+)\] "),
+                      elastic_flags=("-disable-auto-cleanup",)),
     "openmpi": Launcher("openmpi", "-n", "--host", ("--tag-output",),
                         re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?"),
-                        export=lambda names: [a for n in names for a in ("-x", n)]),
-    "srun": Launcher("srun", "-n", None, ("--label",), re.compile(r" *(\d+): ")),
+                        export=lambda names: [a for n in names for a in ("-x", n)],
+                        elastic_flags=("--enable-recovery",)),
+    "srun": Launcher("srun", "-n", None, ("--label",), re.compile(r" *(\d+): "),
+                     elastic_flags=("--no-kill", "--kill-on-bad-exit=0")),
 }
 
 

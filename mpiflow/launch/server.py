@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import socket
 import threading
 import time
@@ -40,12 +41,19 @@ class RankState:
     def title(self) -> str:
         return self.name or f"rank {self.rank} on {self.host}"
 
+    @property
+    def role(self) -> str:
+        """"worker:1" from the name "rank 2 (worker:1) on node3" ("" until it has one)."""
+        found = re.match(r"rank \d+ \((\w+:\d+)\)", self.name)
+        return found.group(1) if found else ""
+
 
 @dataclass
 class Fault:
     kind: str                       # one of FAULTS
     culprit: str                    # who, e.g. "rank 2 (worker:1) on node2"
     why: str
+    role: str = ""                  # the culprit's role, e.g. "worker:1"
     at: float = field(default_factory=time.monotonic)
 
     def describe(self) -> str:
@@ -66,6 +74,15 @@ class LaunchServer:
         self._next_request = 0
         threading.Thread(target=self._accept_forever, name="mpiflow-launch-server",
                          daemon=True).start()
+
+    def expendable(self, fault: Fault) -> bool:
+        """Whether an elastic job goes on without the culprit of ``fault``: a worker that
+        lost its own life (not a rank that lost contact), and not the chief."""
+        job, _, task = fault.role.partition(":")
+        with self._lock:
+            has_chief = any(s.role.startswith("chief:") for s in self.ranks.values())
+        return fault.kind in ("failed", "died") and job == "worker" and \
+            (has_chief or task != "0")
 
     def reset(self) -> None:
         """Forget the ranks of the previous attempt (a restart starts from nothing)."""
@@ -147,7 +164,7 @@ class LaunchServer:
             rank = self.ranks.get(state["rank"]) if state["rank"] is not None else None
             if rank is not None and rank.ended is None:
                 rank.ended = "died"
-                self.faults.put(Fault("died", rank.title(), _DIED))
+                self.faults.put(Fault("died", rank.title(), _DIED, rank.role))
 
     def _handle(self, conn, state, message) -> None:
         kind = message.get("k")
@@ -166,7 +183,7 @@ class LaunchServer:
                 if rank.ended is None:
                     rank.ended, rank.why = kind, str(message.get("why", ""))
                     if kind in FAULTS:
-                        self.faults.put(Fault(kind, rank.title(), rank.why))
+                        self.faults.put(Fault(kind, rank.title(), rank.why, rank.role))
             elif kind == "stacks" and rank is not None:
                 answers = self._answers.get(message.get("id"))
                 if answers is not None:

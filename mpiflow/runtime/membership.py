@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from mpiflow import errors
+from mpiflow import errors, logger
 from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.runtime import interrupts
 
@@ -90,6 +90,10 @@ class JobMembership:
         so a peer lost during the wait ends it. A peer still busy after ``timeout`` (or
         MPIFLOW_TIMEOUT, if shorter) is not waited for any longer.
         """
+        lost = self.lost_summary()
+        if lost and self.rank == 0:
+            logger.get_logger("mpiflow.elastic").warning(
+                "the job went on without %d rank(s): %s", len(self.peers.lost_on_the_way), lost)
         with self._lock:
             if self._closed:
                 return
@@ -171,6 +175,52 @@ class JobMembership:
             self._send_to_active({"k": "stop", "sig": int(signum),
                                   "who": self.describe_self()})
 
+    # -- elastic training ----------------------------------------------------------------
+    def _handle_losses(self) -> None:
+        """Ranks this one found lost that the job goes on without (MPIFLOW_ELASTIC): say so
+        once, forget them, and tell the others (who may not watch them)."""
+        with self._lock:
+            for rank in self.peers.take_newly_lost():
+                self._say_lost(rank)
+                self._after_loss(rank)
+                self._send_to_active({"k": "gone", "rank": rank,
+                                      "how": self.peers.how_it_left(rank)})
+
+    def _say_lost(self, rank: int) -> None:
+        """Log a loss once for the job: on the lowest-numbered rank still there (several
+        ranks may find it, or hear of it), while it takes part (not while it leaves, when
+        the ranks below it may have left before it)."""
+        if not self._closed and all(r > self.rank or self.peers.is_gone(r)
+                                    for r in self.peers.ranks()):
+            logger.get_logger("mpiflow.elastic").warning(
+                "%s on %s is lost: %s; training goes on without it (MPIFLOW_ELASTIC)",
+                self.describe(rank), self.peers.hosts[rank], self.peers.how_it_left(rank))
+
+    def _after_loss(self, rank: int) -> None:
+        """Whatever waited for ``rank`` stops waiting; what it started here is dropped."""
+        self.transport.forget(rank)
+        self.steps.signal_all()
+        self._forget_rank(rank)
+
+    def leave_failed(self, summary: str, timeout: float = 2.0) -> None:
+        """This rank fails, and the job can go on without it (MPIFLOW_ELASTIC): say
+        "bye" as failed (the others forget it, as after any "bye") instead of ending the
+        job."""
+        with self._lock:
+            self._closed = True
+            self.leaving_how = f"it failed: {summary}"
+            self._send_to_active({"k": "bye", "how": self.leaving_how})
+            try:
+                self.transport.flush(timeout)
+            except errors.OpError:
+                pass
+        self.peers.stop()
+
+    def lost_summary(self) -> str:
+        """Who the job went on without, for the last word of a rank (empty: nobody)."""
+        return "; ".join(f"{self.describe(r)} on {self.peers.hosts[r]} "
+                         f"({self.peers.how_it_left(r)})" for r in self.peers.lost_on_the_way)
+
     def _send_to_active(self, header: dict) -> None:
         for rank in self.peers.active():
             self.transport.send(rank, header)
@@ -188,6 +238,8 @@ class JobMembership:
 
     def _on_bye(self, source, h, arrays):
         self.peers.mark_left(source, h["how"])
+        if h["how"].startswith("it failed:") and source not in self.peers.lost_on_the_way:
+            self.peers.lost_on_the_way.append(source)       # an elastic worker's failure
         # Steps parked on an event may wait for what the leaving rank would have done
         # (its gradient, its part of a collective): they look again, and say so.
         self.steps.signal_all()
@@ -207,6 +259,11 @@ class JobMembership:
         # comes (the failed rank hangs).
         time.sleep(_FATAL_WAIT_S)
         os._exit(1)
+
+    def _on_gone(self, source, h, arrays):
+        if self.peers.lose(h["rank"], h["how"], found_here=False):
+            self._say_lost(h["rank"])
+            self._after_loss(h["rank"])
 
     def _on_stop(self, source, h, arrays):
         interrupts.on_peer_stopping(h["who"], h["sig"])

@@ -31,6 +31,7 @@ def rank_service():
         arrival.meet(MPI.COMM_WORLD, "the start of the rank service (Server, or a Session "
                      "on a cluster)")
         service = RankService(MPI.COMM_WORLD.Dup())
+        atexit.register(_leave_without_finalize_after_losses, service)   # after shutdown
         atexit.register(service.shutdown)
         _install_abort_hook(service, MPI.COMM_WORLD)
         interrupts.set_line_prefix(lambda: f"[{service.describe_self()}] ")
@@ -48,6 +49,26 @@ def wait_for_other_workers(timeout: float) -> None:
     (``JobMembership.wait_for_others_done``); alone, return at once."""
     if _SERVICE:
         _SERVICE[0].wait_for_others_done(timeout)
+
+
+def _leave_without_finalize_after_losses(service) -> None:
+    """At exit, after the rank service's shutdown: a job that went on without a lost rank
+    (MPIFLOW_ELASTIC) must not call MPI_Finalize, which waits for that rank without end.
+    Leave with the code the script chose instead."""
+    if not service.peers.lost_on_the_way:
+        return
+    launch_link.tell("bye")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    code = _EXIT_CODE[0]
+    os._exit(code if isinstance(code, int) and 0 <= code < 256 else (0 if code is None else 1))
+
+
+# The code the script passed to sys.exit, once it did.
+_EXIT_CODE = [None]
 
 
 def _install_abort_hook(service, world):
@@ -69,6 +90,13 @@ def _install_abort_hook(service, world):
         sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
         sys.stderr.flush()
         summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
+        if service.peers.expendable(service.rank) and not service.lost_contact:
+            # MPIFLOW_ELASTIC: the job goes on without this worker (or, where it cannot,
+            # the ranks that need it say so); no MPI_Abort, no finalize with the others.
+            launch_link.tell("failed", why=summary)
+            service.leave_failed(summary)
+            sys.stderr.flush()
+            os._exit(1)
         # A rank that lost contact with a host names that host: it is the fault.
         launch_link.tell("lost" if service.lost_contact else "failed", why=summary)
         launcher_reaper.end_launcher_later()
@@ -106,6 +134,7 @@ def _fail_on_nonzero_exit(service, world) -> None:
 
     def exit(code=None):
         noted[:] = [code]
+        _EXIT_CODE[0] = code
         original(code)
 
     def at_exit():

@@ -71,7 +71,8 @@ class RankService(JobMembership):
         self.rank = self.transport.rank
         self.size = self.transport.size
         self.timeout = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
-        self.peers = Peers(comm, layout, self.host, config.heartbeat_settings())
+        self.peers = Peers(comm, layout, self.host, config.heartbeat_settings(),
+                           elastic=config.get("MPIFLOW_ELASTIC"))
         if self.peers.heartbeat is not None:     # a peer that gives up waiting asks
             self.peers.heartbeat.whereabouts = whereabouts.report
         self.store = ResourceStore()
@@ -239,6 +240,8 @@ class RankService(JobMembership):
 
         def idle():
             self.peers.check()
+            if self.peers.newly_lost:
+                self._handle_losses()
             # Interrupted, the rank unwinds (closing sessions, leaving joins) while its
             # peers stop too: a wait for them would last until the exit timer kills this
             # rank mid-cleanup. Only the interrupt's own handshake waits.
@@ -262,7 +265,7 @@ class RankService(JobMembership):
                 f"Rank {self.rank} got a malformed '{kind}' message from "
                 f"{self.describe(message.source)}: {type(exc).__name__}: {exc}") from exc
 
-    # -- handlers ----------------------------------------------------------------------------------
+    # -- handlers ---------------------------------------------------------------------------------
     def _on_tensor(self, source, h, arrays):
         self.steps.deliver(h["c"], h["s"], h["e"], arrays[0])
 
@@ -355,4 +358,5 @@ KINDS = {
     "fatal": Kind({"msg": STR, "who": STR, "host": STR}, 0, RankService._on_fatal),
     "intr": Kind({"sig": INT, "who": STR, "at": INT}, 0, RankService._on_interrupted),
     "stop": Kind({"sig": INT, "who": STR}, 0, RankService._on_stop),
+    "gone": Kind({"rank": INT, "how": STR}, 0, RankService._on_gone),
 }

@@ -1,0 +1,66 @@
+"""ps training that loses a worker, for elastic training's tests.
+
+Usage: elastic_training.py CHECKPOINT_DIR LAST_STEP FAULT [VICTIM_TASK [MODE]]
+
+1 ps, the other ranks workers; MODE "async" (default) or "sync" (SyncReplicasOptimizer
+with one backup worker: replicas_to_aggregate = workers - 1). Every step adds exactly 1
+to the variable ``v`` and to the global step, in one apply on the ps: at the end
+``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
+VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
+``kill`` (SIGKILL to itself). The chief prints ``final v=<v> step=<global step>`` after
+training; every worker ``start``/``done`` lines.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import mpiflow as mf
+
+
+def main(checkpoint_dir, last_step, fault, victim, mode):
+    cluster = mf.train.ClusterSpec.from_mpi(ps=1)
+    server = mf.train.Server(cluster)
+    if server.job_name == "ps":
+        server.join()
+        return
+    task = server.task_index
+    with mf.device(mf.train.replica_device_setter(cluster=cluster)):
+        v = mf.get_variable("v", [], initializer=mf.zeros_initializer())
+        step = mf.train.get_or_create_global_step()
+        opt = mf.train.GradientDescentOptimizer(1.0)
+        hooks = [mf.train.StopAtStepHook(last_step=last_step)]
+        if mode == "sync":
+            workers = cluster.num_tasks("worker")
+            opt = mf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers - 1,
+                                                 total_num_replicas=workers)
+        train = opt.minimize(-v, global_step=step)
+        if mode == "sync":
+            hooks.append(opt.make_session_run_hook(server.is_chief))
+    with mf.train.MonitoredTrainingSession(
+            master=server.target, is_chief=server.is_chief, checkpoint_dir=checkpoint_dir,
+            save_checkpoint_steps=10, progress_bar=False, hooks=hooks) as sess:
+        print(f"start {sess.run(step)}", flush=True)
+        global_step = 0
+        while not sess.should_stop():
+            _, global_step = sess.run([train, step])
+            if task == victim and global_step > 20:
+                if fault == "raise":
+                    raise RuntimeError(f"worker {task} failed on purpose")
+                if fault == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.01)
+    print(f"done {global_step}", flush=True)
+    if server.is_chief:
+        with mf.Session(server.target) as plain:
+            final_v, final_step = plain.run([v, step])
+        print(f"final v={np.float32(final_v):g} step={final_step}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3],
+         int(sys.argv[4]) if len(sys.argv) > 4 else 1,
+         sys.argv[5] if len(sys.argv) > 5 else "async")

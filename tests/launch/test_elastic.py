@@ -1,0 +1,66 @@
+"""Elastic ps training (MPIFLOW_ELASTIC, ``mpiflow launch --elastic``): a lost non-chief
+worker is left behind and the others train to the end; nothing of its last step is half
+applied; the job ends 0 naming who was lost. The chief, a ps, or a job not launched
+elastic still ends at once."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _launch_env, _require_mpiexec
+
+PROG = Path(__file__).parent / "progs" / "elastic_training.py"
+LAST_STEP = 80
+
+pytestmark = pytest.mark.mpi
+
+
+def launch(tmp_path, *args, ranks=4, elastic=True, env=None):
+    _require_mpiexec()
+    cmd = [sys.executable, "-m", "mpiflow", "launch", "-n", str(ranks),
+           *(["--elastic"] if elastic else []), str(PROG), str(tmp_path / "ckpt"),
+           str(LAST_STEP), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env=_launch_env(env))
+
+
+def final_values(out):
+    found = re.search(r"final v=(\d+) step=(\d+)", out)
+    assert found, out
+    return int(found.group(1)), int(found.group(2))
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("fault", ["raise", "kill"])
+def test_a_lost_worker_is_left_behind_and_the_others_train_to_the_end(tmp_path, fault, mode):
+    # sync: SyncReplicasOptimizer with one backup worker (2 of 3 replicas aggregated).
+    done = launch(tmp_path, fault, 2, mode)
+    assert done.returncode == 0, done.stderr
+    v, step = final_values(done.stdout)
+    assert step >= LAST_STEP and v == step, (v, step)     # no step half applied
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.match(r"mpiflow\.launch: the job ended after [\d.]+ s; it went on without: "
+                    r"rank 3 \(worker:2\) on \S+: ", last), done.stderr
+    why = "RuntimeError: worker 2 failed on purpose" if fault == "raise" else \
+        "its process ended without a word"
+    assert why in last, done.stderr
+    # The survivors say it once: the rank that found the loss, and rank 0's summary.
+    assert len(re.findall(r"rank 3 \(worker:2\) on \S+ is lost", done.stderr)) <= 1
+    assert re.search(r"the job went on without 1 rank\(s\): rank 3 \(worker:2\)", done.stderr) \
+        or fault == "raise", done.stderr
+
+
+def test_the_chief_lost_ends_the_job_naming_it(tmp_path):
+    done = launch(tmp_path, "raise", 0)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert "the job failed" in last and "rank 1 (worker:0)" in last, done.stderr
+
+
+def test_without_elastic_a_lost_worker_ends_the_job(tmp_path):
+    done = launch(tmp_path, "raise", 2, elastic=False)
+    assert done.returncode != 0
+    assert "the job failed" in done.stderr.strip().splitlines()[-1], done.stderr
