@@ -84,11 +84,16 @@ class Job:
                     self.lost.append(found)
                 elif found is not None and fault is None:
                     fault = found
-                if (fault is not None or self.interrupted) and end_by is None:
+                # Every rank has ended, but the MPI launcher still waits (for the proxy of
+                # a host that vanished, in an elastic job): the job is over.
+                done = self.elastic and self.server.all_ended()
+                if (fault is not None or self.interrupted or done) and end_by is None:
                     end_by = time.monotonic() + END_GRACE_S
+                    since = "the fault" if fault is not None else \
+                        "the interrupt" if self.interrupted else "the end of every rank"
                 if end_by is not None and time.monotonic() > end_by:
                     ended_by_launch = True
-                    self._end(proc)
+                    self._end(proc, since)
             for pump in pumps:
                 pump.join(2.0)
             while fault is None and not self.server.faults.empty():
@@ -113,9 +118,9 @@ class Job:
                 pass
         return forward
 
-    def _end(self, proc) -> None:
+    def _end(self, proc, since: str) -> None:
         """End the launcher's whole process group: SIGTERM, then SIGKILL."""
-        self.say(f"the MPI launcher did not end within {END_GRACE_S:g} s of the fault; "
+        self.say(f"the MPI launcher did not end within {END_GRACE_S:g} s of {since}; "
                  "ending it")
         for signum, wait in ((signal.SIGTERM, KILL_AFTER_S), (signal.SIGKILL, 5.0)):
             try:

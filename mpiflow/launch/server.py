@@ -75,9 +75,17 @@ class LaunchServer:
         threading.Thread(target=self._accept_forever, name="mpiflow-launch-server",
                          daemon=True).start()
 
+    def all_ended(self) -> bool:
+        """Whether every rank that said hello has ended, one way or another."""
+        with self._lock:
+            return bool(self.ranks) and all(s.ended is not None for s in self.ranks.values())
+
     def expendable(self, fault: Fault) -> bool:
         """Whether an elastic job goes on without the culprit of ``fault``: a worker that
-        lost its own life (not a rank that lost contact), and not the chief."""
+        lost its own life (not a rank that lost contact), and not the chief; or a rank
+        the job's ranks already went on without ("gone")."""
+        if fault.kind == "gone":
+            return True
         job, _, task = fault.role.partition(":")
         with self._lock:
             has_chief = any(s.role.startswith("chief:") for s in self.ranks.values())
@@ -177,6 +185,13 @@ class LaunchServer:
                                                str(message.get("host", "?")))
             elif kind == "handover":
                 state["rank"] = None        # a watching parent: its child is the rank
+            elif kind == "gone":
+                # A rank says another was lost and the job goes on without it (elastic):
+                # that one's line may hang open (its host vanished).
+                lost = self.ranks.get(int(message.get("rank", -1)))
+                if lost is not None and lost.ended is None:
+                    lost.ended, lost.why = "gone", str(message.get("why", ""))
+                    self.faults.put(Fault("gone", lost.title(), lost.why, lost.role))
             elif kind == "name" and rank is not None:
                 rank.name = str(message.get("name", ""))
             elif kind in ENDINGS and rank is not None:

@@ -197,7 +197,9 @@ class JobMembership:
                 self.describe(rank), self.peers.hosts[rank], self.peers.how_it_left(rank))
 
     def _after_loss(self, rank: int) -> None:
-        """Whatever waited for ``rank`` stops waiting; what it started here is dropped."""
+        """Whatever waited for ``rank`` stops waiting; what it started here is dropped;
+        ``mpiflow launch`` hears of it (the lost rank may never close its line)."""
+        launch_link.tell("gone", rank=int(rank), why=self.peers.how_it_left(rank))
         self.transport.forget(rank)
         self.steps.signal_all()
         self._forget_rank(rank)

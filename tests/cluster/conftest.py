@@ -100,7 +100,8 @@ def launch(hosts, tmp_path):
     """
     jobs = []
 
-    def start(script, *args, ranks_per_host=2, on=None, env=None, via="mpiexec"):
+    def start(script, *args, ranks_per_host=2, on=None, env=None, via="mpiexec",
+              launch_args=()):
         argv = hosts.mpiexec_argv(hosts.mpiexec, ranks_per_host, on)
         if via == "mpiflow":
             hydra = argv[1:]
@@ -110,7 +111,7 @@ def launch(hosts, tmp_path):
             hosts_arg = argv[argv.index("-hosts") + 1]
             count = argv[argv.index("-n") + 1]
             argv = [sys.executable, "-m", "mpiflow", "launch", "--hosts", hosts_arg,
-                    "-n", count, "--launcher-args", shlex.join(hydra)]
+                    "-n", count, "--launcher-args", shlex.join(hydra), *launch_args]
         argv += [sys.executable, str(script), *map(str, args)]
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(

@@ -157,3 +157,31 @@ def test_mpiflow_launch_names_a_powered_off_host_and_returns_in_bounded_time(hos
         in last, job.report()
     hosts.restore_link("node2")
     resume_reaches_the_saved_step(launch, checkpoint_dir)
+
+
+ELASTIC_PROG = PROGS.parent.parent / "launch" / "progs" / "elastic_training.py"
+
+
+@pytest.mark.parametrize("fault", ["power_off", "cut_link"])
+def test_an_elastic_job_trains_on_without_a_host_of_workers(hosts, launch, tmp_path, fault):
+    """1 ps + 5 workers; node2 holds workers 3 and 4 only. It vanishes mid-training: the
+    others train to the end, nothing is half applied, and the launch ends 0 naming both."""
+    last_step = 2500            # about 7 s of training here: the fault strikes midway
+    job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", env=LIVENESS,
+                 via="mpiflow", launch_args=("--elastic",))
+    job.wait_for_output("start", 120)
+    time.sleep(2.0)
+    getattr(hosts, fault)("node2")
+    took = job.wait(120)
+    print(f"{fault}: the elastic job ended {took:.1f} s after node2 vanished")
+    assert job.returncode == 0, job.report()
+    found = re.search(r"final v=(\d+) step=(\d+)", job.stdout)
+    assert found and found.group(1) == found.group(2) and \
+        int(found.group(2)) >= last_step, job.report()
+    assert not re.search(r"\] done \d+$", "\n".join(
+        line for line in job.stdout.splitlines() if "on node2]" in line)), job.report()
+    last = job.stderr.strip().splitlines()[-1]
+    assert re.match(r"mpiflow\.launch: the job ended after [\d.]+ s; it went on without: ",
+                    last) and "rank 4 (worker:3) on node2" in last and \
+        "rank 5 (worker:4) on node2" in last, job.report()
+    hosts.restore_link("node2")
