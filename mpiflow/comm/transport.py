@@ -176,6 +176,9 @@ class Transport:
         """Drop the sends that have completed (cheap test, never blocks)."""
         self._pending = [entry for entry in self._pending
                          if not MPI.Request.Testall(entry[1])]
+        if self._abandoned:     # a send to a dead rank that completed after all
+            self._abandoned = [entry for entry in self._abandoned
+                               if not MPI.Request.Testall(entry[1])]
         if self._guarded:
             for name in list(self._guarded):
                 reqs = [(d, r) for d, r in self._guarded[name] if r != MPI.REQUEST_NULL]
@@ -187,7 +190,8 @@ class Transport:
     def forget(self, dest: int) -> None:
         """``dest`` is dead: stop waiting for the sends to it (they can never complete;
         a writer's guard or the flush at exit would wait for them without end). Their
-        buffers stay referenced until the process ends, in case MPI still reads them."""
+        buffers stay referenced while MPI may still read them: until they complete, or
+        the process ends (at most what was in flight to that rank when it died)."""
         kept = [entry for entry in self._pending if entry[0] == dest]
         self._abandoned.extend(kept)
         self._pending = [entry for entry in self._pending if entry[0] != dest]

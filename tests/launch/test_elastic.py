@@ -64,3 +64,18 @@ def test_without_elastic_a_lost_worker_ends_the_job(tmp_path):
     done = launch(tmp_path, "raise", 2, elastic=False)
     assert done.returncode != 0
     assert "the job failed" in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def test_plain_mpiexec_keeps_the_others_with_its_flag_and_the_watching_parent(tmp_path):
+    mpiexec = _require_mpiexec()
+    cmd = [mpiexec, "-disable-auto-cleanup", "-n", "4", sys.executable, "-m",
+           "mpiflow.supervise", sys.executable, str(PROG), str(tmp_path / "ckpt"),
+           str(LAST_STEP), "kill", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env=_launch_env({"MPIFLOW_ELASTIC": "1"}))
+    v, step = final_values(done.stdout)
+    assert step >= LAST_STEP and v == step, done.stderr
+    assert re.search(r"rank 3 \(worker:2\) on \S+ is lost: .*training goes on without it",
+                     done.stderr), done.stderr
+    # mpiexec's own exit code still counts the lost rank's (128 + SIGKILL).
+    assert done.returncode == 137, done.stderr
