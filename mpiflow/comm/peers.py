@@ -37,6 +37,7 @@ class Peers:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.host = host
         self.elastic = elastic          # MPIFLOW_ELASTIC: see ``expendable``
+        self.chief_can_move = False     # the chief said its duties can move (async)
         self.hosts = list(layout.hosts)
         self.lost_on_the_way = []       # ranks lost that the job went on without
         self.newly_lost = []            # ... not yet handled by the service
@@ -85,13 +86,28 @@ class Peers:
     # -- elastic training -----------------------------------------------------------------
     def expendable(self, rank: int) -> bool:
         """Whether the job goes on without ``rank`` when it is lost: with MPIFLOW_ELASTIC,
-        a worker that is not the chief (task 0 of "chief", else of "worker"). Whether its
-        loss can be absorbed (async ps: yes; allreduce: no) is the waits' to find out."""
+        a worker that is not the chief (task 0 of "chief", else of "worker"), or the chief
+        too once it said its duties can move (``chief_can_move``). Whether a loss can be
+        absorbed (async ps: yes; allreduce: no) is the waits' to find out."""
         if not self.elastic:
             return False
         job, _, task = self.role_names.get(rank, "").partition(":")
-        has_chief = any(r.startswith("chief:") for r in self.role_names.values())
-        return job == "worker" and (has_chief or task != "0")
+        return job == "worker" and (self.chief_can_move or self.chief() != rank)
+
+    def chief(self) -> int | None:
+        """The chief's rank: task 0 of "chief", else of "worker"."""
+        for name in ("chief:0", "worker:0"):
+            found = [r for r, role in self.role_names.items() if role == name]
+            if found:
+                return found[0]
+        return None
+
+    def successor(self) -> int | None:
+        """The worker that takes the chief's duties over: the lowest task still here."""
+        alive = [(int(role.partition(":")[2]), r) for r, role in self.role_names.items()
+                 if role.startswith("worker:") and r != self.chief() and
+                 (r == self.rank or not self.is_gone(r))]
+        return min(alive)[1] if alive else None
 
     def lose(self, rank: int, how: str, found_here: bool = True) -> bool:
         """``rank`` is lost and the job goes on without it (``expendable``); ``found_here``

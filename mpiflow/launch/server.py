@@ -69,6 +69,7 @@ class LaunchServer:
         self._lock = threading.Lock()
         self.faults: queue.Queue[Fault] = queue.Queue()
         self.ranks: dict[int, RankState] = {}
+        self.chief_can_move = False
         self._conns: dict[socket.socket, dict] = {}    # conn -> {"rank": its rank or None}
         self._answers: dict[int, dict] = {}
         self._next_request = 0
@@ -90,12 +91,13 @@ class LaunchServer:
         with self._lock:
             has_chief = any(s.role.startswith("chief:") for s in self.ranks.values())
         return fault.kind in ("failed", "died") and job == "worker" and \
-            (has_chief or task != "0")
+            (has_chief or task != "0" or self.chief_can_move)
 
     def reset(self) -> None:
         """Forget the ranks of the previous attempt (a restart starts from nothing)."""
         with self._lock:
             self.ranks.clear()
+            self.chief_can_move = False
             self.faults = queue.Queue()
 
     # -- stacks ----------------------------------------------------------------------------
@@ -192,6 +194,8 @@ class LaunchServer:
                 if lost is not None and lost.ended is None:
                     lost.ended, lost.why = "gone", str(message.get("why", ""))
                     self.faults.put(Fault("gone", lost.title(), lost.why, lost.role))
+            elif kind == "chief_moves":
+                self.chief_can_move = True      # an elastic job's chief may be lost too
             elif kind == "name" and rank is not None:
                 rank.name = str(message.get("name", ""))
             elif kind in ENDINGS and rank is not None:

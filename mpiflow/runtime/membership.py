@@ -49,6 +49,8 @@ class JobMembership:
         # rank -> when it proposed to leave (s since the epoch), once it said it stops for an
         # interrupt
         self._interrupted_peers = {}
+        # Called when this rank succeeds a lost chief (MPIFLOW_ELASTIC, async ps).
+        self.on_chief_lost = []
 
     def reset(self) -> None:
         """Clear every variable and shared resource on every rank, and drop the partitions
@@ -203,6 +205,22 @@ class JobMembership:
         self.transport.forget(rank)
         self.steps.signal_all()
         self._forget_rank(rank)
+        self._succeed_if_chief(rank)
+
+    def _succeed_if_chief(self, rank: int) -> None:
+        """``rank`` is lost: if it was the chief and this rank succeeds it, take over."""
+        if rank == self.peers.chief() and self.peers.chief_can_move and \
+                self.peers.successor() == self.rank:
+            for wake in self.on_chief_lost:
+                wake()
+
+    def announce_chief_can_move(self) -> None:
+        """The chief's duties can move to a survivor if it is lost (MPIFLOW_ELASTIC, async
+        ps): every rank, and ``mpiflow launch``, then go on without it too."""
+        with self._lock:
+            self.peers.chief_can_move = True
+            self._send_to_active({"k": "chief_moves"})
+        launch_link.tell("chief_moves")
 
     def leave_failed(self, summary: str, timeout: float = 2.0) -> None:
         """This rank fails, and the job can go on without it (MPIFLOW_ELASTIC): say
@@ -242,6 +260,7 @@ class JobMembership:
         self.peers.mark_left(source, h["how"])
         if h["how"].startswith("it failed:") and source not in self.peers.lost_on_the_way:
             self.peers.lost_on_the_way.append(source)       # an elastic worker's failure
+            self._succeed_if_chief(source)
         # Steps parked on an event may wait for what the leaving rank would have done
         # (its gradient, its part of a collective): they look again, and say so.
         self.steps.signal_all()
@@ -261,6 +280,9 @@ class JobMembership:
         # comes (the failed rank hangs).
         time.sleep(_FATAL_WAIT_S)
         os._exit(1)
+
+    def _on_chief_moves(self, source, h, arrays):
+        self.peers.chief_can_move = True
 
     def _on_gone(self, source, h, arrays):
         if self.peers.lose(h["rank"], h["how"], found_here=False):

@@ -44,6 +44,11 @@ def rank_service():
     return _SERVICE[0]
 
 
+def current_service():
+    """This process's rank service, if it has started one (a session on a cluster)."""
+    return _SERVICE[0] if _SERVICE else None
+
+
 def wait_for_other_workers(timeout: float) -> None:
     """In a cluster: wait up to ``timeout`` s until every other rank has left or serves
     (``JobMembership.wait_for_others_done``); alone, return at once."""

@@ -359,4 +359,5 @@ KINDS = {
     "intr": Kind({"sig": INT, "who": STR, "at": INT}, 0, RankService._on_interrupted),
     "stop": Kind({"sig": INT, "who": STR}, 0, RankService._on_stop),
     "gone": Kind({"rank": INT, "how": STR}, 0, RankService._on_gone),
+    "chief_moves": Kind({}, 0, RankService._on_chief_moves),
 }

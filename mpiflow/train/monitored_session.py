@@ -21,7 +21,7 @@ from mpiflow.ops.variables import (
     local_variables_initializer,
 )
 from mpiflow.runtime import interrupts, process
-from mpiflow.train import basic_hooks, reporting_hooks
+from mpiflow.train import basic_hooks, reporting_hooks, succession
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.session_manager import (
     SessionManager,
@@ -418,12 +418,45 @@ def MonitoredTrainingSession(
     save_checkpoint_secs, save_checkpoint_steps = _resolve_pair(
         save_checkpoint_secs, save_checkpoint_steps, 600, None)
     scaffold = scaffold or Scaffold()
+    chief_hooks = _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,
+                               log_step_count_steps, save_summaries_steps,
+                               save_summaries_secs, save_checkpoint_steps,
+                               save_checkpoint_secs)
     if not is_chief:
         creator = WorkerSessionCreator(scaffold=scaffold, master=master, config=config,
                                        max_wait_secs=max_wait_secs)
-        return MonitoredSession(creator, hooks=hooks or [],
+        worker_hooks = list(hooks or [])
+        if succession.may_succeed(master, worker_hooks):
+            # MPIFLOW_ELASTIC: this worker may take over the chief's duties if the chief
+            # is lost; its hooks are made now (their savers must exist before the graph
+            # is finalized) and sleep until then.
+            worker_hooks.append(succession.SuccessorHook(
+                chief_hooks + _progress_hooks(progress_bar, worker_hooks)))
+        return MonitoredSession(creator, hooks=worker_hooks,
                                 stop_grace_period_secs=stop_grace_period_secs)
+    all_hooks = chief_hooks + list(hooks or [])
+    all_hooks += _progress_hooks(progress_bar, all_hooks)
+    creator = ChiefSessionCreator(scaffold=scaffold, master=master, config=config,
+                                  checkpoint_dir=checkpoint_dir)
+    session = MonitoredSession(creator, hooks=all_hooks,
+                               stop_grace_period_secs=stop_grace_period_secs)
+    succession.chief_started(master, all_hooks)
+    return session
 
+
+def _progress_hooks(progress_bar, hooks) -> list:
+    """The chief's progress report, towards the last step of the StopAtStepHook given."""
+    if not progress_bar:
+        return []
+    stops = [h for h in hooks if isinstance(h, basic_hooks.StopAtStepHook)]
+    last_step = getattr(stops[0], "_last_step", None) if stops else None
+    return [reporting_hooks.ProgressBarHook(last_step=last_step)]
+
+
+def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,
+                 log_step_count_steps, save_summaries_steps, save_summaries_secs,
+                 save_checkpoint_steps, save_checkpoint_secs) -> list:
+    """The chief's own hooks: checkpoints, summaries, the step counter."""
     all_hooks = list(chief_only_hooks or [])
     summary_dir = summary_dir or checkpoint_dir
     if summary_dir:
@@ -443,13 +476,5 @@ def MonitoredTrainingSession(
         all_hooks.append(basic_hooks.CheckpointSaverHook(
             checkpoint_dir, save_steps=None if save_checkpoint_secs else save_checkpoint_steps,
             save_secs=save_checkpoint_secs or None, scaffold=scaffold))
-    all_hooks.extend(hooks or [])
-    if progress_bar:
-        stops = [h for h in all_hooks if isinstance(h, basic_hooks.StopAtStepHook)]
-        last_step = getattr(stops[0], "_last_step", None) if stops else None
-        all_hooks.append(reporting_hooks.ProgressBarHook(last_step=last_step))
-    creator = ChiefSessionCreator(scaffold=scaffold, master=master, config=config,
-                                  checkpoint_dir=checkpoint_dir)
-    return MonitoredSession(creator, hooks=all_hooks,
-                            stop_grace_period_secs=stop_grace_period_secs)
+    return all_hooks
 

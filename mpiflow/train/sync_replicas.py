@@ -280,3 +280,7 @@ class _ChiefSyncRunner:
             for thread in threads:
                 thread.start()
         return threads
+
+
+# Hooks whose workers step together: the chief's duties cannot move between them.
+LOCKSTEP_HOOKS = (_SyncReplicasHook,)

@@ -53,8 +53,26 @@ def test_a_lost_worker_is_left_behind_and_the_others_train_to_the_end(tmp_path, 
         or fault == "raise", done.stderr
 
 
-def test_the_chief_lost_ends_the_job_naming_it(tmp_path):
-    done = launch(tmp_path, "raise", 0)
+@pytest.mark.parametrize("fault", ["raise", "kill"])
+def test_in_async_training_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault):
+    done = launch(tmp_path, fault, 0)
+    assert done.returncode == 0, done.stderr
+    v, step = final_values(done.stdout)
+    assert step >= LAST_STEP and v == step, (v, step)
+    assert re.search(r"^\[worker:1 r2\] WARNING mpiflow\.elastic: this worker takes over the "
+                     r"chief's duties", done.stderr, re.M), done.stderr
+    # The successor writes the checkpoints now, the last one of the last step.
+    saved = [int(s) for s in re.findall(r"^\[worker:1 r2\] INFO mpiflow\.train: Saving "
+                                        r"checkpoints for (\d+)", done.stderr, re.M)]
+    assert saved and saved[-1] == step, done.stderr
+    state = (tmp_path / "ckpt" / "checkpoint").read_text()
+    assert f'model_checkpoint_path: "model.ckpt-{step}"' in state
+    assert "it went on without: rank 1 (worker:0)" in done.stderr.strip().splitlines()[-1]
+
+
+def test_in_sync_training_the_chief_lost_ends_the_job_naming_it(tmp_path):
+    # Its duties cannot move there (the sync token queue is the chief's).
+    done = launch(tmp_path, "raise", 0, "sync")
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert "the job failed" in last and "rank 1 (worker:0)" in last, done.stderr

@@ -8,7 +8,8 @@ to the variable ``v`` and to the global step, in one apply on the ps: at the end
 ``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
 VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
 ``kill`` (SIGKILL to itself). The chief prints ``final v=<v> step=<global step>`` after
-training; every worker ``start``/``done`` lines.
+training (its successor, worker 1, when the victim is the chief); every worker
+``start``/``done`` lines.
 """
 
 import os
@@ -54,7 +55,7 @@ def main(checkpoint_dir, last_step, fault, victim, mode):
                     os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
     print(f"done {global_step}", flush=True)
-    if server.is_chief:
+    if server.is_chief or (victim == 0 and task == 1):     # the chief, or its successor
         with mf.Session(server.target) as plain:
             final_v, final_step = plain.run([v, step])
         print(f"final v={np.float32(final_v):g} step={final_step}", flush=True)

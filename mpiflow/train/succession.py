@@ -1,0 +1,97 @@
+"""Who takes over the chief's duties when the chief is lost (MPIFLOW_ELASTIC, async ps).
+
+The chief alone writes checkpoints and summaries, counts steps and reports progress. In
+an elastic job whose workers step independently (asynchronous ps training: no
+SyncReplicasOptimizer, no collectives), losing it need not end the job: the chief says
+at start that its duties can move, every other worker builds the chief's hooks up front
+(their savers must exist before the graph is finalized) and keeps them asleep, and when
+the chief is lost the lowest-numbered surviving worker wakes its own. Its first act is
+the chief's: a checkpoint.
+"""
+
+from __future__ import annotations
+
+from mpiflow import config, logger
+from mpiflow.framework.graph import get_default_graph
+from mpiflow.runtime import process
+from mpiflow.train import sync_replicas
+from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook, SessionRunValues
+
+
+def _async_elastic(master, hooks=()) -> bool:
+    """Whether the chief's duties can move in this process's job: MPIFLOW_ELASTIC, a
+    session on a cluster, workers that step independently."""
+    if not config.get("MPIFLOW_ELASTIC") or not master or process.current_service() is None:
+        return False
+    graph = get_default_graph()
+    if any(op.type.startswith("Collective") for op in graph.get_operations()):
+        return False
+    return not any(isinstance(h, sync_replicas.LOCKSTEP_HOOKS) for h in hooks)
+
+
+def may_succeed(master, hooks=()) -> bool:
+    """Whether a worker's session should carry the chief's hooks, asleep."""
+    return _async_elastic(master, hooks)
+
+
+def chief_started(master, hooks=()) -> None:
+    """The chief's session exists: say its duties can move, if they can."""
+    if _async_elastic(master, hooks):
+        process.current_service().announce_chief_can_move()
+
+
+class SuccessorHook(SessionRunHook):
+    """The chief's hooks on another worker: asleep until this worker succeeds the chief,
+    then run as the chief runs them."""
+
+    def __init__(self, hooks):
+        self._hooks = list(hooks)
+        self._woken = False
+        self._awake = False
+        self._session = self._coord = None
+
+    def wake(self) -> None:
+        """Called (from any thread) when this worker is the chief's successor."""
+        self._woken = True
+
+    def begin(self) -> None:
+        for hook in self._hooks:
+            hook.begin()
+        process.current_service().on_chief_lost.append(self.wake)
+
+    def after_create_session(self, session, coord) -> None:
+        self._session, self._coord = session, coord
+
+    def before_run(self, run_context):
+        if self._woken and not self._awake:
+            self._awake = True
+            logger.get_logger("mpiflow.elastic").warning(
+                "this worker takes over the chief's duties (checkpoints, summaries, "
+                "progress): the chief was lost")
+            for hook in self._hooks:
+                hook.after_create_session(self._session, self._coord)
+        if not self._awake:
+            return None
+        self._requests = [hook.before_run(run_context) for hook in self._hooks]
+        fetches, feeds, options = {}, {}, None
+        for i, request in enumerate(self._requests):
+            if request is None:
+                continue
+            if request.fetches is not None:
+                fetches[i] = request.fetches
+            feeds.update(request.feed_dict or {})
+            options = options or request.options
+        return SessionRunArgs(fetches, feeds or None, options)
+
+    def after_run(self, run_context, run_values) -> None:
+        if not self._awake:
+            return
+        results = run_values.results or {}
+        for i, hook in enumerate(self._hooks):
+            hook.after_run(run_context, SessionRunValues(results.get(i), run_values.options,
+                                                         run_values.run_metadata))
+
+    def end(self, session) -> None:
+        if self._awake:
+            for hook in self._hooks:
+                hook.end(session)
