@@ -146,10 +146,17 @@ class Heartbeat:
             if rank not in self._left:
                 self._sends.append(self.comm.Isend(self._beat, rank, HEARTBEAT_TAG))
 
+    def forget(self, rank: int) -> None:
+        """``rank`` is gone for good (lost, and the job goes on without it): no beat is sent
+        to it or expected from it any more. Sends to a process that died can crash the
+        network layer (UCX over TCP, once its connection was reset)."""
+        self._left.add(rank)
+
     def ask_whereabouts(self, ranks, wait_s: float = 2.0) -> dict[int, dict]:
         """Ask ``ranks`` where they are (their threads answer); ``{rank: report}`` of those
         that answered within ``wait_s``. Called from the main thread."""
-        ranks = [r for r in ranks if r != self.rank and 0 <= r < self.size]
+        ranks = [r for r in ranks if r != self.rank and 0 <= r < self.size and
+                 r not in self._left]
         if not ranks or not self._thread.is_alive():
             return {}
         ask = np.zeros(1, np.uint8)

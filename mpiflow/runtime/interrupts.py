@@ -18,7 +18,8 @@ rank saying ``stopping (SIGTERM)`` once. Peers hear of it and stop the same way.
 signal of another kind (Ctrl-C) interrupts at once; ``MPIFLOW_STOP_GRACE_S`` bounds it.
 
 SIGUSR1 (MPICH's ``mpiexec`` forwards it to every rank) prints where every rank is: rank
-0 asks the others from a thread and prints one report (``whereabouts``).
+0 asks the others from a thread and prints one report (``whereabouts``); not in an
+elastic job, where MPICH sends SIGUSR1 itself when a rank ends.
 
 Only the default handlers are replaced, and only in a rank of an MPI job (the rank service
 installs them): a handler the script set itself, or an interactive session's, stays.
@@ -274,7 +275,13 @@ def on_peer_stopping(who: str, signum: int) -> None:
 
 
 def _print_dump() -> None:
-    """SIGUSR1: print the report of where the ranks are, in one write."""
+    """SIGUSR1: print the report of where the ranks are, in one write.
+
+    Not in an elastic job: there MPICH's launcher (``-disable-auto-cleanup``) sends SIGUSR1
+    to every rank when one ends, and asking a rank that just died where it is can crash
+    the network layer; ``mpiflow stacks`` asks through the launch instead."""
+    if config.get("MPIFLOW_ELASTIC"):
+        return
     try:
         text = dump_report() if dump_report is not None else ""
     except Exception as exc:    # a report that failed says so instead

@@ -202,6 +202,8 @@ class JobMembership:
         """Whatever waited for ``rank`` stops waiting; what it started here is dropped;
         ``mpiflow launch`` hears of it (the lost rank may never close its line)."""
         launch_link.tell("gone", rank=int(rank), why=self.peers.how_it_left(rank))
+        if self.peers.heartbeat is not None:
+            self.peers.heartbeat.forget(rank)
         self.transport.forget(rank)
         self.steps.signal_all()
         self._forget_rank(rank)

@@ -185,3 +185,56 @@ def test_an_elastic_job_trains_on_without_a_host_of_workers(hosts, launch, tmp_p
                     last) and "rank 4 (worker:3) on node2" in last and \
         "rank 5 (worker:4) on node2" in last, job.report()
     hosts.restore_link("node2")
+
+
+def kill_rank(hosts, host, rank):
+    """SIGKILL the process of MPI rank ``rank`` on ``host`` (the rank itself, not the
+    parent that watches it under mpiflow launch --elastic)."""
+    import os
+    import signal
+    for pid in hosts.pids(host):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(ELASTIC_PROG.name.encode()) for a in argv) and \
+                b"mpiflow.supervise" not in argv and f"PMI_RANK={rank}".encode() in environ:
+            os.kill(pid, signal.SIGKILL)
+            return
+    raise AssertionError(f"no rank {rank} on {host}")
+
+
+@pytest.mark.parametrize("victim, mode, ends", [
+    (5, "sync", False),      # worker:4 on node2, sync with one backup: the others go on
+    (1, "async", False),     # the chief on node0: worker:1 on node1 takes its duties over
+    (0, "async", True),      # the ps on node0 (the variables were only there): job ends
+], ids=["sync-worker", "async-chief", "async-ps"])
+def test_elastic_jobs_across_hosts_lose_one_rank(hosts, launch, tmp_path, victim, mode, ends):
+    last_step = 1500 if mode == "async" else 600
+    # The program's victim task says who prints the final values: the chief's successor
+    # (worker:1) when the chief is the one lost.
+    printer = 0 if victim == 1 else 1
+    job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", printer, mode,
+                 env=LIVENESS, via="mpiflow", launch_args=("--elastic",))
+    job.wait_for_output("start", 120)
+    time.sleep(2.0)
+    host = {0: "node0", 1: "node0", 5: "node2"}[victim]
+    kill_rank(hosts, host, victim)
+    took = job.wait(RETURNS_WITHIN_S if ends else 120)
+    print(f"{mode}, rank {victim} killed: the command returned {took:.1f} s later")
+    last = job.stderr.strip().splitlines()[-1]
+    if ends:
+        assert job.returncode != 0 and "the job failed" in last and "(ps:0)" in last, \
+            job.report()
+        return
+    assert job.returncode == 0, job.report()
+    found = re.search(r"final v=(\d+) step=(\d+)", job.stdout)
+    assert found and found.group(1) == found.group(2) and \
+        int(found.group(2)) >= last_step, job.report()
+    assert "it went on without: rank " + str(victim) in last, job.report()
+    if victim == 1:
+        assert "[worker:1 r2] WARNING mpiflow.elastic: this worker takes over the chief's" \
+            in job.stderr, job.report()
