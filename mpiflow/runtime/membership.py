@@ -216,6 +216,16 @@ class JobMembership:
             for wake in self.on_chief_lost:
                 wake()
 
+    def look_for_losses(self, seconds: float = 0.6) -> None:
+        """Serve for ``seconds``, looking for lost ranks (a local check runs every half
+        second) and hearing of those others found: a chief's successor does this before
+        its session ends, so a chief lost just before the end still has its last
+        checkpoint written."""
+        try:
+            self._wait_until(lambda: False, lambda: "news of lost ranks", seconds)
+        except errors.DeadlineExceededError:
+            pass
+
     def announce_chief_can_move(self) -> None:
         """The chief's duties can move to a survivor if it is lost (MPIFLOW_ELASTIC, async
         ps): every rank, and ``mpiflow launch``, then go on without it too."""

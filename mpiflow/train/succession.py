@@ -64,12 +64,7 @@ class SuccessorHook(SessionRunHook):
 
     def before_run(self, run_context):
         if self._woken and not self._awake:
-            self._awake = True
-            logger.get_logger("mpiflow.elastic").warning(
-                "this worker takes over the chief's duties (checkpoints, summaries, "
-                "progress): the chief was lost")
-            for hook in self._hooks:
-                hook.after_create_session(self._session, self._coord)
+            self._wake_hooks()
         if not self._awake:
             return None
         self._requests = [hook.before_run(run_context) for hook in self._hooks]
@@ -92,6 +87,19 @@ class SuccessorHook(SessionRunHook):
                                                          run_values.run_metadata))
 
     def end(self, session) -> None:
+        if not self._woken:
+            # Training ended here; the chief may have been lost a moment ago, unseen yet.
+            process.current_service().look_for_losses()
+        if self._woken and not self._awake:
+            self._wake_hooks()
         if self._awake:
             for hook in self._hooks:
                 hook.end(session)
+
+    def _wake_hooks(self) -> None:
+        self._awake = True
+        logger.get_logger("mpiflow.elastic").warning(
+            "this worker takes over the chief's duties (checkpoints, summaries, progress): "
+            "the chief was lost")
+        for hook in self._hooks:
+            hook.after_create_session(self._session, self._coord)
