@@ -7,9 +7,8 @@ with one backup worker: replicas_to_aggregate = workers - 1). Every step adds ex
 to the variable ``v`` and to the global step, in one apply on the ps: at the end
 ``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
 VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
-``kill`` (SIGKILL to itself). The chief prints ``final v=<v> step=<global step>`` after
-training (its successor, worker 1, when the victim is the chief); every worker
-``start``/``done`` lines.
+``kill`` (SIGKILL to itself). The ps prints ``final v=<v> step=<global step>`` once every
+worker has left; every worker ``start``/``done`` lines.
 """
 
 import os
@@ -25,13 +24,19 @@ import mpiflow as mf
 def main(checkpoint_dir, last_step, fault, victim, mode):
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
-    if server.job_name == "ps":
-        server.join()
-        return
-    task = server.task_index
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         v = mf.get_variable("v", [], initializer=mf.zeros_initializer())
         step = mf.train.get_or_create_global_step()
+    if server.job_name == "ps":
+        server.join()
+        # Every worker has left: the variables, here, are still. Read them (the only
+        # moment no apply can come between the two reads).
+        with mf.Session(server.target) as plain:
+            final_v, final_step = plain.run([v, step])
+        print(f"final v={np.float32(final_v):g} step={final_step}", flush=True)
+        return
+    task = server.task_index
+    with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         opt = mf.train.GradientDescentOptimizer(1.0)
         hooks = [mf.train.StopAtStepHook(last_step=last_step)]
         if mode == "sync":
@@ -55,10 +60,6 @@ def main(checkpoint_dir, last_step, fault, victim, mode):
                     os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
     print(f"done {global_step}", flush=True)
-    if server.is_chief or (victim == 0 and task == 1):     # the chief, or its successor
-        with mf.Session(server.target) as plain:
-            final_v, final_step = plain.run([v, step])
-        print(f"final v={np.float32(final_v):g} step={final_step}", flush=True)
 
 
 if __name__ == "__main__":
