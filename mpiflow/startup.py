@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import sys
-import traceback
 
 from mpiflow import config, logger
 
@@ -70,20 +69,15 @@ def _fail_the_job_on_uncaught_errors() -> None:
     launcher sees a failed process and ends the job itself.
     """
     from mpiflow.comm import launch_link, launcher_reaper  # noqa: PLC0415  (launched rank)
-    from mpiflow.runtime import whereabouts  # noqa: PLC0415  (idem)
+    from mpiflow.runtime.process import report_failure  # noqa: PLC0415  (idem)
 
     def hook(exc_type, exc, tb):
-        summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
         if issubclass(exc_type, KeyboardInterrupt):
             sys.__excepthook__(exc_type, exc, tb)
             return
-        text = summary if getattr(exc, "brief", False) else \
-            "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
         rank = logger.launch_rank()
-        text += "\n" + whereabouts.for_timeout(exc, int(rank) if rank else None)
-        tag = logger.line_tag()
-        sys.stderr.write("".join(f"{tag}{line}\n" for line in text.splitlines()))
-        sys.stderr.flush()
+        summary = report_failure(exc_type, exc, tb, logger.line_tag(),
+                                 int(rank) if rank else None)
         launch_link.tell("failed", why=summary)
         mpi = sys.modules.get("mpi4py.MPI")
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():

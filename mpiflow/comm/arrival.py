@@ -14,7 +14,6 @@ bytes per rank and one round trip, once per start-up step.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from mpiflow import config as config_lib
 from mpiflow import errors
 from mpiflow.comm import cluster  # cluster uses meet: its names are read at call time
-from mpiflow.comm.backoff import Backoff
+from mpiflow.comm.backoff import Backoff, poll_until
 
 ARRIVE_TAG = 7301
 ANSWER_TAG = 7302
@@ -59,19 +58,25 @@ def meet(comm, point: str, cfg: config_lib.Config | None = None,
         comm.Isend(name, 0, ARRIVE_TAG).Wait()     # eager: a few bytes
         answer = np.empty(size + _POINT_BYTES, np.uint8)
         request = comm.Irecv(answer, 0, ANSWER_TAG)
-        if not _poll(request, timeout + _EXTRA_WAIT_S, backoff):
+
+        def rank_0_never_came(waited):
             request.Cancel()
             request.Wait()
-            raise _brief(errors.DeadlineExceededError(
+            return _brief(errors.DeadlineExceededError(
                 f"Start-up: {describe(rank)} waited {timeout + _EXTRA_WAIT_S:g} s at "
                 f"{point} for {describe(0)}, which never arrived there (MPIFLOW_TIMEOUT="
                 f"{timeout:g}): it is stuck before it, or runs another program"))
+
+        poll_until(request.Test, timeout + _EXTRA_WAIT_S, rank_0_never_came, backoff)
         _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe,
                           timeout)
         return
     names = np.zeros((size, _POINT_BYTES), np.uint8)
     requests = [comm.Irecv(names[r], r, ARRIVE_TAG) for r in range(1, size)]
-    _poll_all(requests, timeout, backoff)
+    try:
+        poll_until(lambda: MPI.Request.Testall(requests), timeout, TimeoutError, backoff)
+    except TimeoutError:
+        pass        # those that did not arrive are named below
     arrived = np.ones(size, np.uint8)
     for r, request in enumerate(requests, start=1):
         if not request.Test():
@@ -88,22 +93,6 @@ def meet(comm, point: str, cfg: config_lib.Config | None = None,
     sends = [comm.Isend(answer, r, ANSWER_TAG) for r in range(1, size) if arrived[r]]
     MPI.Request.Waitall(sends)
     _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe, timeout)
-
-
-def _poll(request, timeout: float, backoff: Backoff) -> bool:
-    deadline = time.monotonic() + timeout
-    while not request.Test():
-        if time.monotonic() > deadline:
-            return False
-        backoff.wait()
-    return True
-
-
-def _poll_all(requests, timeout: float, backoff: Backoff) -> None:
-    from mpi4py import MPI  # noqa: PLC0415  (importing mpi4py.MPI initialises MPI)
-    deadline = time.monotonic() + timeout
-    while not MPI.Request.Testall(requests) and time.monotonic() <= deadline:
-        backoff.wait()
 
 
 def _brief(error):

@@ -91,6 +91,18 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def chief_role(roles) -> str:
+    """The chief's role among ``roles`` ("job:task"): task 0 of "chief", else of "worker"."""
+    return "chief:0" if "chief:0" in roles else "worker:0"
+
+
+def may_be_left_behind(role: str, roles, chief_can_move: bool) -> bool:
+    """Whether an elastic job goes on without the rank of ``role`` among ``roles``: any
+    worker but the chief, and the chief too once its duties can move."""
+    return role.partition(":")[0] == "worker" and \
+        (chief_can_move or role != chief_role(set(roles)))
+
+
 def rank_ranges(ranks) -> str:
     """Return ranks as compact ranges: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
     spans: list[list[int]] = []

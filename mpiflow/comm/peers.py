@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from mpiflow import errors
+from mpiflow.comm.cluster import chief_role, may_be_left_behind
 from mpiflow.comm.liveness import Heartbeat, leave_job
 
 ACTIVE, GONE = "active", "gone"
@@ -89,18 +90,13 @@ class Peers:
         a worker that is not the chief (task 0 of "chief", else of "worker"), or the chief
         too once it said its duties can move (``chief_can_move``). Whether a loss can be
         absorbed (async ps: yes; allreduce: no) is the waits' to find out."""
-        if not self.elastic:
-            return False
-        job, _, task = self.role_names.get(rank, "").partition(":")
-        return job == "worker" and (self.chief_can_move or self.chief() != rank)
+        return self.elastic and may_be_left_behind(
+            self.role_names.get(rank, ""), self.role_names.values(), self.chief_can_move)
 
     def chief(self) -> int | None:
-        """The chief's rank: task 0 of "chief", else of "worker"."""
-        for name in ("chief:0", "worker:0"):
-            found = [r for r, role in self.role_names.items() if role == name]
-            if found:
-                return found[0]
-        return None
+        """The chief's rank (``cluster.chief_role``)."""
+        chief = chief_role(set(self.role_names.values()))
+        return next((r for r, role in self.role_names.items() if role == chief), None)
 
     def successor(self) -> int | None:
         """The worker that takes the chief's duties over: the lowest task still here."""

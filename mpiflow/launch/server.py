@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from mpiflow.comm.cluster import may_be_left_behind
 from mpiflow.runtime.whereabouts import format_report
 
 FAULTS = ("failed", "lost", "died")
@@ -87,11 +88,10 @@ class LaunchServer:
         the job's ranks already went on without ("gone")."""
         if fault.kind == "gone":
             return True
-        job, _, task = fault.role.partition(":")
         with self._lock:
-            has_chief = any(s.role.startswith("chief:") for s in self.ranks.values())
-        return fault.kind in ("failed", "died") and job == "worker" and \
-            (has_chief or task != "0" or self.chief_can_move)
+            roles = [s.role for s in self.ranks.values()]
+        return fault.kind in ("failed", "died") and \
+            may_be_left_behind(fault.role, roles, self.chief_can_move)
 
     def reset(self) -> None:
         """Forget the ranks of the previous attempt (a restart starts from nothing)."""

@@ -136,12 +136,18 @@ def exit_now() -> None:
     said why (also when the main thread never got to it: stuck in C, or slow to
     unwind)."""
     say_once()
+    leave_process(exit_code())
+
+
+def leave_process(code: int) -> None:
+    """Flush what the script printed and end the process at once with ``code`` (no
+    atexit handlers, no MPI_Finalize)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:       # a closed or broken stream: leaving anyway
             pass
-    os._exit(exit_code())
+    os._exit(code)
 
 
 def graceful_stop_applies(signum) -> bool:

@@ -63,17 +63,26 @@ def _leave_without_finalize_after_losses(service) -> None:
     if not service.peers.lost_on_the_way:
         return
     launch_link.tell("bye")
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
     code = _EXIT_CODE[0]
-    os._exit(code if isinstance(code, int) and 0 <= code < 256 else (0 if code is None else 1))
+    interrupts.leave_process(
+        code if isinstance(code, int) and 0 <= code < 256 else (0 if code is None else 1))
 
 
 # The code the script passed to sys.exit, once it did.
 _EXIT_CODE = [None]
+
+
+def report_failure(exc_type, exc, tb, prefix: str, rank: int | None, describe=None,
+                   heartbeat=None) -> str:
+    """Print an uncaught error once, each line starting with ``prefix``: its traceback
+    (one line for a ``brief`` error), then, for a wait that timed out, where the ranks it
+    waited for are. Return its one-line summary (for the other ranks and the launch)."""
+    text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
+        "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+    text += "\n" + whereabouts.for_timeout(exc, rank, describe, heartbeat)
+    sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
+    sys.stderr.flush()
+    return f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
 
 
 def _install_abort_hook(service, world):
@@ -87,21 +96,14 @@ def _install_abort_hook(service, world):
         # the interrupt, not a failure to report.
         if issubclass(exc_type, KeyboardInterrupt) or interrupts.interrupted():
             _leave_interrupted(service)
-        prefix = f"[{service.describe_self()}] "
-        text = f"{exc_type.__name__}: {exc}" if getattr(exc, "brief", False) else \
-            "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
-        text += "\n" + whereabouts.for_timeout(exc, service.rank, service.describe,
-                                               service.peers.heartbeat)
-        sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
-        sys.stderr.flush()
-        summary = f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
+        summary = report_failure(exc_type, exc, tb, f"[{service.describe_self()}] ",
+                                 service.rank, service.describe, service.peers.heartbeat)
         if service.peers.expendable(service.rank) and not service.lost_contact:
             # MPIFLOW_ELASTIC: the job goes on without this worker (or, where it cannot,
             # the ranks that need it say so); no MPI_Abort, no finalize with the others.
             launch_link.tell("failed", why=summary)
             service.leave_failed(summary)
-            sys.stderr.flush()
-            os._exit(1)
+            interrupts.leave_process(1)
         # A rank that lost contact with a host names that host: it is the fault.
         launch_link.tell("lost" if service.lost_contact else "failed", why=summary)
         launcher_reaper.end_launcher_later()
@@ -135,17 +137,15 @@ def _fail_on_nonzero_exit(service, world) -> None:
     (see the README on launchers for the latter).
     """
     original = sys.exit
-    noted = []
 
     def exit(code=None):
-        noted[:] = [code]
         _EXIT_CODE[0] = code
         original(code)
 
     def at_exit():
-        if not noted or noted[0] in (None, 0):
+        code = _EXIT_CODE[0]
+        if code in (None, 0):
             return
-        code = noted[0]
         summary = f"it called sys.exit({code!r})"
         service.leaving_how = summary
         sys.stderr.write(f"[{service.describe_self()}] {summary}; "
