@@ -122,10 +122,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse(argv)
     if args.supervise and _STATUS_FD not in os.environ:
-        from mpiflow.comm import launch_link
-        from mpiflow.supervise import supervise
-        launch_link.hand_over()     # the child is the rank
-        return supervise([sys.executable, "-m", "mpiflow.run", *argv], _STATUS_FD)
+        from mpiflow import supervise
+        return supervise.main([sys.executable, "-m", "mpiflow.run", *argv])
     from mpi4py import MPI
 
     from mpiflow import errors
