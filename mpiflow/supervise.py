@@ -27,6 +27,7 @@ _LEAVING = "leaving-at"
 _AFTER_CHILD_S = 0.1
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+_LAUNCH_ANSWER_S = 2.0      # how long a watcher waits for mpiflow launch to note its child
 
 
 def on_parent_death(signum: int):
@@ -39,10 +40,12 @@ def on_parent_death(signum: int):
     return lambda: prctl(_PR_SET_PDEATHSIG, signum)
 
 
-def supervise(command: list[str], status_variable: str) -> int:
+def supervise(command: list[str], status_variable: str, link=None) -> int:
     """Run ``command`` as a child and return its exit code; name it if a signal kills it.
 
-    The child finds in ``status_variable`` the descriptor it writes its name to.
+    The child finds in ``status_variable`` the descriptor it writes its name to. ``link``
+    (the rank's line to ``mpiflow launch``, kept as its watcher) is told how the child
+    ended before this process exits: until then the MPI launcher sees nothing end.
     """
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, True)
@@ -60,6 +63,8 @@ def supervise(command: list[str], status_variable: str) -> int:
     for signum in _FORWARDED:
         signal.signal(signum, forward)
     code = child.wait()
+    if link is not None:
+        link.ask("child_ended", _LAUNCH_ANSWER_S, code=code)
     said = _lines(read_end)
     if forwarded:
         # The job is being stopped: leave when the ranks agreed to, all together (the
@@ -119,10 +124,12 @@ STATUS_VARIABLE = "_MPIFLOW_RUN_STATUS_FD"     # in the watched child: where to 
 def main(argv=None) -> int:
     """``python -m mpiflow.supervise COMMAND...``: run COMMAND as this rank, watched.
 
-    What ``mpiflow launch --elastic`` runs on every rank: MPICH's launcher ends the whole
+    What ``mpiflow launch`` runs on every rank. The watching parent names a child killed
+    by a signal to the launch before anything else can end (the MPI launcher kills every
+    other rank only once it sees this process end). And MPICH's launcher ends the whole
     job when a rank dies by a signal, even with ``-disable-auto-cleanup``, but not when it
-    exits; the watching parent turns the child's death by a signal into an exit (with the
-    shell's code for it), so the other ranks live on.
+    exits: the parent turns the child's death by a signal into an exit (with the shell's
+    code for it), so in an elastic job the other ranks live on.
     """
     from mpiflow.comm import launch_link  # noqa: PLC0415  (the parent is not the rank)
 
@@ -130,8 +137,8 @@ def main(argv=None) -> int:
     if not command:
         sys.stderr.write("usage: python -m mpiflow.supervise COMMAND [ARGS...]\n")
         return 2
-    launch_link.hand_over()     # the child is the rank
-    return supervise(command, STATUS_VARIABLE)
+    link = launch_link.watch()      # the child is the rank; this line is its watcher's
+    return supervise(command, STATUS_VARIABLE, link)
 
 
 if __name__ == "__main__":

@@ -47,16 +47,22 @@ class LaunchLink:
             except OSError:
                 pass
 
-    def whereabouts_of(self, ranks, wait_s: float = 3.0) -> dict[int, dict]:
-        """Ask the launcher where ``ranks`` are (it asks them); ``{rank: report}``."""
+    def ask(self, kind: str, wait_s: float, **fields) -> dict | None:
+        """Send one message and wait up to ``wait_s`` for the launcher's answer to it;
+        None if none came (no launcher, or it did not answer in time)."""
         with self._answered:
             self._next_question += 1
             question = self._next_question
-        self.tell("stacks_of", id=question, ranks=[int(r) for r in ranks], wait_s=wait_s)
+        self.tell(kind, id=question, **fields)
         with self._answered:
-            self._answered.wait_for(lambda: question in self._answers, wait_s + 1.0)
-            reports = self._answers.pop(question, {})
-        return {int(rank): report for rank, report in reports.items()}
+            self._answered.wait_for(lambda: question in self._answers, wait_s)
+            return self._answers.pop(question, None)
+
+    def whereabouts_of(self, ranks, wait_s: float = 3.0) -> dict[int, dict]:
+        """Ask the launcher where ``ranks`` are (it asks them); ``{rank: report}``."""
+        answer = self.ask("stacks_of", wait_s + 1.0, ranks=[int(r) for r in ranks],
+                          wait_s=wait_s) or {}
+        return {int(rank): report for rank, report in (answer.get("reports") or {}).items()}
 
     def close(self) -> None:
         try:
@@ -74,9 +80,9 @@ class LaunchLink:
                 request = json.loads(line)
             except ValueError:
                 continue
-            if request.get("k") == "stacks_of":
+            if request.get("k") == "answer":
                 with self._answered:
-                    self._answers[request.get("id")] = request.get("reports") or {}
+                    self._answers[request.get("id")] = request
                     self._answered.notify_all()
             elif request.get("k") == "stacks":
                 try:
@@ -120,10 +126,12 @@ def tell(kind: str, **fields) -> None:
         _LINK[0].tell(kind, **fields)
 
 
-def hand_over() -> None:
-    """This process is not the rank (``mpiflow.run``'s watching parent starts the rank as
-    its child): the launcher forgets this connection, and the child opens its own."""
-    if _LINK:
-        link = _LINK.pop()
-        link.tell("handover")
-        link.close()
+def watch() -> LaunchLink | None:
+    """This process is not the rank but its watching parent (``mpiflow.supervise``): the
+    launcher stops counting this connection as the rank (the child opens its own) and
+    keeps it as the rank's watcher, which says how the child ended (``child_ended``)."""
+    if not _LINK:
+        return None
+    link = _LINK.pop()
+    link.tell("watching", pid=os.getpid())
+    return link

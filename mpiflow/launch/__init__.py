@@ -118,10 +118,10 @@ def main(argv=None) -> int:
             command = command[1:]
         if command and command[0].endswith(".py"):
             command = [sys.executable, *command]
-        if args.elastic:
-            # MPICH ends the job when a rank dies by a signal, whatever its flags: each
-            # rank runs under a watching parent that turns such a death into an exit.
-            command = [sys.executable, "-m", "mpiflow.supervise", *command]
+        # Each rank runs under a watching parent: a rank killed by a signal is named by it
+        # before the MPI launcher kills the others, and such a death becomes an exit
+        # (MPICH ends the job when a rank dies by a signal, whatever its flags).
+        command = [sys.executable, "-m", "mpiflow.supervise", *command]
         connect_host, bind_host = _advertised(args, launcher.name)
         server = LaunchServer(bind_host)
         address = f"{connect_host}:{server.port}"

@@ -7,6 +7,12 @@ culprit), ``lost`` (it lost contact with a host: that host is), ``aborted`` (ano
 rank failed), ``interrupted`` or ``bye``. A connection that closes without one of those
 is a rank that died. Faults go to the job's watcher as events, in the order they came.
 
+Every launched rank runs under a watching parent (``mpiflow.supervise``) that keeps a
+line of its own (``watching``): a rank killed by a signal is named by its parent
+(``child_ended``), which waits for the answer before it exits. Only then can the MPI
+launcher see a process end and kill the others, so the first death reported is the
+victim's, never a rank the launcher killed after it.
+
 A stacks client (``python -m mpiflow.stacks``) connects to the same port and says
 ``stacks``: every rank is asked, the answers are merged in rank order and sent back.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import queue
 import re
+import signal
 import socket
 import threading
 import time
@@ -38,6 +45,8 @@ class RankState:
     name: str = ""
     ended: str | None = None        # one of ENDINGS, or "died"
     why: str = ""
+    silent: bool = False            # its line closed without a word; its watcher will say
+    watchers: int = 0               # open lines of watching parents (mpiflow.supervise)
 
     def title(self) -> str:
         return self.name or f"rank {self.rank} on {self.host}"
@@ -168,13 +177,25 @@ class LaunchServer:
         self._closed(conn, state)
 
     def _closed(self, conn, state) -> None:
+        """A line closed. The rank's own, without a word: it died, and its watcher (if it
+        has one) says how; a watcher's, and its rank is silent: say it died."""
         conn.close()
         with self._lock:
             del self._conns[conn]
-            rank = self.ranks.get(state["rank"]) if state["rank"] is not None else None
-            if rank is not None and rank.ended is None:
-                rank.ended = "died"
-                self.faults.put(Fault("died", rank.title(), _DIED, rank.role))
+            watched = self.ranks.get(state.get("watching", -1))
+            if watched is not None:
+                watched.watchers -= 1
+            rank = self.ranks.get(state["rank"]) if state["rank"] is not None else watched
+            if rank is None or rank.ended is not None:
+                return
+            if rank.watchers > 0 and rank is not watched:
+                rank.silent = True
+            elif rank.silent or rank is not watched:
+                self._died(rank, _DIED)
+
+    def _died(self, rank: RankState, why: str) -> None:
+        rank.ended, rank.why = "died", why
+        self.faults.put(Fault("died", rank.title(), why, rank.role))
 
     def _handle(self, conn, state, message) -> None:
         kind = message.get("k")
@@ -183,10 +204,20 @@ class LaunchServer:
             if kind == "hello":
                 number = int(message["rank"])
                 state["rank"] = number
+                watched_by = self.ranks[number].watchers if number in self.ranks else 0
                 self.ranks[number] = RankState(number, int(message.get("pid", 0)),
-                                               str(message.get("host", "?")))
-            elif kind == "handover":
-                state["rank"] = None        # a watching parent: its child is the rank
+                                               str(message.get("host", "?")),
+                                               watchers=watched_by)
+            elif kind == "watching" and rank is not None:
+                # A watching parent: its child is the rank (and says hello itself, maybe
+                # before this line was read: the rank is the newest hello).
+                state["rank"], state["watching"] = None, rank.rank
+                rank.watchers += 1
+            elif kind == "child_ended":
+                watched = self.ranks.get(state.get("watching", -1))
+                if watched is not None and watched.ended is None:
+                    self._died(watched, _how_it_ended(int(message.get("code", 0))))
+                _send(conn, {"k": "answer", "id": message.get("id")})
             elif kind == "gone":
                 # A rank says another was lost and the job goes on without it (elastic):
                 # that one's line may hang open (its host vanished).
@@ -221,7 +252,18 @@ class LaunchServer:
         """A rank that gives up waiting asks where the ranks it waited for are."""
         wait_s = min(float(message.get("wait_s", STACKS_WAIT_S)), STACKS_WAIT_S)
         reports = self.collect_stacks(wait_s, set(message.get("ranks", [])))
-        _send(conn, {"k": "stacks_of", "id": message.get("id"), "reports": reports})
+        _send(conn, {"k": "answer", "id": message.get("id"), "reports": reports})
+
+
+def _how_it_ended(code: int) -> str:
+    """Why a rank ended without a word, from its watcher's exit code (negative: signal)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"its process was killed by {name} (signal {-code})"
+    return f"its process exited with code {code} without a word (os._exit?)"
 
 
 def _send(conn, message: dict) -> None:

@@ -70,8 +70,8 @@ def test_a_rank_killed_by_a_signal_is_named(start_launch, tmp_path):
     proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "kill")
     _, err = finish(proc)
     assert proc.returncode != 0, err
-    assert re.search(r"the job failed .*: rank 2 \(worker:1\) on \S+: its process ended "
-                     r"without a word \(killed by a signal", err), err
+    assert re.search(r"the job failed .*: rank 2 \(worker:1\) on \S+: its process was "
+                     r"killed by SIGKILL \(signal 9\)$", err, re.M), err
 
 
 def test_a_failed_job_restarts_and_resumes_from_its_last_checkpoint(start_launch, tmp_path):
