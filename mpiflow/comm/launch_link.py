@@ -47,15 +47,15 @@ class LaunchLink:
             except OSError:
                 pass
 
-    def ask(self, kind: str, wait_s: float, **fields) -> dict | None:
-        """Send one message and wait up to ``wait_s`` for the launcher's answer to it;
-        None if none came (no launcher, or it did not answer in time)."""
+    def ask(self, kind: str, answer_within: float, **fields) -> dict | None:
+        """Send one message and wait up to ``answer_within`` seconds for the launcher's
+        answer to it; None if none came (no launcher, or it did not answer in time)."""
         with self._answered:
             self._next_question += 1
             question = self._next_question
         self.tell(kind, id=question, **fields)
         with self._answered:
-            self._answered.wait_for(lambda: question in self._answers, wait_s)
+            self._answered.wait_for(lambda: question in self._answers, answer_within)
             return self._answers.pop(question, None)
 
     def whereabouts_of(self, ranks, wait_s: float = 3.0) -> dict[int, dict]:

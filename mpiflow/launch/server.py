@@ -93,13 +93,17 @@ class LaunchServer:
 
     def expendable(self, fault: Fault) -> bool:
         """Whether an elastic job goes on without the culprit of ``fault``: a worker that
-        lost its own life (not a rank that lost contact), and not the chief; or a rank
-        the job's ranks already went on without ("gone")."""
+        lost its own life (not a rank that lost contact), not the chief (unless its
+        duties move), and not the last worker; or a rank the job's ranks already went on
+        without ("gone")."""
         if fault.kind == "gone":
             return True
         with self._lock:
             roles = [s.role for s in self.ranks.values()]
-        return fault.kind in ("failed", "died") and \
+            # A job with no worker left has nothing to go on with: the last loss fails it.
+            survivors = [s for s in self.ranks.values() if s.role.startswith("worker:") and
+                         s.role != fault.role and s.ended in (None, "bye")]
+        return fault.kind in ("failed", "died") and bool(survivors) and \
             may_be_left_behind(fault.role, roles, self.chief_can_move)
 
     def reset(self) -> None:

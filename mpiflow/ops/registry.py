@@ -54,6 +54,9 @@ class OpDef:
             in place (which a fused formula cannot); None = ``forward``.
         gradient: a method ``gradient(self, op, *output_grads) -> [grad per input]``, or
             None when the op has no gradient on purpose.
+        changes_shared_state: the kernel changes state that outlives the step beyond its
+            ``ref_inputs`` (an accumulator, a sync token queue); such ops, like every
+            writer of a ref input, run as late as their inputs allow (``schedule``).
     """
 
     type_name = None
@@ -67,6 +70,7 @@ class OpDef:
     async_kernel = False     # forward may return Wait(key) to be run again after key fires
     passes_sparse_gradients = False   # gradient accepts IndexedSlices (else densified)
     schedule_early = False   # run as soon as ready (starts communication to overlap)
+    changes_shared_state = False
     host_inputs = ()
     host_outputs = False
     gpu_kernel = True

@@ -4,7 +4,13 @@ Each tensor that a task needs from another task crosses once (one _Send/_Recv pa
 (tensor, destination task), keyed by a unique edge name); a control dependency that
 crosses tasks becomes a tiny token sent the same way (``transfers`` builds the nodes).
 Every piece lists its nodes in the order of one global topological order of the whole
-step, which is what lets each rank run its piece front to back without deadlock. Feeds enter the client's piece as
+step, which is what lets each rank run its piece front to back without deadlock. A
+Send/Recv pair sits in both pieces where its tensor is produced in that order (not where
+it is first consumed): a rank then waits for what another sends it as early as the order
+allows, so a ps whose piece changes state (an apply, an accumulator take) has received
+everything of the step that does not depend on its own results before its first change,
+and a client lost in the middle of a step leaves nothing half applied there. Fetches
+alone cross at the end of the step. Feeds enter the client's piece as
 placeholders; fetches computed elsewhere are sent to it. Ops keep their devices (CPU or
 GPU): a Send sits on its tensor's device and a Recv on its first consumer's, so a GPU
 tensor goes to MPI from the GPU and arrives for a GPU consumer; within one rank, values
@@ -51,8 +57,12 @@ def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of,
     feed_names = builder.add_feeds(feed_tensors)
     for op in order:
         builder.add_op(op)
-    fetch_names = [builder.tensor_on(t, client_task) for t in fetch_tensors]
-    return Partitions(builder.nodes, feed_names, fetch_names)
+    # Fetches cross last, after every op of the step: a fetched variable shows the value
+    # the step leaves (TensorFlow's, for a fetched ref), whatever the pieces did after
+    # reading it.
+    builder.at = len(order)
+    fetch_names = [builder.tensor_on(t, client_task, at=builder.at) for t in fetch_tensors]
+    return Partitions(builder.pieces(), feed_names, fetch_names)
 
 
 class _Builder:
@@ -61,7 +71,9 @@ class _Builder:
         self.device_of = device_of
         self.client_task = client_task
         self.rank_of = rank_of
-        self.nodes = {client_task: []}
+        self.nodes = {client_task: []}  # task -> [(place in the global order, node)]
+        self.at = -1                # the place of the op being added; feeds: -1
+        self.produced_at = {}       # tensor or op -> its place in the global order
         self.located = {}           # tensor -> (task, name) where its value is produced
         self.devices = {}           # tensor name -> device string of its producer
         self.received = {}          # (name, task) -> local name of the received copy
@@ -72,8 +84,16 @@ class _Builder:
         self.prefix = prefix
         self.count = 0
 
-    def _piece(self, task):
-        return self.nodes.setdefault(task, [])
+    def _append(self, task, node, at=None) -> None:
+        """Add ``node`` to ``task``'s piece at place ``at`` (default: the op being
+        added's); ties keep the order of appending."""
+        piece = self.nodes.setdefault(task, [])
+        piece.append(((self.at if at is None else at, len(piece)), node))
+
+    def pieces(self) -> dict:
+        """Each task's nodes, in the global order."""
+        return {task: [node for _, node in sorted(keyed, key=lambda k: k[0])]
+                for task, keyed in self.nodes.items()}
 
     def _device(self, task):
         return f"/job:{task[0]}/replica:0/task:{task[1]}/device:CPU:0"
@@ -90,36 +110,42 @@ class _Builder:
         names = []
         for t in feed_tensors:
             name = self._fresh("feed")
-            self._piece(self.client_task).append({
+            self._append(self.client_task, {
                 "name": name, "op": "Placeholder", "input": [],
                 "device": self._device(self.client_task),
                 "attr": {"dtype": encode_attr(t.dtype), "shape": encode_attr(t.shape)},
                 "output": [{"dtype": t.dtype.name, "shape": t.shape.dims}]})
             self.located[t] = (self.client_task, f"{name}:0")
+            self.produced_at[t] = -1
             names.append(f"{name}:0")
         return names
 
     def add_op(self, op):
+        self.at += 1
+        self.produced_at[op] = self.at
         task = self.task_of(op)
         node = node_def(op)
         node["device"] = self._op_device(op, task)
         node["input"] = [self.tensor_on(t, task, node["device"]) for t in op.inputs] + \
             ["^" + self._control_on(c, task) for c in op.control_inputs]
-        self._piece(task).append(node)
+        self._append(task, node)
         for t in op.outputs:
             self.located.setdefault(t, (task, t.name))
+            self.produced_at.setdefault(t, self.at)
             self.devices.setdefault(t.name, node["device"])
 
-    def tensor_on(self, tensor, task, device=None) -> str:
+    def tensor_on(self, tensor, task, device=None, at=None) -> str:
         """Name of ``tensor``'s value on ``task``, adding a Send/Recv pair if it crosses
-        (the Recv on ``device``, the consumer's)."""
+        (the Recv on ``device``, the consumer's; both where ``tensor`` is produced in the
+        global order, or at ``at``)."""
         src_task, name = self.located[tensor]
         if src_task == task:
             return name
         key = (name, task)
         if key not in self.received:
-            self.received[key] = self._transfer(name, src_task, task, tensor.dtype,
-                                                tensor.shape, device)
+            self.received[key] = self._transfer(
+                name, src_task, task, tensor.dtype, tensor.shape,
+                self.produced_at[tensor] if at is None else at, device)
         return self.received[key]
 
     def _control_on(self, op, task) -> str:
@@ -129,23 +155,26 @@ class _Builder:
         key = ("^" + op.name, task)
         if key not in self.received:
             token = self._fresh("token")
-            self._piece(src_task).append({
+            at = self.produced_at[op]
+            self._append(src_task, {
                 "name": token, "op": "Const", "input": ["^" + op.name],
                 "device": self._device(src_task),
                 "attr": {"value": encode_attr(np.zeros((), np.int32)),
                          "dtype": encode_attr(_INT32)},
-                "output": [{"dtype": "int32", "shape": []}]})
-            recv = self._transfer(f"{token}:0", src_task, task, _INT32, _SCALAR)
+                "output": [{"dtype": "int32", "shape": []}]}, at)
+            recv = self._transfer(f"{token}:0", src_task, task, _INT32, _SCALAR, at)
             self.received[key] = recv.rsplit(":", 1)[0]
         return self.received[key]
 
-    def _transfer(self, name, src_task, dst_task, dtype, shape, dst_device=None) -> str:
+    def _transfer(self, name, src_task, dst_task, dtype, shape, at,
+                  dst_device=None) -> str:
+        """Add a Send/Recv pair for ``name``, both at ``at``: where it was produced."""
         edge = self._fresh("edge")
         send, recv = self._fresh("send"), self._fresh("recv")
         dst_device = dst_device or self._device(dst_task)
-        self._piece(src_task).append(transfers.send_node(
+        self._append(src_task, transfers.send_node(
             send, name, self.devices.get(name, self._device(src_task)), edge,
-            self.rank_of(dst_task), dst_device))
-        self._piece(dst_task).append(transfers.recv_node(
-            recv, dst_device, edge, self.rank_of(src_task), dtype, shape))
+            self.rank_of(dst_task), dst_device), at)
+        self._append(dst_task, transfers.recv_node(
+            recv, dst_device, edge, self.rank_of(src_task), dtype, shape), at)
         return f"{recv}:0"

@@ -3,7 +3,11 @@ feeds' check, and a Kahn order over data, control and read-before-write edges.
 
 The order breaks ties by creation order (and starts communication first), so every rank
 that builds the same graph runs the same order: collectives are issued alike everywhere,
-and a partition shipped to another rank follows one global topological order.
+and a partition shipped to another rank follows one global topological order. Ops that
+change state (variable writes, accumulators, sync tokens) run only when nothing else is
+ready: everything of the step they do not depend on, above all the values other ranks
+send, comes first, so a step dropped halfway (its client was lost) has changed nothing
+that a later op of the same step was still waiting for.
 """
 
 from __future__ import annotations
@@ -113,10 +117,13 @@ def _schedule(needed, fed, run_var_ops, fetch_tensors):
                 succs[reader].add(writer)
     pending = {op: len(ps) for op, ps in preds.items()}
     # Among ready ops, those that start communication go first (a gradient bucket starts
-    # its allreduce while the backward pass goes on); then creation order. Every rank
-    # applies the same rule, so their orders agree.
+    # its allreduce while the backward pass goes on), those that change state last; then
+    # creation order. Every rank applies the same rule, so their orders agree.
     def key(op):
-        return (0 if get_op_def(op.type).schedule_early else 1, op._id)
+        op_def = get_op_def(op.type)
+        tier = 0 if op_def.schedule_early else \
+            2 if op_def.ref_inputs or op_def.changes_shared_state else 1
+        return (tier, op._id)
 
     heap = [(key(op), op) for op, n in pending.items() if n == 0]
     heapq.heapify(heap)

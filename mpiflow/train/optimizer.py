@@ -168,9 +168,13 @@ class Optimizer:
                 if global_step is None:
                     train_op = self._finish(update_ops, scope)
                 else:
-                    with graph.control_dependencies([self._finish(update_ops, "update")]), \
-                            graph.colocate_with(_op_of(global_step)):
-                        train_op = state_ops.assign_add(global_step, 1, name=scope).op
+                    # The whole chain on the global step's ps: a worker lost in the middle
+                    # of a step then cannot leave its updates made and the step not counted
+                    # (a group op on the worker would carry the order through it).
+                    with graph.colocate_with(_op_of(global_step)):
+                        with graph.control_dependencies([self._finish(update_ops,
+                                                                       "update")]):
+                            train_op = state_ops.assign_add(global_step, 1, name=scope).op
             collection = graph.get_collection_ref(GraphKeys.TRAIN_OP)
             if train_op not in collection:
                 collection.append(train_op)
