@@ -11,13 +11,19 @@ it in device memory. Sends are non-blocking; a buffer that must not change while
 guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer runs.
 
 Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), so an
-idle rank leaves its core to the ranks beside it.
+idle rank leaves its core to the ranks beside it. A payload whose header came is received
+without blocking: its sender may die between the two (kill -9 during a push), and a
+blocking receive would then wait forever; ``sender_lost`` (the owner's liveness check,
+asked every ``SENDER_CHECK_S`` while a payload is awaited) drops such a message.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
+import time
+from typing import Callable
 
 import msgpack
 import numpy as np
@@ -32,6 +38,8 @@ HEADER_TAG = 7101
 PAYLOAD_TAG = 7102
 _BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
 _TO_GPU_KEY = "_gpu"     # header field: the payloads are wanted in GPU memory
+SENDER_CHECK_S = 0.1     # how often a payload still awaited asks whether its sender lives
+_CANCEL_WAIT_S = 1.0     # how long cancelled receives are given to complete
 
 
 class BufferPool:
@@ -141,8 +149,12 @@ class Transport:
         self._pending = []           # [(dest, requests, keepalive objects)]
         self._guarded = {}           # name -> [(dest, request)]
         self._abandoned = []         # sends to dead ranks: never waited for again
+        self._abandoned_receives = []   # (requests, buffers) of payloads never to come
         self._status = MPI.Status()
         self._pool = BufferPool()
+        # Whether a rank was lost (its owner's liveness check; it may raise for a loss
+        # the job cannot go on without). Asked only while a payload is awaited.
+        self.sender_lost: Callable[[int], bool] = lambda rank: False
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, dest: int, header: dict, arrays=(), guard: str | None = None,
@@ -228,10 +240,39 @@ class Transport:
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
         header, specs = decode_header(bytes(raw), source, self.rank)
         on_gpu = header.pop(_TO_GPU_KEY, False) is True and cuda_aware_mpi()
-        arrays = []
-        for shape, dtype in specs:
-            array = backend.device_empty(shape, dtype) if on_gpu else \
-                self._pool.empty(shape, dtype)
-            self.comm.Recv([array, MPI.BYTE], source, PAYLOAD_TAG)
-            arrays.append(array)
+        arrays = [backend.device_empty(shape, dtype) if on_gpu else
+                  self._pool.empty(shape, dtype) for shape, dtype in specs]
+        # Posted in order: MPI matches them to the sender's payloads in order.
+        requests = [self.comm.Irecv([array, MPI.BYTE], source, PAYLOAD_TAG)
+                    for array in arrays]
+        if requests and not self._await_payloads(source, requests, arrays):
+            return None         # its sender was lost before the payload came: dropped
         return Message(source, header, arrays)
+
+    def _await_payloads(self, source: int, requests, arrays) -> bool:
+        """Wait for a message's payloads (they follow its header at once, so this spins
+        while the data moves); return False, their receives cancelled, if the sender is
+        lost first."""
+        next_check = time.monotonic() + SENDER_CHECK_S
+        while not MPI.Request.Testall(requests):
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + SENDER_CHECK_S
+                if self.sender_lost(source):
+                    self._cancel(requests, arrays)
+                    return False
+            os.sched_yield()
+        return True
+
+    def _cancel(self, requests, arrays) -> None:
+        """Cancel receives whose sender is lost; one that does not complete within
+        ``_CANCEL_WAIT_S`` keeps its buffer referenced (MPI may still write it)."""
+        for request in requests:
+            if request != MPI.REQUEST_NULL:
+                request.Cancel()
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        while not MPI.Request.Testall(requests):
+            if time.monotonic() > deadline:
+                self._abandoned_receives.append((requests, arrays))
+                return
+            os.sched_yield()

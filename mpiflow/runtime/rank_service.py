@@ -75,6 +75,7 @@ class RankService(JobMembership):
                            elastic=config.get("MPIFLOW_ELASTIC"))
         if self.peers.heartbeat is not None:     # a peer that gives up waiting asks
             self.peers.heartbeat.whereabouts = whereabouts.report
+        self.transport.sender_lost = self._sender_lost
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
         self.env = ServiceEnv(self)         # what kernels of this rank see of it
@@ -151,6 +152,12 @@ class RankService(JobMembership):
         self.steps.fail_client_steps(lambda: errors.UnavailableError(
             f"{self.describe(rank)} left the job while rank {self.rank} was running a step "
             "that needs it"), needing=rank)
+
+    def _sender_lost(self, rank: int) -> bool:
+        """Whether ``rank``, whose message this rank is receiving, was lost (the checks
+        of the dead run here too: this rank's loop waits on that message)."""
+        self.peers.check()
+        return self.peers.is_dead(rank)
 
     def unregister(self, handles: dict) -> None:
         """Tell each rank to drop the partition registered under its handle."""

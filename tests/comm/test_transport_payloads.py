@@ -1,0 +1,74 @@
+"""A message's payload is received without blocking: a sender lost between its header
+and its payload (killed during a push) makes the receiver drop that message, not wait
+for it forever; the transport goes on with the next message."""
+
+import time
+
+import msgpack
+import numpy as np
+import pytest
+
+from mpiflow.comm import transport as transport_lib
+from mpiflow.comm.transport import HEADER_TAG, Transport
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+
+@pytest.fixture
+def link():
+    comm = MPI.COMM_SELF.Dup()
+    yield Transport(comm)
+    comm.Free()
+
+
+def _header_without_its_payload(link, nbytes):
+    """What a sender killed right after its header leaves: the header of a payload of
+    ``nbytes`` that never comes."""
+    header = msgpack.packb({"k": "t", "_buf": [["float32", [nbytes // 4]]]},
+                           use_bin_type=True)
+    return header, link.comm.Isend([header, MPI.BYTE], 0, HEADER_TAG)
+
+
+def _poll(link, within=10.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        message = link.poll()
+        if message is not None:
+            return message
+    return None
+
+
+# A receive that blocked would hang inside MPI, where no signal reaches Python: the
+# timeout's thread ends the test run instead.
+@pytest.mark.timeout(30, method="thread")
+@pytest.mark.parametrize("nbytes", [64, 8 << 20])      # eager and rendezvous sizes
+def test_a_payload_whose_sender_is_lost_is_dropped_instead_of_awaited(link, nbytes):
+    asked = []
+    lost_after = time.monotonic() + 0.3
+
+    def sender_lost(rank):
+        asked.append(rank)
+        return time.monotonic() > lost_after
+
+    link.sender_lost = sender_lost
+    in_flight = _header_without_its_payload(link, nbytes)
+    start = time.monotonic()
+    assert link.poll() is None
+    assert 0.3 <= time.monotonic() - start < 0.3 + 2 * transport_lib.SENDER_CHECK_S + 1.0
+    assert asked and set(asked) == {0}
+    in_flight[1].Wait()
+    # The next message arrives whole: nothing of the dropped one is left in the way.
+    sent = np.arange(1 << 20, dtype=np.float32)
+    link.send(0, {"k": "t", "n": 2}, [sent])
+    message = _poll(link)
+    assert message.header["n"] == 2 and np.array_equal(message.arrays[0], sent)
+    link.flush()
+
+
+def test_a_payload_that_comes_never_asks_whether_its_sender_lives(link):
+    link.sender_lost = lambda rank: pytest.fail("asked about a sender whose data came")
+    sent = [np.full(3, 7, np.int64), np.ones((512, 1024), np.float32)]
+    link.send(0, {"k": "t"}, sent)
+    message = _poll(link)
+    assert all(np.array_equal(a, b) for a, b in zip(message.arrays, sent))
+    link.flush()
