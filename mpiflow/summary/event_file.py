@@ -74,7 +74,8 @@ class FileWriter:
     pending or ``flush_secs`` have passed since the last flush, and at exit.
 
     Args:
-        logdir: the directory (created if needed); each writer makes a new event file.
+        logdir: the directory (created if needed); each writer makes a new event file,
+            ``events.out.tfevents.<seconds>.<host>.<pid><suffix>``.
         graph: optional ``mf.Graph`` to write, so TensorBoard shows it.
         max_queue, flush_secs, filename_suffix: as in TensorFlow's FileWriter.
     """
@@ -86,7 +87,10 @@ class FileWriter:
         self._event_pb2 = tbx.proto.event_pb2
         self._logdir = str(logdir)
         os.makedirs(self._logdir, exist_ok=True)
-        self._events = EventsWriter(os.path.join(self._logdir, "events"), filename_suffix)
+        # The process id after the host name: ranks of one host that open writers on one
+        # directory in the same second (a chief and its elastic successor) get two files.
+        self._events = EventsWriter(os.path.join(self._logdir, "events"),
+                                    f".{os.getpid()}{filename_suffix}")
         self._max_queue = max_queue
         self._flush_secs = flush_secs
         self._pending = 0

@@ -34,10 +34,14 @@ class StepCounterHook(SessionRunHook):
         self._summary_writer = summary_writer
 
     def begin(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
         self._global_step = require_global_step("StepCounterHook")
         self._tag = self._global_step.op.name + "/sec"
+
+    def after_create_session(self, session, coord):
+        # Not in begin: a chief's hook built asleep on every other worker (elastic
+        # training, ``train.succession``) opens no event file until it wakes.
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
     def before_run(self, run_context):
         return SessionRunArgs(self._global_step)
@@ -81,10 +85,13 @@ class SummarySaverHook(SessionRunHook):
         self._summary_writer = summary_writer
 
     def begin(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
         self._next_step = None
         self._global_step = require_global_step("SummarySaverHook")
+
+    def after_create_session(self, session, coord):
+        # As StepCounterHook's: no event file from a hook that sleeps.
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
     def _summaries(self):
         op = self._summary_op if self._summary_op is not None else self._scaffold.summary_op

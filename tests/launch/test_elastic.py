@@ -68,6 +68,10 @@ def test_in_async_training_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path
     state = (tmp_path / "ckpt" / "checkpoint").read_text()
     assert f'model_checkpoint_path: "model.ckpt-{step}"' in state
     assert "it went on without: rank 1 (worker:0)" in done.stderr.strip().splitlines()[-1]
+    # Event files from the chief and its successor only: the chief's hooks asleep on the
+    # third worker opened none.
+    assert len(list((tmp_path / "ckpt").glob("events.*"))) == 2, \
+        sorted(p.name for p in (tmp_path / "ckpt").iterdir())
 
 
 def test_in_sync_training_the_chief_lost_ends_the_job_naming_it(tmp_path):
