@@ -34,12 +34,19 @@ class StepCounterHook(SessionRunHook):
         self._summary_writer = summary_writer
 
     def begin(self):
+        self.begin_asleep()
+        self._open_writer()
+
+    def begin_asleep(self):
+        """``begin`` for a chief's hook kept asleep on another worker (elastic training,
+        ``train.succession``): no event file until it wakes (``after_create_session``)."""
         self._global_step = require_global_step("StepCounterHook")
         self._tag = self._global_step.op.name + "/sec"
 
     def after_create_session(self, session, coord):
-        # Not in begin: a chief's hook built asleep on every other worker (elastic
-        # training, ``train.succession``) opens no event file until it wakes.
+        self._open_writer()
+
+    def _open_writer(self):
         if self._summary_writer is None and self._output_dir:
             self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
@@ -85,11 +92,18 @@ class SummarySaverHook(SessionRunHook):
         self._summary_writer = summary_writer
 
     def begin(self):
+        self.begin_asleep()
+        self._open_writer()
+
+    def begin_asleep(self):
+        """As StepCounterHook's: no event file from a hook that sleeps."""
         self._next_step = None
         self._global_step = require_global_step("SummarySaverHook")
 
     def after_create_session(self, session, coord):
-        # As StepCounterHook's: no event file from a hook that sleeps.
+        self._open_writer()
+
+    def _open_writer(self):
         if self._summary_writer is None and self._output_dir:
             self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
