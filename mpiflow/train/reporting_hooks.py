@@ -23,7 +23,29 @@ _LOG = get_logger("mpiflow.train")
 _PROGRESS_LOG = get_logger("mpiflow.progress")
 
 
-class StepCounterHook(SessionRunHook):
+class _EventFileHook(SessionRunHook):
+    """A hook that writes to an event file: it opens the file in ``begin``, as
+    TensorFlow's do, or, as a chief's hook kept asleep on another worker (elastic
+    training, ``train.succession``), only when it wakes (``after_create_session``).
+    Subclasses set ``_output_dir`` and ``_summary_writer`` and do the rest of their
+    ``begin`` in ``begin_asleep``."""
+
+    def begin(self):
+        self.begin_asleep()
+        self._open_writer()
+
+    def begin_asleep(self):
+        raise NotImplementedError
+
+    def after_create_session(self, session, coord):
+        self._open_writer()
+
+    def _open_writer(self):
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
+
+
+class StepCounterHook(_EventFileHook):
     """Log global steps per second and write them as the scalar "global_step/sec"."""
 
     def __init__(self, every_n_steps=100, every_n_secs=None, output_dir=None,
@@ -33,22 +55,9 @@ class StepCounterHook(SessionRunHook):
         self._output_dir = output_dir
         self._summary_writer = summary_writer
 
-    def begin(self):
-        self.begin_asleep()
-        self._open_writer()
-
     def begin_asleep(self):
-        """``begin`` for a chief's hook kept asleep on another worker (elastic training,
-        ``train.succession``): no event file until it wakes (``after_create_session``)."""
         self._global_step = require_global_step("StepCounterHook")
         self._tag = self._global_step.op.name + "/sec"
-
-    def after_create_session(self, session, coord):
-        self._open_writer()
-
-    def _open_writer(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
     def before_run(self, run_context):
         return SessionRunArgs(self._global_step)
@@ -70,7 +79,7 @@ class StepCounterHook(SessionRunHook):
             self._summary_writer.flush()
 
 
-class SummarySaverHook(SessionRunHook):
+class SummarySaverHook(_EventFileHook):
     """Write the summaries every ``save_steps`` steps or ``save_secs`` seconds.
 
     Args:
@@ -91,21 +100,9 @@ class SummarySaverHook(SessionRunHook):
         self._output_dir = output_dir
         self._summary_writer = summary_writer
 
-    def begin(self):
-        self.begin_asleep()
-        self._open_writer()
-
     def begin_asleep(self):
-        """As StepCounterHook's: no event file from a hook that sleeps."""
         self._next_step = None
         self._global_step = require_global_step("SummarySaverHook")
-
-    def after_create_session(self, session, coord):
-        self._open_writer()
-
-    def _open_writer(self):
-        if self._summary_writer is None and self._output_dir:
-            self._summary_writer = summary.FileWriterCache.get(self._output_dir)
 
     def _summaries(self):
         op = self._summary_op if self._summary_op is not None else self._scaffold.summary_op
