@@ -5,7 +5,8 @@ may wait forever for a host that vanished, and nobody can ask it where a hung ra
 Under ``mpiflow.launch`` every rank opens one TCP connection to the launcher at import
 (the address is in ``MPIFLOW_LAUNCH_ADDRESS``) and says who it is, what its role became,
 and how it ends: failed (the culprit), lost contact with a host, interrupted, or done.
-A connection that closes without such a word is a rank that died. The launcher asks for
+A connection that closes without such a word is a rank that died. In an elastic job the
+launcher tells the others of a rank lost, faster than their own checks would find it. The launcher asks for
 stacks over the same line, and a thread here answers from whatever the main thread is
 doing (``whereabouts``, given by the runtime).
 
@@ -33,6 +34,9 @@ class LaunchLink:
         self._sock = sock
         self._send_lock = threading.Lock()
         self.whereabouts: Callable[[], dict] = lambda: {}
+        # Called from this link's thread with (rank, why) when the launcher says a rank is
+        # lost and the job goes on without it (set by the runtime's ``Peers``).
+        self.on_lost: Callable[[int, str], None] = lambda rank, why: None
         self._answers: dict[int, dict] = {}
         self._answered = threading.Condition()
         self._next_question = 0
@@ -84,6 +88,8 @@ class LaunchLink:
                 with self._answered:
                     self._answers[request.get("id")] = request
                     self._answered.notify_all()
+            elif request.get("k") == "lost":
+                self.on_lost(int(request.get("rank", -1)), str(request.get("why", "")))
             elif request.get("k") == "stacks":
                 try:
                     report = self.whereabouts()

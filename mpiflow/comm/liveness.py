@@ -13,10 +13,13 @@ dead host falls silent at once, names the whole host); every other rank sees a s
 monitor. The rank that notices fails as any failing rank does: it prints the error and
 tells the others, who each print one "aborted because" line naming the lost host.
 
-A background thread owns all of it, on its own duplicate of the communicator, so beats
-go out while the main thread computes or waits (MPI runs with MPI_THREAD_MULTIPLE). It
-only records what it found: the rank service raises at its next wait, and if the main
-thread never waits again the thread ends the job itself after a grace period.
+A background thread owns all of it, so beats go out while the main thread computes or
+waits. Beats travel as UDP datagrams (``comm.datagrams``), not MPI messages: they keep
+going to a peer for seconds after it died, and an MPI send to a dead process can crash
+the network layer under every survivor. The thread only records what it found: the rank
+service raises at its next wait, and if the main thread never waits again the thread ends
+the job itself after a grace period. Asked where its rank is (hang forensics), the thread
+answers over MPI, on its own duplicate of the communicator (MPI_THREAD_MULTIPLE).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from mpi4py import MPI
 
 from mpiflow.comm import launch_link, launcher_reaper
 from mpiflow.comm.cluster import rank_ranges
+from mpiflow.comm.datagrams import LOOPBACK, Datagrams, local_addresses
 
-HEARTBEAT_TAG = 7201
 WHEREABOUTS_ASK_TAG = 7202      # "where are you?" (any rank to any rank)
 WHEREABOUTS_TAG = 7203          # the answer: this rank's whereabouts as JSON
 ALIVE, LEAVING, ACK = 0, 1, 2
@@ -60,6 +63,7 @@ class Heartbeat:
                  on_unhandled: Callable[[str], None] | None = None, grace: float = 5.0):
         self.comm = comm.Dup()
         self.rank = self.comm.Get_rank()
+        self._datagrams = Datagrams(self.rank)
         self.size = self.comm.Get_size()
         self.hosts = list(hosts)
         self.describe = describe
@@ -76,13 +80,25 @@ class Heartbeat:
         # of the job; they are listed in ``expended`` (appended by the thread) instead.
         self.expendable: Callable[[int], bool] = lambda rank: False
         self.expended: list[int] = []
+        # Where the others are: the monitor hands out its port, its addresses and the
+        # job's token; the monitor learns every rank's address from its beats.
+        monitor = self.comm.bcast(
+            (int.from_bytes(os.urandom(8), "big"), self._datagrams.port, local_addresses())
+            if self.rank == MONITOR else None, root=MONITOR)
+        self._datagrams.token, port, addresses = monitor
+        if self.hosts[self.rank] != self.hosts[MONITOR]:
+            addresses = [a for a in addresses if a != LOOPBACK]
+        elif LOOPBACK in addresses:
+            addresses = [LOOPBACK]
+        # rank -> where its beats go: the monitor's candidates until it answered from one.
+        self._addresses = {} if self.rank == MONITOR else \
+            {MONITOR: [(a, port) for a in addresses]}
         now = time.monotonic()
         self._last = {r: now for r in self._watched_ranks()}
+        self._heard = set()           # ranks heard from at least once
         self._left = set()
-        self._sends = []
         self._answered = set()
-        self._beat = np.array([ALIVE], dtype=np.int64)
-        self._ack = np.array([ACK], dtype=np.int64)
+        self._sends = []              # whereabouts answers on their way
         self._leaving = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiflow-heartbeat",
                                         daemon=True)
@@ -97,12 +113,10 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
-        """Leave: stop beating, and return once no beat is on its way here any more.
-
-        This rank sends LEAVING to each peer it beats with; a peer answers ACK (or its own
-        LEAVING) and never beats here again, and MPI keeps one sender's messages in order,
-        so after that answer nothing of that peer's can arrive unreceived at MPI_Finalize.
-        A peer that does not answer within a second is not waited for.
+        """Leave: stop beating, and tell the peers, so that this rank's silence from now
+        on is taken for what it is. Each peer answers ACK (or its own LEAVING); one that
+        does not answer within a second is not waited for. Whereabouts answers still on
+        their way over MPI are waited for too, so none is unreceived at MPI_Finalize.
         """
         if not self._thread.is_alive():
             return
@@ -128,28 +142,39 @@ class Heartbeat:
         self._leave()
 
     def _leave(self) -> None:
-        leaving = np.array([LEAVING], dtype=np.int64)
-        waiting = [r for r in self._last if r not in self._left]
-        for rank in waiting:
-            self._sends.append(self.comm.Isend(leaving, rank, HEARTBEAT_TAG))
+        """Tell the peers this rank leaves (its silence from now on is no loss), resent
+        until each answered or a second passed: a datagram can be lost."""
+        waiting = [r for r in self._last if r not in self._left and r in self._addresses]
         self._answered = set()
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
+        start = time.monotonic()
+        next_send = start
+        while time.monotonic() < start + 1.0:
+            if time.monotonic() >= next_send:
+                next_send += 2 * _TICK_S
+                for rank in waiting:
+                    if rank not in self._answered:
+                        self._send(rank, LEAVING)
             self._receive()
             if self._answered.issuperset(waiting) and MPI.Request.Testall(self._sends):
-                return
+                break
             time.sleep(0.001)
+        self._datagrams.close()
+
+    def _send(self, rank: int, code: int) -> None:
+        for address in self._addresses.get(rank, ()):
+            self._datagrams.send(address, code)
 
     def _send_beats(self) -> None:
         self._sends = [r for r in self._sends if not r.Test()]
         for rank in self._last:
             if rank not in self._left:
-                self._sends.append(self.comm.Isend(self._beat, rank, HEARTBEAT_TAG))
+                self._send(rank, ALIVE)
 
     def forget(self, rank: int) -> None:
         """``rank`` is gone for good (lost, and the job goes on without it): no beat is sent
         to it or expected from it any more. Sends to a process that died can crash the
-        network layer (UCX over TCP, once its connection was reset)."""
+        network layer (UCX over TCP, once its connection was reset): whereabouts are no
+        longer asked of it either."""
         self._left.add(rank)
 
     def ask_whereabouts(self, ranks, wait_s: float = 2.0) -> dict[int, dict]:
@@ -192,24 +217,19 @@ class Heartbeat:
         now = time.monotonic()
         while self.comm.Iprobe(MPI.ANY_SOURCE, WHEREABOUTS_ASK_TAG, status):
             self._answer_whereabouts(status.Get_source())
-        while self.comm.Iprobe(MPI.ANY_SOURCE, HEARTBEAT_TAG, status):
-            source, count = status.Get_source(), status.Get_count(MPI.INT64_T)
-            if count != 1:
-                # Take it off the wire, then ignore it: never act on a malformed notice.
-                self.comm.Recv(np.empty(status.Get_count(MPI.BYTE), np.uint8), source,
-                               HEARTBEAT_TAG)
+        for source, code, address in self._datagrams.receive():
+            if source not in self._last:          # only the monitor, or only its ranks
                 continue
-            message = np.empty(count, dtype=np.int64)
-            self.comm.Recv(message, source, HEARTBEAT_TAG)
-            if source in self._last:
-                self._last[source] = now
-            code = int(message[0])
+            self._last[source] = now
+            self._heard.add(source)
+            # Beats go where the peer's own come from (the monitor: which of its
+            # addresses answered; a rank: where it sends from).
+            self._addresses[source] = [address]
             if code in (LEAVING, ACK):
                 self._answered.add(source)
-            if code == LEAVING and source not in self._left:
+            if code == LEAVING:
                 self._left.add(source)
-                if not self._leaving.is_set():
-                    self._sends.append(self.comm.Isend(self._ack, source, HEARTBEAT_TAG))
+                self._send(source, ACK)
 
     def _check_silence(self) -> None:
         now = time.monotonic()
@@ -243,9 +263,14 @@ class Heartbeat:
                              f"of {host}: {rank_ranges(others)})")
             else:
                 parts.append(f"{names} on host {host}")
+        never = [r for r in ranks if r not in self._heard]
+        ranks_word = "ranks" if len(never) > 1 else "rank"
+        unheard = (f"; no heartbeat of {ranks_word} {rank_ranges(never)} ever arrived: "
+                   "heartbeats are UDP datagrams, which a firewall between the hosts may drop "
+                   "(MPIFLOW_HEARTBEAT_S=0 turns them off)") if never else ""
         return (f"lost contact with {'; '.join(parts)}: no heartbeat for more than "
                 f"{self.timeout:g} s (MPIFLOW_PEER_TIMEOUT): its host died or its network is "
-                f"cut, or the process hangs")
+                f"cut, or the process hangs{unheard}")
 
 
 def leave_job(who: str, what: str) -> None:

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from mpiflow import errors
+from mpiflow.comm import launch_link
 from mpiflow.comm.cluster import chief_role, may_be_left_behind
 from mpiflow.comm.liveness import Heartbeat, leave_job
 
@@ -46,6 +47,7 @@ class Peers:
         self._state = {r: ACTIVE for r in range(self.size) if r != self.rank}
         self._dead = set()              # found dead, not merely left with a "bye"
         self._left = {}                 # rank -> (when it said "bye", how it left)
+        self._told_lost = {}            # rank -> why: the launcher said it is lost (thread)
         self._pids = _local_peer_pids(comm, layout)
         self._next_check = 0.0
         interval, timeout = heartbeat
@@ -57,6 +59,9 @@ class Peers:
                     f"{self.describe(self.rank)} on {self.host}", what))
             self.heartbeat.expendable = self.expendable
             self.heartbeat.start()
+        link = launch_link.current()
+        if link is not None:
+            link.on_lost = self._told_lost.__setitem__
 
     # -- names and states ---------------------------------------------------------------
     def describe(self, rank: int) -> str:
@@ -74,7 +79,9 @@ class Peers:
         return self._state.get(rank) == GONE
 
     def is_dead(self, rank: int) -> bool:
-        return rank in self._dead
+        """Whether ``rank`` died (found here, told by a peer, or by the launcher): nothing
+        may be sent to it any more. Safe from any thread."""
+        return rank in self._dead or rank in self._told_lost
 
     def all_gone(self) -> bool:
         return all(state == GONE for state in self._state.values())
@@ -157,8 +164,15 @@ class Peers:
         if now < self._next_check:
             return
         self._next_check = now + _CHECK_PERIOD_S
+        self._check_told()
         self._check_local()
         self._check_heartbeats()
+
+    def _check_told(self) -> None:
+        """Ranks the launcher said are lost: handled as if found here."""
+        for rank, why in list(self._told_lost.items()):
+            if rank in self._state and rank not in self.lost_on_the_way:
+                self.lose(rank, why or "its process died")
 
     def _check_local(self) -> None:
         """A rank of this host whose process is gone: a launcher that keeps the job after

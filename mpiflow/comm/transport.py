@@ -155,6 +155,9 @@ class Transport:
         # Whether a rank was lost (its owner's liveness check; it may raise for a loss
         # the job cannot go on without). Asked only while a payload is awaited.
         self.sender_lost: Callable[[int], bool] = lambda rank: False
+        # Whether a rank is known dead (its owner's knowledge, no check): nothing is sent
+        # to it, since a send to a dead process can crash the network layer.
+        self.receiver_dead: Callable[[int], bool] = lambda rank: False
 
     # -- sending ---------------------------------------------------------------------------
     def send(self, dest: int, header: dict, arrays=(), guard: str | None = None,
@@ -163,8 +166,11 @@ class Transport:
 
         The arrays must not change until the send completes: pass ``guard`` (a name) for
         arrays that a later writer may change, and call ``wait_guard(name)`` before it does.
-        ``to_gpu`` says the receiver consumes them on a GPU.
+        ``to_gpu`` says the receiver consumes them on a GPU. A message for a rank known
+        dead (``receiver_dead``) is dropped.
         """
+        if self.receiver_dead(dest):
+            return
         arrays = [_contiguous(a) for a in arrays]
         if arrays:
             header = dict(header)

@@ -80,6 +80,7 @@ class Job:
                 except queue.Empty:
                     found = None
                 if found is not None and self.elastic and self.server.expendable(found):
+                    self.server.announce_loss(found)
                     self.say(f"going on without {found.describe()}")
                     self.lost.append(found)
                 elif found is not None and fault is None:

@@ -13,6 +13,9 @@ line of its own (``watching``): a rank killed by a signal is named by its parent
 launcher see a process end and kill the others, so the first death reported is the
 victim's, never a rank the launcher killed after it.
 
+In an elastic job the launcher tells the survivors of a rank it goes on without
+(``lost``), as soon as it hears of the loss.
+
 A stacks client (``python -m mpiflow.stacks``) connects to the same port and says
 ``stacks``: every rank is asked, the answers are merged in rank order and sent back.
 """
@@ -64,6 +67,7 @@ class Fault:
     culprit: str                    # who, e.g. "rank 2 (worker:1) on node2"
     why: str
     role: str = ""                  # the culprit's role, e.g. "worker:1"
+    rank: int = -1                  # the culprit's rank
     at: float = field(default_factory=time.monotonic)
 
     def describe(self) -> str:
@@ -105,6 +109,19 @@ class LaunchServer:
                          s.role != fault.role and s.ended in (None, "bye")]
         return fault.kind in ("failed", "died") and bool(survivors) and \
             may_be_left_behind(fault.role, roles, self.chief_can_move)
+
+    def announce_loss(self, fault: Fault) -> None:
+        """Tell every other rank at once that the culprit of ``fault`` is lost and the job
+        goes on without it: a survivor then sends it nothing more. The launcher hears of
+        a killed rank within milliseconds (its watcher's word), the survivors' own checks
+        take up to MPIFLOW_PEER_TIMEOUT across hosts, and an MPI send to a dead process
+        in between can crash the survivor's network layer (UCX over TCP)."""
+        if fault.rank < 0:
+            return
+        with self._lock:
+            for conn, state in self._conns.items():
+                if state.get("rank") not in (None, fault.rank):
+                    _send(conn, {"k": "lost", "rank": fault.rank, "why": fault.why})
 
     def reset(self) -> None:
         """Forget the ranks of the previous attempt (a restart starts from nothing)."""
@@ -199,7 +216,7 @@ class LaunchServer:
 
     def _died(self, rank: RankState, why: str) -> None:
         rank.ended, rank.why = "died", why
-        self.faults.put(Fault("died", rank.title(), why, rank.role))
+        self.faults.put(Fault("died", rank.title(), why, rank.role, rank.rank))
 
     def _handle(self, conn, state, message) -> None:
         kind = message.get("k")
@@ -228,7 +245,8 @@ class LaunchServer:
                 lost = self.ranks.get(int(message.get("rank", -1)))
                 if lost is not None and lost.ended is None:
                     lost.ended, lost.why = "gone", str(message.get("why", ""))
-                    self.faults.put(Fault("gone", lost.title(), lost.why, lost.role))
+                    self.faults.put(Fault("gone", lost.title(), lost.why, lost.role,
+                                          lost.rank))
             elif kind == "chief_moves":
                 self.chief_can_move = True      # an elastic job's chief may be lost too
             elif kind == "name" and rank is not None:
@@ -237,7 +255,8 @@ class LaunchServer:
                 if rank.ended is None:
                     rank.ended, rank.why = kind, str(message.get("why", ""))
                     if kind in FAULTS:
-                        self.faults.put(Fault(kind, rank.title(), rank.why, rank.role))
+                        self.faults.put(Fault(kind, rank.title(), rank.why, rank.role,
+                                              rank.rank))
             elif kind == "stacks" and rank is not None:
                 answers = self._answers.get(message.get("id"))
                 if answers is not None:

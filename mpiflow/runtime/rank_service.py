@@ -76,6 +76,7 @@ class RankService(JobMembership):
         if self.peers.heartbeat is not None:     # a peer that gives up waiting asks
             self.peers.heartbeat.whereabouts = whereabouts.report
         self.transport.sender_lost = self._sender_lost
+        self.transport.receiver_dead = self.peers.is_dead
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
         self.env = ServiceEnv(self)         # what kernels of this rank see of it
