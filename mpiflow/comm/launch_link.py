@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -88,6 +89,9 @@ class LaunchLink:
                 with self._answered:
                     self._answers[request.get("id")] = request
                     self._answered.notify_all()
+            elif request.get("k") == "interrupt":
+                # Ctrl-C at mpiflow.launch, where the MPI launcher does not forward it.
+                os.kill(os.getpid(), int(request.get("sig", signal.SIGINT)))
             elif request.get("k") == "lost":
                 self.on_lost(int(request.get("rank", -1)), str(request.get("why", "")))
             elif request.get("k") == "stacks":

@@ -6,7 +6,8 @@ proxy on a host that vanished (power loss, a cut link) or a rank that hangs. Her
 a rank reported (``failed``, ``lost``) or saw (a rank that ``died``) starts a clock: the
 launcher gets ``END_GRACE_S`` to end the job itself, then its whole process group gets
 SIGTERM, and ``KILL_AFTER_S`` later SIGKILL. Ctrl-C / SIGTERM to ``mpiflow.launch`` go to
-the launcher, which forwards them to the ranks; they get the same bound.
+the launcher, which forwards them to the ranks, or, where it does not forward them as
+they are (Open MPI, srun), to every rank over its line; they get the same bound.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Job:
         self.elastic = elastic          # a lost non-chief worker is no fault of the job
         self.lost = []                  # the faults the job went on without
         self.interrupted = None
+        self._to_hand_over = []         # signals to give the ranks over their lines
 
     def run(self) -> Outcome:
         start = time.monotonic()
@@ -75,6 +77,8 @@ class Job:
         try:
             end_by = None               # monotonic time to end the launcher ourselves
             while proc.poll() is None:
+                if self._to_hand_over:
+                    self._hand_over(proc, self._to_hand_over.pop(0))
                 try:
                     found = self.server.faults.get(timeout=0.1)
                 except queue.Empty:
@@ -113,11 +117,24 @@ class Job:
         def forward(signum, frame):
             if self.interrupted is None:
                 self.interrupted = signum
-            try:
-                proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
+            if self.launcher.forwards_interrupts:
+                self._signal(proc, signum)
+            else:
+                self._to_hand_over.append(signum)   # the loop does it, out of the handler
         return forward
+
+    def _hand_over(self, proc, signum: int) -> None:
+        """Give ``signum`` to every rank over its line; with no rank on a line yet, to the
+        MPI launcher after all."""
+        if not self.server.interrupt_all(signum):
+            self._signal(proc, signum)
+
+    @staticmethod
+    def _signal(proc, signum: int) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
 
     def _end(self, proc, since: str) -> None:
         """End the launcher's whole process group: SIGTERM, then SIGKILL."""
@@ -146,12 +163,16 @@ class Job:
             if lines:
                 out.write(b"".join(self._tag_line(line) for line in lines))
                 out.flush()
-        if pending:
-            out.write(self._tag_line(pending))
+        # The last piece of a stream may lack its line end (Open MPI ends an aborted
+        # rank's stream with a bare NUL): ended here, or this launcher's own last line
+        # would be glued to it.
+        last = pending.replace(b"\0", b"")
+        if self.launcher.split_tag(last.decode("utf-8", errors="replace"))[1].strip():
+            out.write(self._tag_line(last + b"\n"))
             out.flush()
 
     def _tag_line(self, raw: bytes) -> bytes:
-        line = raw.decode("utf-8", errors="replace")
+        line = raw.replace(b"\0", b"").decode("utf-8", errors="replace")
         rank, text = self.launcher.split_tag(line)
         if rank is None or _TAGGED.match(text):
             return (text if rank is not None else line).encode()

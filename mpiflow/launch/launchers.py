@@ -32,6 +32,10 @@ class Launcher:
     export: Callable[[list[str]], list[str]] = lambda names: []
     # What keeps the other ranks running when one dies (MPIFLOW_ELASTIC).
     elastic_flags: tuple[str, ...] = ()
+    # Whether Ctrl-C / SIGTERM sent to it reach the ranks as they are. Open MPI's kills
+    # the ranks instead, and srun's first Ctrl-C only prints the job's state: there,
+    # mpiflow.launch hands the signal to every rank over its line.
+    forwards_interrupts: bool = True
 
     def argv(self, program: str, ranks: int | None, hosts: str | None, extra: list[str],
              command: list[str], exported: list[str], elastic: bool = False) -> list[str]:
@@ -60,9 +64,10 @@ LAUNCHERS = {
     "openmpi": Launcher("openmpi", "-n", "--host", ("--tag-output",),
                         re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?"),
                         export=lambda names: [a for n in names for a in ("-x", n)],
-                        elastic_flags=("--enable-recovery",)),
+                        elastic_flags=("--enable-recovery",), forwards_interrupts=False),
     "srun": Launcher("srun", "-n", None, ("--label",), re.compile(r" *(\d+): "),
-                     elastic_flags=("--no-kill", "--kill-on-bad-exit=0")),
+                     elastic_flags=("--no-kill", "--kill-on-bad-exit=0"),
+                     forwards_interrupts=False),
 }
 
 

@@ -37,6 +37,7 @@ from mpiflow.runtime.whereabouts import format_report
 FAULTS = ("failed", "lost", "died")
 ENDINGS = ("failed", "lost", "aborted", "interrupted", "bye")
 STACKS_WAIT_S = 3.0
+_LAST_WORDS_WAIT_S = 0.5        # for a rank's own line to close after its process ended
 _DIED = "its process ended without a word (killed by a signal, the OOM killer, or os._exit)"
 
 
@@ -50,6 +51,8 @@ class RankState:
     why: str = ""
     silent: bool = False            # its line closed without a word; its watcher will say
     watchers: int = 0               # open lines of watching parents (mpiflow.supervise)
+    # Set when the rank's own line has been read to its end.
+    line_closed: threading.Event = field(default_factory=threading.Event)
 
     def title(self) -> str:
         return self.name or f"rank {self.rank} on {self.host}"
@@ -122,6 +125,16 @@ class LaunchServer:
             for conn, state in self._conns.items():
                 if state.get("rank") not in (None, fault.rank):
                     _send(conn, {"k": "lost", "rank": fault.rank, "why": fault.why})
+
+    def interrupt_all(self, signum: int) -> int:
+        """Hand ``signum`` to every rank over its line (each signals itself); return how
+        many ranks were told."""
+        with self._lock:
+            lines = [conn for conn, state in self._conns.items()
+                     if state.get("rank") is not None]
+            for conn in lines:
+                _send(conn, {"k": "interrupt", "sig": int(signum)})
+        return len(lines)
 
     def reset(self) -> None:
         """Forget the ranks of the previous attempt (a restart starts from nothing)."""
@@ -207,6 +220,8 @@ class LaunchServer:
             if watched is not None:
                 watched.watchers -= 1
             rank = self.ranks.get(state["rank"]) if state["rank"] is not None else watched
+            if rank is not None and rank is not watched:
+                rank.line_closed.set()
             if rank is None or rank.ended is not None:
                 return
             if rank.watchers > 0 and rank is not watched:
@@ -235,10 +250,9 @@ class LaunchServer:
                 state["rank"], state["watching"] = None, rank.rank
                 rank.watchers += 1
             elif kind == "child_ended":
-                watched = self.ranks.get(state.get("watching", -1))
-                if watched is not None and watched.ended is None:
-                    self._died(watched, _how_it_ended(int(message.get("code", 0))))
-                _send(conn, {"k": "answer", "id": message.get("id")})
+                threading.Thread(target=self._child_ended, daemon=True,
+                                 args=(conn, self.ranks.get(state.get("watching", -1)),
+                                       message)).start()
             elif kind == "gone":
                 # A rank says another was lost and the job goes on without it (elastic):
                 # that one's line may hang open (its host vanished).
@@ -267,6 +281,17 @@ class LaunchServer:
             elif kind == "stacks_of":
                 threading.Thread(target=self._answer_stacks_of, args=(conn, message),
                                  daemon=True).start()
+
+    def _child_ended(self, conn, watched: RankState | None, message: dict) -> None:
+        """A watcher says its rank's process ended. The rank's last words (``bye``) are
+        read by another thread: its line, closed with the process, is read to its end
+        first (a moment), so a rank that ended well is never taken for one that died."""
+        if watched is not None:
+            watched.line_closed.wait(_LAST_WORDS_WAIT_S)
+            with self._lock:
+                if watched.ended is None:
+                    self._died(watched, _how_it_ended(int(message.get("code", 0))))
+        _send(conn, {"k": "answer", "id": message.get("id")})
 
     def _answer_report(self, conn) -> None:
         _send(conn, {"k": "report", "text": self.stacks_report()})

@@ -182,9 +182,10 @@ class SyncTokenWaitOp(_TokenOp):
     """Return the released step once it is past the caller's ``local_step``.
 
     A release takes ``replicas`` gradients (0: not known): a worker waiting for one when
-    fewer workers are left, or after the chief left, is told so, naming who left. (The
-    chief's loop itself keeps waiting quietly: at the end of training the workers leave
-    while it still waits for a step nobody will make.)
+    fewer workers are left, or after the chief left, is told so, naming who left; unless
+    the chief's duties move to a survivor (MPIFLOW_ELASTIC), whose sync loop releases
+    it. (The chief's loop itself keeps waiting quietly: at the end of training the
+    workers leave while it still waits for a step nobody will make.)
     """
 
     async_kernel = True
@@ -197,7 +198,7 @@ class SyncTokenWaitOp(_TokenOp):
         if ctx.tokens.step > int(local_step):
             return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
         chief = [d for task, d in ctx.env.departed("worker") if task == 0]
-        if chief:
+        if chief and not ctx.env.chief_can_move():
             raise errors.op_error(
                 errors.UnavailableError,
                 f"This worker waits for the chief to release the next synchronous step, but "

@@ -105,6 +105,10 @@ class KernelEnv:
         """How many tasks ``job`` has (None without a cluster)."""
         return None
 
+    def chief_can_move(self) -> bool:
+        """Whether a lost chief's duties go to a surviving worker (MPIFLOW_ELASTIC)."""
+        return False
+
 
 class LocalEnv(KernelEnv):
     """An in-process session's: events are a condition other threads of this process
@@ -162,3 +166,6 @@ class ServiceEnv(KernelEnv):
 
     def tasks_of(self, job: str) -> int | None:
         return self._service.peers.tasks_of(job)
+
+    def chief_can_move(self) -> bool:
+        return self._service.peers.chief_can_move

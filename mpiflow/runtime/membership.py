@@ -49,7 +49,7 @@ class JobMembership:
         # rank -> when it proposed to leave (s since the epoch), once it said it stops for an
         # interrupt
         self._interrupted_peers = {}
-        # Called when this rank succeeds a lost chief (MPIFLOW_ELASTIC, async ps).
+        # Called when this rank succeeds a lost chief (MPIFLOW_ELASTIC, ps training).
         self.on_chief_lost = []
 
     def reset(self) -> None:

@@ -426,12 +426,13 @@ def MonitoredTrainingSession(
         creator = WorkerSessionCreator(scaffold=scaffold, master=master, config=config,
                                        max_wait_secs=max_wait_secs)
         worker_hooks = list(hooks or [])
-        if succession.may_succeed(master, worker_hooks):
+        if succession.may_succeed(master):
             # MPIFLOW_ELASTIC: this worker may take over the chief's duties if the chief
             # is lost; its hooks are made now (their savers must exist before the graph
             # is finalized) and sleep until then.
             worker_hooks.append(succession.SuccessorHook(
-                chief_hooks + _progress_hooks(progress_bar, worker_hooks)))
+                chief_hooks + _progress_hooks(progress_bar, worker_hooks),
+                [h for h in worker_hooks if hasattr(h, "take_over_from_chief")]))
         return MonitoredSession(creator, hooks=worker_hooks,
                                 stop_grace_period_secs=stop_grace_period_secs)
     all_hooks = chief_hooks + list(hooks or [])
@@ -440,7 +441,7 @@ def MonitoredTrainingSession(
                                   checkpoint_dir=checkpoint_dir)
     session = MonitoredSession(creator, hooks=all_hooks,
                                stop_grace_period_secs=stop_grace_period_secs)
-    succession.chief_started(master, all_hooks)
+    succession.chief_started(master)
     return session
 
 

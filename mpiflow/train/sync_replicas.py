@@ -124,7 +124,8 @@ class SyncReplicasOptimizer(WrappingOptimizer):
                                      "replicas": self._replicas_to_aggregate}).outputs[0]
             train_op = state_ops.assign(self._local_step, released).op
             # The chief's step, from the averages to the release, runs on the ps: a chief
-            # lost in its middle leaves nothing half done there.
+            # lost in its middle leaves nothing half done there (its successor's loop then
+            # takes the same step again).
             with graph.colocate_with(step_ref.op):
                 update = self._opt.apply_gradients(averaged)
                 with graph.control_dependencies([update]):
@@ -208,11 +209,22 @@ class _SyncReplicasHook(SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self._opt.local_step_init_op)
+        self._session = session
         if self._is_chief:
-            self._session = session
-            self._thread = threading.Thread(target=self._sync_loop, name="mpiflow-sync-loop",
-                                            daemon=True)
-            self._thread.start()
+            self._start_sync_loop()
+
+    def take_over_from_chief(self) -> None:
+        """This worker succeeds a lost chief (MPIFLOW_ELASTIC): run the sync loop here.
+        Called from the thread that found the loss, while this worker's own step may be
+        waiting for the release that only the loop gives."""
+        if self._thread is None and self._session is not None:
+            self._is_chief = True
+            self._start_sync_loop()
+
+    def _start_sync_loop(self):
+        self._thread = threading.Thread(target=self._sync_loop, name="mpiflow-sync-loop",
+                                        daemon=True)
+        self._thread.start()
 
     def _sync_loop(self):
         try:
@@ -283,6 +295,3 @@ class _ChiefSyncRunner:
                 thread.start()
         return threads
 
-
-# Hooks whose workers step together: the chief's duties cannot move between them.
-LOCKSTEP_HOOKS = (_SyncReplicasHook,)

@@ -211,8 +211,9 @@ def kill_rank(hosts, host, rank):
     (5, "sync", False),      # worker:4 on node2, sync with one backup: the others go on
     (5, "async", False),     # worker:4 on node2, async: the others go on
     (1, "async", False),     # the chief on node0: worker:1 on node1 takes its duties over
+    (1, "sync", False),      # the same in sync training, the sync loop included
     (0, "async", True),      # the ps on node0 (the variables were only there): job ends
-], ids=["sync-worker", "async-worker", "async-chief", "async-ps"])
+], ids=["sync-worker", "async-worker", "async-chief", "sync-chief", "async-ps"])
 def test_elastic_jobs_across_hosts_lose_one_rank(hosts, launch, tmp_path, victim, mode, ends):
     last_step = 1500 if mode == "async" else 600
     job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", 1, mode,

@@ -53,9 +53,12 @@ def test_a_lost_worker_is_left_behind_and_the_others_train_to_the_end(tmp_path, 
         or fault == "raise", done.stderr
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("fault", ["raise", "kill"])
-def test_in_async_training_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault):
-    done = launch(tmp_path, fault, 0)
+def test_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault, mode):
+    # sync: the successor also runs the sync loop (averaging on the ps, releasing the
+    # workers); 2 of 3 replicas aggregated, so the 2 survivors go on.
+    done = launch(tmp_path, fault, 0, mode)
     assert done.returncode == 0, done.stderr
     v, step = final_values(done.stdout)
     assert step >= LAST_STEP and v == step, (v, step)
@@ -74,14 +77,6 @@ def test_in_async_training_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path
         sorted(p.name for p in (tmp_path / "ckpt").iterdir())
 
 
-def test_in_sync_training_the_chief_lost_ends_the_job_naming_it(tmp_path):
-    # Its duties do not move there (the sync loop is the chief's).
-    done = launch(tmp_path, "raise", 0, "sync")
-    assert done.returncode != 0
-    last = done.stderr.strip().splitlines()[-1]
-    assert "the job failed" in last and "rank 1 (worker:0)" in last, done.stderr
-
-
 def test_without_elastic_a_lost_worker_ends_the_job(tmp_path):
     done = launch(tmp_path, "raise", 2, elastic=False)
     assert done.returncode != 0
@@ -90,7 +85,10 @@ def test_without_elastic_a_lost_worker_ends_the_job(tmp_path):
 
 def test_plain_mpiexec_keeps_the_others_with_its_flag_and_the_watching_parent(tmp_path):
     mpiexec = _require_mpiexec()
-    cmd = [mpiexec, "-disable-auto-cleanup", "-n", "4", sys.executable, "-m",
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    # MPICH's flag, or Open MPI's (the suite runs under either, whichever is installed).
+    keep_others = "-disable-auto-cleanup" if "HYDRA" in version else "--enable-recovery"
+    cmd = [mpiexec, keep_others, "-n", "4", sys.executable, "-m",
            "mpiflow.supervise", sys.executable, str(PROG), str(tmp_path / "ckpt"),
            str(LAST_STEP), "kill", "2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
