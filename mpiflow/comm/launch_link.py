@@ -5,10 +5,11 @@ may wait forever for a host that vanished, and nobody can ask it where a hung ra
 Under ``mpiflow.launch`` every rank opens one TCP connection to the launcher at import
 (the address is in ``MPIFLOW_LAUNCH_ADDRESS``) and says who it is, what its role became,
 and how it ends: failed (the culprit), lost contact with a host, interrupted, or done.
-A connection that closes without such a word is a rank that died. In an elastic job the
-launcher tells the others of a rank lost, faster than their own checks would find it. The launcher asks for
+A connection that closes without such a word is a rank that died. The launcher asks for
 stacks over the same line, and a thread here answers from whatever the main thread is
-doing (``whereabouts``, given by the runtime).
+doing (``whereabouts``, given by the runtime). It also tells the rank of a peer lost in
+an elastic job (faster than the rank's own checks would find it), and hands it Ctrl-C
+where the MPI launcher does not forward it.
 
 Messages are JSON lines (control only; nothing here is on a step's path). Everything is
 best effort: a launcher that cannot be reached costs a warning, never the training.
