@@ -162,13 +162,16 @@ def test_mpiflow_launch_names_a_powered_off_host_and_returns_in_bounded_time(hos
 ELASTIC_PROG = PROGS.parent.parent / "launch" / "progs" / "elastic_training.py"
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("fault", ["power_off", "cut_link"])
-def test_an_elastic_job_trains_on_without_a_host_of_workers(hosts, launch, tmp_path, fault):
+def test_an_elastic_job_trains_on_without_a_host_of_workers(hosts, launch, tmp_path, fault,
+                                                            mode):
     """1 ps + 5 workers; node2 holds workers 3 and 4 only. It vanishes mid-training: the
-    others train to the end, nothing is half applied, and the launch ends 0 naming both."""
-    last_step = 2500            # about 7 s of training here: the fault strikes midway
-    job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", env=LIVENESS,
-                 via="mpiflow", launch_args=("--elastic",))
+    others train to the end, nothing is half applied, and the launch ends 0 naming both.
+    sync: 3 of 5 replicas aggregated (2 backup workers), so the 3 survivors go on."""
+    last_step = 2500 if mode == "async" else 800   # the fault strikes midway
+    job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", 1, mode, 2,
+                 env=LIVENESS, via="mpiflow", launch_args=("--elastic",))
     job.wait_for_output("start", 120)
     time.sleep(2.0)
     getattr(hosts, fault)("node2")
@@ -213,7 +216,8 @@ def kill_rank(hosts, host, rank):
     (1, "async", False),     # the chief on node0: worker:1 on node1 takes its duties over
     (1, "sync", False),      # the same in sync training, the sync loop included
     (0, "async", True),      # the ps on node0 (the variables were only there): job ends
-], ids=["sync-worker", "async-worker", "async-chief", "sync-chief", "async-ps"])
+    (0, "sync", True),
+], ids=["sync-worker", "async-worker", "async-chief", "sync-chief", "async-ps", "sync-ps"])
 def test_elastic_jobs_across_hosts_lose_one_rank(hosts, launch, tmp_path, victim, mode, ends):
     last_step = 1500 if mode == "async" else 600
     job = launch(ELASTIC_PROG, tmp_path / "ckpt", last_step, "none", 1, mode,

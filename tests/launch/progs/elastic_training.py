@@ -1,9 +1,9 @@
 """ps training that loses a worker, for elastic training's tests.
 
-Usage: elastic_training.py CHECKPOINT_DIR LAST_STEP FAULT [VICTIM_TASK [MODE]]
+Usage: elastic_training.py CHECKPOINT_DIR LAST_STEP FAULT [VICTIM_TASK [MODE [BACKUPS]]]
 
 1 ps, the other ranks workers; MODE "async" (default) or "sync" (SyncReplicasOptimizer
-with one backup worker: replicas_to_aggregate = workers - 1). Every step adds exactly 1
+with BACKUPS backup workers, default 1: replicas_to_aggregate = workers - BACKUPS). Every step adds exactly 1
 to the variable ``v`` and to the global step, in one apply on the ps: at the end
 ``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
 VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
@@ -21,7 +21,7 @@ import numpy as np
 import mpiflow as mf
 
 
-def main(checkpoint_dir, last_step, fault, victim, mode):
+def main(checkpoint_dir, last_step, fault, victim, mode, backups):
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
@@ -41,7 +41,7 @@ def main(checkpoint_dir, last_step, fault, victim, mode):
         hooks = [mf.train.StopAtStepHook(last_step=last_step)]
         if mode == "sync":
             workers = cluster.num_tasks("worker")
-            opt = mf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers - 1,
+            opt = mf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers - backups,
                                                  total_num_replicas=workers)
         train = opt.minimize(-v, global_step=step)
         if mode == "sync":
@@ -65,4 +65,5 @@ def main(checkpoint_dir, last_step, fault, victim, mode):
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3],
          int(sys.argv[4]) if len(sys.argv) > 4 else 1,
-         sys.argv[5] if len(sys.argv) > 5 else "async")
+         sys.argv[5] if len(sys.argv) > 5 else "async",
+         int(sys.argv[6]) if len(sys.argv) > 6 else 1)
