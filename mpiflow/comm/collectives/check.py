@@ -1,18 +1,25 @@
 """The cross-rank check run before a collective moves any data.
 
 Every rank describes its call in a small int64 record (collective, tensor name, algorithm,
-reduction, root, dtype, shape); rank 0 gathers the records point-to-point, compares them
-and answers every rank with a verdict. A mismatch then raises ``InvalidArgumentError`` on
-every rank, naming the field and which ranks hold which value, instead of hanging in MPI or
-writing past a buffer. Because rank 0 hears from each rank separately it also knows who
-never called: at its deadline it tells the ranks that did that those ranks are missing, so
-every rank's ``DeadlineExceededError`` names them (Horovod's coordinator does the same).
-Cost: one record to rank 0 and one 16-byte verdict back per operation (two latencies).
+reduction, root, dtype, shape) whose last two entries are a fingerprint of the rest, ``f``
+and ``-f``. The ranks take the maximum of that pair in one tiny allreduce on a private
+communicator: ``max(f) == -max(-f)`` means every rank made the same call. That costs one
+latency of the MPI library's own allreduce, where gathering the records on rank 0 and
+sending its verdict back cost two point-to-point latencies and a Python round on rank 0.
+
+Only when the fingerprints differ (a bug: every rank sees it at once) are the records
+gathered on rank 0, compared field by field, and the table sent back, so every rank
+raises ``InvalidArgumentError`` naming the field and which ranks hold which value,
+instead of hanging in MPI or writing past a buffer. A rank that never makes the call is
+named at the deadline: the ranks that wait tell rank 0 they are there, and rank 0 tells
+them who is missing (Horovod's coordinator knows the same, at a cost on every call).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import time
 import zlib
 from collections.abc import Callable
 
@@ -22,7 +29,13 @@ from mpi4py import MPI
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.cluster import rank_ranges
-from mpiflow.comm.collectives.state import CHECK_TAG, DETAIL_TAG, VERDICT_TAG, CommState
+from mpiflow.comm.collectives.state import (
+    CHECK_TAG,
+    DETAIL_TAG,
+    PRESENT_TAG,
+    VERDICT_TAG,
+    CommState,
+)
 from mpiflow.comm.wire_dtypes import from_wire, wire_name
 
 KINDS = ("allreduce", "broadcast", "allgather")
@@ -32,9 +45,10 @@ OPS = ("sum", "average")
 _FIELDS = (("collective", (0,)), ("tensor name", (1,)), ("algorithm", (2,)),
            ("reduction", (3,)), ("root", (4,)), ("dtype", (5,)),
            ("shape", (6, 7, 8, 9, 10, 11)))
-RECORD_LEN = 12
+FIELDS_LEN = 12       # the described call; then its fingerprint f and -f
+RECORD_LEN = FIELDS_LEN + 2
 _SHOWN_DIMS = 4
-_OK, _MISMATCH, _MISSING = 0, 1, 2
+_MISSING = 2         # rank 0's verdict at a deadline: the ranks that never joined
 
 
 def _encode(text: str) -> int:
@@ -57,9 +71,12 @@ def _record(kind, name, algorithm, op, root, dtype, shape) -> np.ndarray:
     dims = (list(shape) + [-1] * _SHOWN_DIMS)[:_SHOWN_DIMS]
     shape_hash = zlib.crc32(np.asarray(shape, dtype=np.int64).tobytes())
     name_hash = 0 if name is None else zlib.crc32(name.encode()) + 1
-    record = np.array([KINDS.index(kind), name_hash, _encode(algorithm),
+    fields = np.array([KINDS.index(kind), name_hash, _encode(algorithm),
                        -1 if op is None else OPS.index(op), root, _encode(dtype),
                        len(shape), shape_hash, *dims], dtype=np.int64)
+    fingerprint = int.from_bytes(hashlib.blake2b(fields.tobytes(), digest_size=7).digest(),
+                                 "little")
+    record = np.concatenate([fields, np.array([fingerprint, -fingerprint], np.int64)])
     record.flags.writeable = False
     return record
 
@@ -107,107 +124,142 @@ def describe_mismatch(table: np.ndarray) -> str | None:
 
 
 class CrossRankCheck:
-    """The check of one operation, advanced by ``test()`` (never blocks).
+    """The check of one operation, advanced by ``test()`` (never blocks while the ranks
+    agree). Posted by ``post()`` in issue order, once the state's check communicator is
+    ready (``CommState`` does both).
 
     Args:
-        state: the communicator's state (the check runs on ``state.comm``).
+        state: the communicator's state.
         record: this rank's ``make_record(...)``.
+        seq: the operation's number in issue order (the same on every rank).
         label: returns the operation as error messages name it (built only for errors).
     """
 
-    def __init__(self, state: CommState, record: np.ndarray, label: Callable[[], str]):
+    def __init__(self, state: CommState, record: np.ndarray, seq: int,
+                 label: Callable[[], str]):
         self.state = state
+        self.record = record
+        self.seq = seq
         self.label = label
         self.rank, self.size = state.rank, state.size
         self.passed = self.size == 1
-        if self.passed:
-            return
-        comm = state.comm
-        if self.rank == 0:
-            self.table = np.empty((self.size, RECORD_LEN), dtype=np.int64)
-            self.table[0] = record
-            self._recvs = {j: comm.Irecv([self.table[j], MPI.INT64_T], j, CHECK_TAG)
-                           for j in range(1, self.size)}
-        else:
-            state.track_send(comm.Isend([record, MPI.INT64_T], 0, CHECK_TAG), record)
-            self.verdict = np.zeros(2, dtype=np.int64)
-            self._verdict_request = comm.Irecv([self.verdict, MPI.INT64_T], 0, VERDICT_TAG)
+        self.posted = self.passed
+        self._request = None
+        self._maxima = np.zeros(2, dtype=np.int64)
+
+    def post(self) -> None:
+        self._request = self.state.check_comm.Iallreduce(
+            [self.record[FIELDS_LEN:], MPI.INT64_T], [self._maxima, MPI.INT64_T], MPI.MAX)
+        self.posted = True
 
     def test(self) -> bool:
         """Return whether the check passed; raise if it failed.
 
         Raises:
             InvalidArgumentError: the ranks disagree (same message on every rank).
-            DeadlineExceededError: rank 0 reported ranks that never joined.
         """
         if self.passed:
             return True
-        if self.rank == 0:
-            for j in [j for j, r in self._recvs.items() if r.Test()]:
-                del self._recvs[j]
-            if self._recvs:
-                return False
-            problem = describe_mismatch(self.table)
-            self._answer(range(1, self.size), _MISMATCH if problem else _OK,
-                         self.table if problem else None)
-            if problem:
-                raise self._mismatch_error(problem)
-            self.passed = True
-            return True
-        if not self._verdict_request.Test():
+        if not self.posted or not self._request.Test():
             return False
-        status, count = (int(v) for v in self.verdict)
-        if status == _OK:
+        if self._maxima[0] == -self._maxima[1]:
             self.passed = True
             return True
-        if status == _MISMATCH:
-            table = np.empty((self.size, RECORD_LEN), dtype=np.int64)
-            self._receive_detail(table)
-            raise self._mismatch_error(describe_mismatch(table))
-        missing = np.empty(count, dtype=np.int64)
-        self._receive_detail(missing)
-        raise errors.DeadlineExceededError(
-            f"{self.label()}: rank 0 (which gathers the cross-rank check) reports that "
-            f"{format_ranks(missing)} never joined this collective; not heard from "
-            f"{format_ranks(missing)}")
+        raise self._mismatch_error(describe_mismatch(self._gather_records()))
 
-    def waiting_on(self) -> tuple[str, list[int]]:
-        """Return (what this rank waits for, the ranks it has not heard from)."""
+    def waiting_on(self) -> tuple[str, list[int] | None]:
+        """Return (what this rank waits for, the ranks it has not heard from: unknown)."""
+        return "the cross-rank check (an allreduce of each rank's call fingerprint)", None
+
+    def expire(self, timeout: float) -> errors.DeadlineExceededError:
+        """At the deadline: find out who never joined, and return the error to raise.
+
+        The ranks that wait tell rank 0 so (point to point on the caller's communicator,
+        which needs no rank to join anything); rank 0 listens for ``_roll_call_s`` and
+        answers each with the ranks it did not hear from.
+        """
+        window = _roll_call_s(timeout)
+        comm = self.state.comm
         if self.rank == 0:
-            return "the cross-rank check (gathered on rank 0)", sorted(self._recvs)
-        return "the verdict of the cross-rank check from rank 0", [0]
+            heard = self._roll_call(window)
+            missing = sorted(set(range(1, self.size)) - heard)
+            self._answer(sorted(heard), _MISSING, np.array(missing, dtype=np.int64))
+            return self._missing_error(missing, f"(MPIFLOW_TIMEOUT={timeout:g} s)")
+        here = np.array([self.seq], dtype=np.int64)
+        self.state.track_send(comm.Isend([here, MPI.INT64_T], 0, PRESENT_TAG), here)
+        verdict = np.zeros(2, dtype=np.int64)
+        request = comm.Irecv([verdict, MPI.INT64_T], 0, VERDICT_TAG)
+        deadline = time.monotonic() + 2 * window + 1.0
+        while not request.Test():
+            if time.monotonic() > deadline:
+                request.Cancel()
+                return errors.DeadlineExceededError(
+                    f"{self.label()}: waited for the cross-rank check, and rank 0 (which "
+                    f"names the ranks missing) did not answer; not heard from rank 0 "
+                    f"(MPIFLOW_TIMEOUT={timeout:g} s)")
+            time.sleep(0.001)
+        missing = np.empty(int(verdict[1]), dtype=np.int64)
+        self._receive(comm, missing, DETAIL_TAG)
+        return self._missing_error(
+            missing.tolist(), f"rank 0 reports that {format_ranks(missing)} never joined "
+                              f"this collective")
 
-    def grace(self, timeout: float) -> float:
-        """Extra seconds a waiting rank gives rank 0 to report who is missing."""
-        return 0.0 if self.rank == 0 or self.passed else min(10.0, 0.5 * timeout + 0.5)
+    def _roll_call(self, window: float) -> set:
+        """On rank 0: the ranks that said, within ``window`` s, that they wait at this
+        operation (messages of older operations are taken off the wire and dropped)."""
+        comm, status = self.state.comm, MPI.Status()
+        heard, found = set(), np.empty(1, dtype=np.int64)
+        deadline = time.monotonic() + window
+        while len(heard) < self.size - 1 and time.monotonic() < deadline:
+            if comm.Iprobe(MPI.ANY_SOURCE, PRESENT_TAG, status):
+                comm.Recv([found, MPI.INT64_T], status.Get_source(), PRESENT_TAG)
+                if int(found[0]) == self.seq:
+                    heard.add(status.Get_source())
+            else:
+                time.sleep(0.001)
+        return heard
 
-    def expire(self) -> None:
-        """At the deadline on rank 0: tell the ranks that joined which ones did not."""
-        if self.passed or self.rank != 0 or not self._recvs:
-            return
-        missing = np.array(sorted(self._recvs), dtype=np.int64)
-        present = [j for j in range(1, self.size) if j not in self._recvs]
-        self._answer(present, _MISSING, missing)
-        for request in self._recvs.values():
-            request.Cancel()
-        self._recvs = {}
+    def _missing_error(self, missing, why: str) -> errors.DeadlineExceededError:
+        if not missing:
+            return errors.DeadlineExceededError(
+                f"{self.label()}: every rank waits at the cross-rank check, which never "
+                f"completes: the ranks issued different numbers of collectives on this "
+                f"communicator before it (one with check=False?) {why}")
+        return errors.DeadlineExceededError(
+            f"{self.label()}: waited for the cross-rank check; not heard from "
+            f"{format_ranks(missing)}: {why}")
+
+    def _gather_records(self) -> np.ndarray:
+        """Every rank's record, in rank order, on every rank (the fingerprints differ)."""
+        comm = self.state.check_comm
+        table = np.empty((self.size, RECORD_LEN), dtype=np.int64)
+        if self.rank == 0:
+            table[0] = self.record
+            for j in range(1, self.size):
+                self._receive(comm, table[j], CHECK_TAG, source=j)
+            for j in range(1, self.size):
+                self.state.track_send(comm.Isend([table, MPI.INT64_T], j, DETAIL_TAG), table)
+        else:
+            self.state.track_send(comm.Isend([self.record, MPI.INT64_T], 0, CHECK_TAG),
+                                  self.record)
+            self._receive(comm, table, DETAIL_TAG)
+        return table
 
     def _answer(self, ranks, status: int, detail) -> None:
         comm = self.state.comm
-        verdict = np.array([status, 0 if detail is None else len(detail)], dtype=np.int64)
+        verdict = np.array([status, len(detail)], dtype=np.int64)
         for j in ranks:
             self.state.track_send(comm.Isend([verdict, MPI.INT64_T], j, VERDICT_TAG), verdict)
-            if detail is not None:
-                self.state.track_send(comm.Isend([detail, MPI.INT64_T], j, DETAIL_TAG), detail)
+            self.state.track_send(comm.Isend([detail, MPI.INT64_T], j, DETAIL_TAG), detail)
 
-    def _receive_detail(self, buf: np.ndarray) -> None:
-        # Rank 0 sent it right after the verdict, so this is a short wait.
-        request = self.state.comm.Irecv([buf, MPI.INT64_T], 0, DETAIL_TAG)
+    def _receive(self, comm, buf: np.ndarray, tag: int, source: int = 0) -> None:
+        # The sender sends it as soon as it knows, so this is a short wait.
+        request = comm.Irecv([buf, MPI.INT64_T], source, tag)
 
         def expired(waited):
             return errors.DeadlineExceededError(
                 f"{self.label()}: the details of a failed cross-rank check did not arrive "
-                f"from rank 0 within {waited:.0f} s")
+                f"from rank {source} within {waited:.0f} s")
         poll_until(request.Test, 30.0, expired, Backoff(spin_s=0.0, first_s=1e-5))
 
     def _mismatch_error(self, problem: str) -> errors.InvalidArgumentError:
@@ -215,3 +267,9 @@ class CrossRankCheck:
             f"{self.label()}: cross-rank check failed, {problem}. Every rank must issue the "
             f"same collectives in the same order, with the same algorithm, dtype and "
             f"shape (allgather: the same shape after the first dimension)")
+
+
+def _roll_call_s(timeout: float) -> float:
+    """How long rank 0 listens for the ranks waiting at a check that timed out: they reach
+    their own deadlines about when it does (each counts from its own issue)."""
+    return min(10.0, 0.5 * timeout + 0.5)

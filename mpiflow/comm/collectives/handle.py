@@ -96,10 +96,12 @@ class Handle:
         self._error: errors.MpiflowError | None = None
         self._issued = time.monotonic()
         with state.lock:
-            # Checks post their messages in issue order: they match by order on every rank.
-            self._check = None if record is None else \
-                CrossRankCheck(state, record, lambda: self.label)
             self.seq = state.submit(self)
+            self._check = None
+            if record is not None and state.size > 1:
+                # Checks are posted in issue order: they match by order on every rank.
+                self._check = CrossRankCheck(state, record, self.seq, lambda: self.label)
+                state.submit_check(self._check)
 
     @property
     def label(self) -> str:
@@ -145,9 +147,10 @@ class Handle:
                     self._result = self._finish()
                     return True
             if self._error is None and self._past_deadline():
-                self._error = self._deadline_error(time.monotonic() - self._issued)
-                if self._check is not None:
-                    self._check.expire()
+                if self._check is not None and not self._check.passed:
+                    self._error = self._check.expire(self.timeout)
+                else:
+                    self._error = self._deadline_error(time.monotonic() - self._issued)
             if self._error is not None:
                 raise self._error
         return False
@@ -203,8 +206,7 @@ class Handle:
             self._stage.start()
 
     def _past_deadline(self) -> bool:
-        grace = 0.0 if self._check is None else self._check.grace(self.timeout)
-        return time.monotonic() - self._issued > self.timeout + grace
+        return time.monotonic() - self._issued > self.timeout
 
     def _waiting_on(self) -> tuple[str, list[int] | None]:
         if self._check is not None and not self._check.passed:

@@ -17,12 +17,15 @@ from mpi4py import MPI
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
 
-# Tags of the cross-rank check, sent on the caller's communicator itself (the duplicate
-# is not usable before every rank has joined it, and the check is what names a rank that
-# never does). Chosen far from the transport's 7101/7102 and below MPI's minimum TAG_UB.
+# Tags of the cross-rank check's point-to-point messages. The roll call at a deadline
+# (PRESENT, VERDICT, DETAIL) goes on the caller's communicator itself: the duplicates are
+# not usable before every rank has joined them, and the roll call is what names a rank
+# that never does. Chosen far from the transport's 7101/7102 and below MPI's minimum
+# TAG_UB.
 CHECK_TAG = 0x4D46
 VERDICT_TAG = 0x4D47
 DETAIL_TAG = 0x4D48
+PRESENT_TAG = 0x4D49
 # Data tags on the duplicate cycle through [1, DATA_TAGS]: an operation's point-to-point
 # messages carry its own tag, so operations in flight together never match each other.
 DATA_TAGS = 32000
@@ -77,9 +80,11 @@ class CommState:
     """Per-communicator state shared by every collective strategy.
 
     Operations are numbered in the order they are issued; all ranks must issue them in the
-    same order. An operation first runs its cross-rank check (if any) on the caller's
-    communicator; its data then moves on ``data_comm``, a duplicate made at the first
-    operation, and operations start their data phase strictly in issue order, so MPI's
+    same order. An operation first runs its cross-rank check (if any) on ``check_comm``;
+    its data then moves on ``data_comm``. Both are duplicates made at the first operation
+    (the checks of operations in flight together, and their data phases, would otherwise
+    be posted in different interleavings on different ranks). Checks are posted, and
+    operations start their data phase, strictly in issue order, so MPI's
     non-blocking collectives (and NCCL calls) are entered in one order on every rank even
     when callers test their handles in different orders. Handles of one communicator may
     be tested from several threads: they advance under the state's lock.
@@ -100,11 +105,19 @@ class CommState:
         self._sends: list = []            # [(request, keepalive)] of fire-and-forget sends
         self._dup = None
         self._dup_request = None
+        self._check_dup = None
+        self._check_dup_request = None
+        self._unposted = collections.deque()   # checks not yet posted, in issue order
 
     @property
     def data_comm(self) -> MPI.Intracomm:
         """The private duplicate that carries the data (ready once an operation started)."""
         return self._dup
+
+    @property
+    def check_comm(self) -> MPI.Intracomm:
+        """The private duplicate that carries the cross-rank checks."""
+        return self._check_dup
 
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
@@ -112,10 +125,27 @@ class CommState:
             # Non-blocking, so a rank that never joins surfaces as a deadline with the
             # check's diagnosis instead of a hang inside MPI_Comm_dup.
             self._dup, self._dup_request = self.comm.Idup()
+            self._check_dup, self._check_dup_request = self.comm.Idup()
         seq = self._seq
         self._seq += 1
         self._queue.append(handle)
         return seq
+
+    def submit_check(self, check) -> None:
+        """Queue ``check`` to be posted after the checks issued before it (at once when
+        the check communicator is ready)."""
+        self._unposted.append(check)
+        self._post_checks()
+
+    def _post_checks(self) -> None:
+        if not self._unposted:
+            return
+        if self._check_dup_request is not None:
+            if not self._check_dup_request.Test():
+                return
+            self._check_dup_request = None
+        while self._unposted:
+            self._unposted.popleft().post()
 
     def data_tag(self, seq: int) -> int:
         return 1 + seq % DATA_TAGS
@@ -133,6 +163,7 @@ class CommState:
         """Advance queued checks and start the data phase of operations, in issue order."""
         if self._sends:
             self._sends = [(r, k) for r, k in self._sends if not r.Test()]
+        self._post_checks()
         while self._queue:
             handle = self._queue[0]
             if handle.failed:
