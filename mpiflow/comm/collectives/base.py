@@ -30,6 +30,8 @@ from mpiflow.comm.collectives.handle import (
 from mpiflow.comm.collectives.state import comm_state, make_backoff
 from mpiflow.comm.wire_dtypes import HALF_FLOATS
 
+_MAX_PLANS = 4096
+
 __all__ = ["CallStage", "Collective", "Handle", "RequestStage", "Stage", "describe_array"]
 
 
@@ -62,6 +64,7 @@ class Collective:
         self.timeout = self.config.get("MPIFLOW_TIMEOUT")
         model = make_backoff(self.config)
         self._backoff_args = (model.spin_s, model.first_s, model.max_s)
+        self._plans: dict = {}            # allreduce signature -> what it allows
 
     @classmethod
     def enabled(cls, comm: MPI.Intracomm, array) -> tuple[bool, str]:
@@ -92,20 +95,19 @@ class Collective:
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
         """
-        describe = self._accept("allreduce", name, array)
-        if op not in OPS:
-            raise self._error(describe, f"unknown reduction {op!r}, expected one of "
-                                        f"{list(OPS)}")
-        if op == "average" and not dtype_table.is_floating(array.dtype):
-            raise self._error(describe, f"op='average' needs a floating dtype, got "
-                                        f"{array.dtype}; use op='sum' and divide as your "
-                                        f"dtype requires")
-        xp = _array_module(array)
+        describe = ("allreduce", name, self.name, array, self.rank, self.size)
+        # Training makes the same calls every step: what a call's signature allows is
+        # found out once (the checks raise the first time, and never pass a bad call).
+        signature = (type(array), array.dtype, array.shape, op, name, check)
+        plan = self._plans.get(signature)
+        if plan is None:
+            plan = self._allreduce_plan(describe, array, op, name, check)
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[signature] = plan
+        xp, widen, record = plan
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         out = self._output(describe, out, xp)
-        # float16, bfloat16: convert, reduce in float32, convert back (MPI has no type for
-        # either; summing in float32 also rounds once instead of once per rank).
-        widen = array.dtype in HALF_FLOATS and not self.native_half
         work = send.astype(np.float32) if widen else None
 
         def build(seq):
@@ -117,9 +119,24 @@ class Collective:
             if widen:
                 np.copyto(out, work, casting="same_kind")
             return out
-        record = make_record("allreduce", name, self.name, op, -1, array.dtype,
-                             array.shape) if check else None
         return self._issue(describe, build, finish, record, timeout)
+
+    def _allreduce_plan(self, describe, array, op, name, check) -> tuple:
+        """Check an allreduce's signature; return (array module, widen, check record)."""
+        self._accept("allreduce", name, array)
+        if op not in OPS:
+            raise self._error(describe, f"unknown reduction {op!r}, expected one of "
+                                        f"{list(OPS)}")
+        if op == "average" and not dtype_table.is_floating(array.dtype):
+            raise self._error(describe, f"op='average' needs a floating dtype, got "
+                                        f"{array.dtype}; use op='sum' and divide as your "
+                                        f"dtype requires")
+        # float16, bfloat16: convert, reduce in float32, convert back (MPI has no type for
+        # either; summing in float32 also rounds once instead of once per rank).
+        widen = array.dtype in HALF_FLOATS and not self.native_half
+        record = make_record("allreduce", name, self.name, op, -1, array.dtype,
+                             array.shape) if check and self.size > 1 else None
+        return _array_module(array), widen, record
 
     def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:
         """Blocking ``allreduce_async(...).wait()``; return the result."""
@@ -235,6 +252,8 @@ class Collective:
         array = describe[3]
         if out is None:
             return xp.empty(array.shape, dtype=array.dtype)
+        if out is array:
+            return out
         if type(out) is not type(array) or out.shape != array.shape or \
                 out.dtype != array.dtype or not out.flags.c_contiguous:
             got = describe_array(out) if hasattr(out, "dtype") else ""

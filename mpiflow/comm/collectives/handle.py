@@ -21,6 +21,7 @@ from mpiflow.comm.collectives.check import CrossRankCheck, format_ranks
 from mpiflow.comm.collectives.state import CommState
 
 _MISSING = object()
+_EAGER_POLL_S = 10e-6    # how long wait() polls without pausing before its back-off
 
 
 class Stage:
@@ -50,6 +51,8 @@ class RequestStage(Stage):
     def start(self) -> None:
         posted = self._post()
         self._requests = list(posted) if isinstance(posted, (list, tuple)) else [posted]
+        if len(self._requests) == 1:
+            self.test = self._requests[0].Test      # one request: test it directly
 
     def test(self) -> bool:
         return MPI.Request.Testall(self._requests)
@@ -142,7 +145,8 @@ class Handle:
             return True
         with self._state.lock:
             if self._error is None:
-                self._state.pump()
+                if self._state.has_queued():    # start what waits for its turn
+                    self._state.pump()
                 if self._error is None and self._data_started and self._advance():
                     self._result = self._finish()
                     return True
@@ -166,6 +170,12 @@ class Handle:
             DeadlineExceededError: naming the collective, the tensor and the ranks not
                 heard from; the errors of ``test()``.
         """
+        # Most small operations complete within microseconds of their issue: poll at
+        # once for a few, before the back-off's bookkeeping and yields.
+        eager_until = time.perf_counter() + _EAGER_POLL_S
+        while time.perf_counter() < eager_until:
+            if self.test():
+                return self._result
         state, seen = self._state, self._state.transfers_done
 
         def done():

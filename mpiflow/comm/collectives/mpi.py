@@ -3,6 +3,8 @@ other strategies are tested against, and the fastest choice for small CPU arrays
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mpi4py import MPI
 
@@ -10,6 +12,7 @@ from mpiflow import backend, dtype_table, errors
 from mpiflow.comm.collectives.base import CallStage, Collective, RequestStage, Stage
 
 
+@functools.lru_cache(maxsize=64)
 def mpi_reduction(dtype) -> tuple[MPI.Datatype, MPI.Op]:
     """Return the MPI datatype (``dtype_table``'s MPI column) and the "sum" operation for
     ``dtype`` (bool: logical or). Reductions are defined on the predefined datatypes only,

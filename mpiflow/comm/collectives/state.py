@@ -147,6 +147,10 @@ class CommState:
         while self._unposted:
             self._unposted.popleft().post()
 
+    def has_queued(self) -> bool:
+        """Whether anything waits here to be posted or started (or sends to finish)."""
+        return bool(self._queue or self._unposted or self._sends)
+
     def data_tag(self, seq: int) -> int:
         return 1 + seq % DATA_TAGS
 
