@@ -98,13 +98,20 @@ class Collective:
         describe = ("allreduce", name, self.name, array, self.rank, self.size)
         # Training makes the same calls every step: what a call's signature allows is
         # found out once (the checks raise the first time, and never pass a bad call).
-        signature = (type(array), array.dtype, array.shape, op, name, check)
-        plan = self._plans.get(signature)
+        try:
+            signature = (type(array), array.dtype, array.shape, op, name, check)
+            plan = self._plans.get(signature)
+        except AttributeError:          # not an array: say so
+            self._accept("allreduce", name, array)
+            raise
+        except TypeError:               # an unhashable argument: checked, never kept
+            signature, plan = None, None
         if plan is None:
             plan = self._allreduce_plan(describe, array, op, name, check)
-            if len(self._plans) >= _MAX_PLANS:
-                self._plans.clear()
-            self._plans[signature] = plan
+            if signature is not None:
+                if len(self._plans) >= _MAX_PLANS:
+                    self._plans.clear()
+                self._plans[signature] = plan
         xp, widen, record = plan
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         out = self._output(describe, out, xp)
