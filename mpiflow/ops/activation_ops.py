@@ -58,7 +58,8 @@ class ReluGradOp(_Elementwise):
     allowed = staticmethod(is_numeric)
 
     def forward(self, xp, ctx, g, y):
-        return g * (y > 0)
+        # A mask of g's own dtype multiplies faster than a bool one (no mixed-type loop).
+        return g * (y > 0).astype(g.dtype, copy=False)
 
     def gradient(self, op, gg):
         # Linear in the incoming gradient; piecewise constant in the features.

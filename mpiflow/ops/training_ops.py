@@ -18,6 +18,10 @@ gradients with them. Must not import runtime, gradients or train.
 
 from __future__ import annotations
 
+import threading
+
+import numpy as np
+
 from mpiflow import errors
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
@@ -239,7 +243,41 @@ class ApplyGradientDescentOp(_ApplyOp):
     fused = FusedUpdate(("alpha", "delta"), ("var",), ["var -= alpha * delta"])
 
     def update(self, xp, ctx, var, alpha, delta):
+        if xp is np:
+            subtract_scaled(var, alpha, delta)
+        else:
+            var -= alpha * delta
+
+
+# Block of ``subtract_scaled``: small enough to stay in the L1/L2 cache between its two
+# passes, large enough that the Python loop over blocks costs nothing beside them.
+_BLOCK_ELEMENTS = 1 << 14
+_scratch = threading.local()
+
+
+def subtract_scaled(var, alpha, delta) -> None:
+    """``var -= alpha * delta`` on host arrays, without a temporary the size of ``var``.
+
+    Block by block through a small per-thread scratch buffer: the whole-size temporary of
+    the plain expression costs a third of the update's time (it is written, then read
+    back from memory) on a large variable.
+    """
+    if var.size <= _BLOCK_ELEMENTS or not var.flags.c_contiguous or \
+            delta.dtype != var.dtype or delta.shape != var.shape:
         var -= alpha * delta
+        return
+    flat_var, flat_delta = var.reshape(-1), delta.reshape(-1)   # a view of var
+    scratch = getattr(_scratch, "buffers", None)
+    if scratch is None:
+        scratch = _scratch.buffers = {}
+    block = scratch.get(var.dtype)
+    if block is None:
+        block = scratch[var.dtype] = np.empty(_BLOCK_ELEMENTS, var.dtype)
+    for start in range(0, flat_var.size, _BLOCK_ELEMENTS):
+        end = min(start + _BLOCK_ELEMENTS, flat_var.size)
+        part = block[:end - start]
+        np.multiply(flat_delta[start:end], alpha, out=part)
+        flat_var[start:end] -= part
 
 
 @register_op("SparseApplyGradientDescent", attrs={"use_locking": False})
