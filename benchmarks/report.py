@@ -232,7 +232,8 @@ def markdown(results, files, size, elapsed):
               "throughput: every process gets less CPU. On a cluster each rank has its own "
               "cores; rerun there for scaling.", "",
               "ps transfers against the MPI library's own Send/Recv between the same two "
-              "ranks (`benchmarks/ps_throughput.py`), MiB/s:", "",
+              "ranks (`benchmarks/ps_throughput.py`), MiB/s; the raw push is followed by "
+              "the same SGD update in numpy on the ps, so both sides do the same work:", "",
               "| MiB | raw pull | mpiflow pull | ratio | raw push | mpiflow push | ratio |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["transfers"]:
