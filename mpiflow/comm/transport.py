@@ -197,6 +197,9 @@ class Transport:
         if self._abandoned:     # a send to a dead rank that completed after all
             self._abandoned = [entry for entry in self._abandoned
                                if not MPI.Request.Testall(entry[1])]
+        if self._abandoned_receives:    # a cancel that completed late: buffers free again
+            self._abandoned_receives = [entry for entry in self._abandoned_receives
+                                        if not MPI.Request.Testall(entry[0])]
         if self._guarded:
             for name in list(self._guarded):
                 reqs = [(d, r) for d, r in self._guarded[name] if r != MPI.REQUEST_NULL]
