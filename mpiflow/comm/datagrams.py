@@ -75,9 +75,7 @@ class Datagrams:
         while True:
             try:
                 data, address = self._socket.recvfrom(64)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:         # an ICMP error reported late: nothing to read
+            except OSError:         # nothing waiting (or an ICMP error reported late)
                 return
             if len(data) != _NOTICE.size:
                 continue

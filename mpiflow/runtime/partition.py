@@ -60,8 +60,7 @@ def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of,
     # Fetches cross last, after every op of the step: a fetched variable shows the value
     # the step leaves (TensorFlow's, for a fetched ref), whatever the pieces did after
     # reading it.
-    builder.at = len(order)
-    fetch_names = [builder.tensor_on(t, client_task, at=builder.at) for t in fetch_tensors]
+    fetch_names = [builder.tensor_on(t, client_task, at=len(order)) for t in fetch_tensors]
     return Partitions(builder.pieces(), feed_names, fetch_names)
 
 

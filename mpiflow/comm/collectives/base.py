@@ -142,7 +142,7 @@ class Collective:
         # either; summing in float32 also rounds once instead of once per rank).
         widen = array.dtype in HALF_FLOATS and not self.native_half
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
-                             array.shape) if check and self.size > 1 else None
+                             array.shape) if check else None
         return _array_module(array), widen, record
 
     def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:

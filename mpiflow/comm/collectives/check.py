@@ -48,7 +48,6 @@ _FIELDS = (("collective", (0,)), ("tensor name", (1,)), ("algorithm", (2,)),
 FIELDS_LEN = 12       # the described call; then its fingerprint f and -f
 RECORD_LEN = FIELDS_LEN + 2
 _SHOWN_DIMS = 4
-_MISSING = 2         # rank 0's verdict at a deadline: the ranks that never joined
 
 
 def _encode(text: str) -> int:
@@ -142,8 +141,7 @@ class CrossRankCheck:
         self.seq = seq
         self.label = label
         self.rank, self.size = state.rank, state.size
-        self.passed = self.size == 1
-        self.posted = self.passed
+        self.passed = self.posted = False
         self._request = None
         self._maxima = np.zeros(2, dtype=np.int64)
 
@@ -183,12 +181,12 @@ class CrossRankCheck:
         if self.rank == 0:
             heard = self._roll_call(window)
             missing = sorted(set(range(1, self.size)) - heard)
-            self._answer(sorted(heard), _MISSING, np.array(missing, dtype=np.int64))
+            self._answer(sorted(heard), np.array(missing, dtype=np.int64))
             return self._missing_error(missing, f"(MPIFLOW_TIMEOUT={timeout:g} s)")
         here = np.array([self.seq], dtype=np.int64)
         self.state.track_send(comm.Isend([here, MPI.INT64_T], 0, PRESENT_TAG), here)
-        verdict = np.zeros(2, dtype=np.int64)
-        request = comm.Irecv([verdict, MPI.INT64_T], 0, VERDICT_TAG)
+        count = np.zeros(1, dtype=np.int64)      # rank 0's verdict: how many are missing
+        request = comm.Irecv([count, MPI.INT64_T], 0, VERDICT_TAG)
         deadline = time.monotonic() + 2 * window + 1.0
         while not request.Test():
             if time.monotonic() > deadline:
@@ -198,7 +196,7 @@ class CrossRankCheck:
                     f"names the ranks missing) did not answer; not heard from rank 0 "
                     f"(MPIFLOW_TIMEOUT={timeout:g} s)")
             time.sleep(0.001)
-        missing = np.empty(int(verdict[1]), dtype=np.int64)
+        missing = np.empty(int(count[0]), dtype=np.int64)
         self._receive(comm, missing, DETAIL_TAG)
         return self._missing_error(
             missing.tolist(), f"rank 0 reports that {format_ranks(missing)} never joined "
@@ -245,12 +243,13 @@ class CrossRankCheck:
             self._receive(comm, table, DETAIL_TAG)
         return table
 
-    def _answer(self, ranks, status: int, detail) -> None:
+    def _answer(self, ranks, missing) -> None:
+        """Tell ``ranks`` the ranks ``missing``: their count, then the list."""
         comm = self.state.comm
-        verdict = np.array([status, len(detail)], dtype=np.int64)
+        verdict = np.array([len(missing)], dtype=np.int64)
         for j in ranks:
             self.state.track_send(comm.Isend([verdict, MPI.INT64_T], j, VERDICT_TAG), verdict)
-            self.state.track_send(comm.Isend([detail, MPI.INT64_T], j, DETAIL_TAG), detail)
+            self.state.track_send(comm.Isend([missing, MPI.INT64_T], j, DETAIL_TAG), missing)
 
     def _receive(self, comm, buf: np.ndarray, tag: int, source: int = 0) -> None:
         # The sender sends it as soon as it knows, so this is a short wait.

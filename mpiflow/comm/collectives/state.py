@@ -17,7 +17,8 @@ from mpi4py import MPI
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
 
-# Tags of the cross-rank check's point-to-point messages. The roll call at a deadline
+# Tags of the cross-rank check's point-to-point messages. After a mismatch the records
+# (CHECK) and their table (DETAIL) go on the check duplicate. The roll call at a deadline
 # (PRESENT, VERDICT, DETAIL) goes on the caller's communicator itself: the duplicates are
 # not usable before every rank has joined them, and the roll call is what names a rank
 # that never does. Chosen far from the transport's 7101/7102 and below MPI's minimum
