@@ -1,6 +1,8 @@
 """The launcher's end of the ranks' lines, without MPI: what it tells the survivors."""
 
+import signal
 import socket
+import threading
 import time
 
 from mpiflow.comm.launch_link import LaunchLink
@@ -11,6 +13,22 @@ def connect(server, rank):
     link = LaunchLink(socket.create_connection(("127.0.0.1", server.port)))
     link.tell("hello", rank=rank, pid=0, host="here")
     return link
+
+
+def watched_rank(server, number):
+    """``(watcher, rank)`` lines of rank ``number`` as a launch makes them: its watching
+    parent says hello and that it watches, then starts the rank, which says hello."""
+    watcher = connect(server, number)
+    watcher.tell("watching", pid=0)
+    deadline = time.monotonic() + 5
+    while (number not in server.ranks or server.ranks[number].watchers < 1) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    parents = server.ranks[number]
+    rank = connect(server, number)
+    while server.ranks[number] is parents and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return watcher, rank
 
 
 def test_the_survivors_hear_at_once_of_a_rank_the_elastic_job_goes_on_without():
@@ -33,3 +51,43 @@ def test_the_survivors_hear_at_once_of_a_rank_the_elastic_job_goes_on_without():
     finally:
         for link in links:
             link.close()
+
+
+def test_ctrl_c_is_handed_to_every_rank_over_its_line_where_the_launcher_does_not():
+    # One rank and its watching parent, both in this process: the rank's line signals
+    # its own process; a watcher's line is not a rank's and is not told.
+    server = LaunchServer("127.0.0.1")
+    watcher, rank = watched_rank(server, 0)
+    got = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    try:
+        deadline = time.monotonic() + 5
+        assert server.interrupt_all(signal.SIGUSR2) == 1
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        watcher.close()
+        rank.close()
+
+
+def test_a_rank_that_ended_well_is_not_taken_for_dead_when_its_watcher_speaks_first():
+    # The server reads a rank's line and its watcher's in two threads: the watcher's
+    # report of the exit can be read before the rank's last words, as here.
+    server = LaunchServer("127.0.0.1")
+    watcher, rank = watched_rank(server, 1)
+    answered = []
+    report = threading.Thread(target=lambda: answered.append(
+        watcher.ask("child_ended", 3.0, code=0)))
+    try:
+        report.start()
+        time.sleep(0.05)        # the report first (the server waits up to 0.5 s for more)
+        rank.tell("bye")
+        rank.close()
+        report.join(5)
+        assert answered and answered[0] is not None
+        assert server.faults.empty(), server.faults.get_nowait().describe()
+        assert server.ranks[1].ended == "bye"
+    finally:
+        watcher.close()
