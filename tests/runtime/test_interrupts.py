@@ -58,6 +58,12 @@ def _assert_clean_interrupt(err, tmp):
     return lines
 
 
+def _with_default_ctrl_c():
+    """Start a child with SIGINT at its default, as a terminal does: a test run from a
+    background job or under nohup inherits SIGINT ignored, which mpiflow leaves alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pids):
     """The pids still running GONE_WITHIN_S after the launcher ended (a rank may be a
     moment slower than the launcher that reported its end)."""
@@ -148,7 +154,7 @@ def test_a_single_process_keeps_pythons_own_ctrl_c(tmp_path):
             "s = mf.Session()\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+                         timeout=60, check=True, preexec_fn=_with_default_ctrl_c).stdout
     assert out.strip() == "True"
 
 
@@ -168,7 +174,7 @@ def test_a_second_signal_inside_the_first_ones_handler_does_not_deadlock(tmp_pat
             "    print('unwinding', flush=True)\n"
             "time.sleep(30)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, preexec_fn=_with_default_ctrl_c)
     assert done.stdout == "unwinding\n", done.stderr
     # ... and the exit timer still ends the process, with the shell's code for SIGINT.
     assert done.returncode == 130, done.stderr

@@ -2,6 +2,7 @@
 slurmd started in a temporary directory of their own, torn down after the module."""
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -94,16 +95,42 @@ class LocalSlurm:
 
     def sbatch(self, script, *options, timeout=240, **env):
         """Submit ``script`` with ``sbatch --wait`` from the repository root; return
-        (exit code, the job's output)."""
+        (exit code, the job's output).
+
+        mpiflow's own deadline is set well inside ``timeout``, so a job that hangs reports
+        where its ranks were; a job still running at ``timeout`` is cancelled and the test
+        fails with its output and the daemons' logs, not a bare TimeoutExpired."""
         out = self.dir / f"job-{Path(script).stem}.out"
-        job_env = dict(self.env, PYTHON=sys.executable, **env)
+        job_env = dict(self.env, PYTHON=sys.executable, MPIFLOW_TIMEOUT=str(timeout // 3),
+                       **env)
         job_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), job_env.get("PYTHONPATH")) if p)
-        done = subprocess.run(["sbatch", "--wait", f"--output={out}", *options, str(script)],
-                              cwd=REPO_ROOT, env=job_env, capture_output=True, text=True,
-                              timeout=timeout)
+        command = ["sbatch", "--wait", f"--output={out}", *options, str(script)]
+        with subprocess.Popen(command, cwd=REPO_ROOT, env=job_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as submitted:
+            try:
+                stdout, stderr = submitted.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                submitted.kill()
+                stdout, stderr = submitted.communicate()
+                job = re.search(r"Submitted batch job (\d+)", stdout)
+                if job:
+                    subprocess.run(["scancel", "--full", job[1]], env=self.env, timeout=30)
+                    time.sleep(2)
+                pytest.fail(f"sbatch {Path(script).name} was still running after {timeout} s; "
+                            f"its output:\n{out.read_text() if out.exists() else '(none)'}\n"
+                            f"{stderr}\n{self.log_tails()}", pytrace=False)
         text = out.read_text() if out.exists() else ""
-        return done.returncode, text + done.stderr
+        return submitted.returncode, text + stderr
+
+    def log_tails(self, lines=40):
+        """The last ``lines`` of each daemon's log, for a job that went wrong."""
+        tails = []
+        for name in ("slurmctld", "slurmd"):
+            log = self.dir / f"{name}.log"
+            text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+            tails.append(f"--- {name}.log (last {lines} lines)\n" + "\n".join(text))
+        return "\n".join(tails)
 
     def stop(self):
         for name in ("slurmd", "slurmctld", "munged"):
