@@ -160,14 +160,14 @@ class Transport:
         self.receiver_dead: Callable[[int], bool] = lambda rank: False
 
     # -- sending ---------------------------------------------------------------------------
-    def send(self, dest: int, header: dict, arrays=(), guard: str | None = None,
+    def send(self, dest: int, header: dict, arrays=(), guards=(),
              to_gpu: bool = False) -> None:
         """Send ``header`` and ``arrays`` to ``dest`` without waiting for delivery.
 
-        The arrays must not change until the send completes: pass ``guard`` (a name) for
-        arrays that a later writer may change, and call ``wait_guard(name)`` before it does.
-        ``to_gpu`` says the receiver consumes them on a GPU. A message for a rank known
-        dead (``receiver_dead``) is dropped.
+        The arrays must not change until the send completes: ``guards`` names, per array,
+        what a later writer of it waits for (``wait_guard(name)``; None for an array
+        nobody writes). ``to_gpu`` says the receiver consumes them on a GPU. A message for
+        a rank known dead (``receiver_dead``) is dropped.
         """
         if self.receiver_dead(dest):
             return
@@ -182,8 +182,9 @@ class Transport:
         for a in arrays:
             requests.append(self.comm.Isend([a, MPI.BYTE], dest, PAYLOAD_TAG))
         self._pending.append((dest, requests, (packed, arrays)))
-        if guard is not None and arrays:
-            self._guarded.setdefault(guard, []).extend((dest, r) for r in requests[1:])
+        for guard, request in zip(guards, requests[1:]):
+            if guard is not None:
+                self._guarded.setdefault(guard, []).append((dest, request))
         if len(self._pending) > 64:
             self.complete_sends()
 

@@ -147,7 +147,7 @@ class Plan:
         ``EventWait`` where an async kernel waits.
 
         The driver resumes it with ``send(value)`` (the received tensor, or None after an
-        event); Send steps call ``io.send(send_step, value)``. Returns the fetched values.
+        event); Send steps call ``io.send(send_group, values)``. Returns the fetched values.
         The driver may resume it from another thread, so numpy's error state (quiet, as
         kernels want it) is set per stretch between waits. With a ``trace`` list, every
         kernel, send and receive appends its span to it.
@@ -176,11 +176,12 @@ class Plan:
                     fn(*[vals[i] for i in ins])
                 elif kind == SEND:
                     t0 = tracing.now_ns() if trace is not None else 0
-                    io.send(fn, vals[ins[0]])
+                    values = [vals[i] for i in ins]
+                    io.send(fn, values)
                     if trace is not None:
-                        trace.append(tracing.event("send", f"Send {fn.edge}", t0,
+                        trace.append(tracing.event("send", f"Send {fn.label}", t0,
                                                    tracing.now_ns(), peer=fn.peer,
-                                                   bytes=_nbytes(vals[ins[0]])))
+                                                   bytes=sum(map(_nbytes, values))))
                 elif kind == RECV:
                     quiet.exit()
                     t0 = tracing.now_ns() if trace is not None else 0

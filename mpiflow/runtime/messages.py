@@ -15,16 +15,28 @@ from typing import NamedTuple
 from mpiflow import errors
 
 INT, OPT_INT, STR = (int,), (int, type(None)), (str,)
+STRS = "a list of str"        # a field holding a list of strings
 _MISSING = object()
 
 
 class Kind(NamedTuple):
-    """One kind of message: field -> accepted types, how many arrays, and its handler
+    """One kind of message: field -> accepted types, how many arrays (a number, or the
+    name of the list field that has one entry per array), and its handler
     ``handler(service, source, header, arrays)``."""
 
     fields: dict
-    arrays: int
+    arrays: int | str
     handler: Callable
+
+
+def _field_ok(value, types) -> bool:
+    if types is STRS:
+        return type(value) is list and all(type(v) is str for v in value)
+    return type(value) in types
+
+
+def _describe(types) -> str:
+    return types if types is STRS else " or ".join(t.__name__ for t in types)
 
 
 def check_message(header: dict, num_arrays: int, sender: str, rank: int, kinds: dict) -> str:
@@ -42,15 +54,16 @@ def check_message(header: dict, num_arrays: int, sender: str, rank: int, kinds: 
             f"one of {sorted(kinds)}")
     for name, types in schema.fields.items():
         value = header.get(name, _MISSING)
-        if value is _MISSING or type(value) not in types:
+        if value is _MISSING or not _field_ok(value, types):
             raise errors.DataLossError(
                 f"Rank {rank} got a malformed '{kind}' message from {sender}: field "
-                f"{name!r} should be {' or '.join(t.__name__ for t in types)}, got "
+                f"{name!r} should be {_describe(types)}, got "
                 f"{'nothing' if value is _MISSING else repr(value)[:80]}")
-    if num_arrays != schema.arrays:
+    expected = len(header[schema.arrays]) if isinstance(schema.arrays, str) else schema.arrays
+    if num_arrays != expected:
         raise errors.DataLossError(
             f"Rank {rank} got a malformed '{kind}' message from {sender}: {num_arrays} "
-            f"arrays, expected {schema.arrays}")
+            f"arrays, expected {expected}")
     return kind
 
 

@@ -19,7 +19,7 @@ from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.ops.registry import get_op_def
 from mpiflow.runtime import kernel_fusion, write_check
 from mpiflow.runtime.schedule import aliases_persistent_memory, variable_aliased
-from mpiflow.runtime.transfers import RecvStep, SendStep
+from mpiflow.runtime.transfers import RecvStep, SendGroup, SendStep
 
 # Step kinds: how the executor calls ``fn`` and stores what it returns.
 SINGLE, MULTI, NO_OUTPUT, SEND, RECV, ASYNC, ASYNC_MULTI = range(7)
@@ -28,7 +28,7 @@ SINGLE, MULTI, NO_OUTPUT, SEND, RECV, ASYNC, ASYNC_MULTI = range(7)
 class Step(NamedTuple):
     """One call of a compiled plan: ``fn(*values of ins)`` into ``out`` (a slot, a list of
     slots, or None), then the slots in ``frees`` are dropped. For SEND and RECV, ``fn``
-    is the ``transfers`` record."""
+    is the ``transfers`` record (a ``SendGroup`` of the Sends that leave together)."""
 
     fn: object
     ins: tuple
@@ -196,7 +196,13 @@ class _Compiler:
         if op_def.transfer == "send":
             record = SendStep(edge, peer, variable_aliased(op.inputs[0]),
                               op.get_attr("to_gpu"))
-            self.emit(record, ins, outs, SEND, op, place)
+            last = self.steps[-1] if self.steps else None
+            if last is not None and last[3] == SEND and last[0].joins(record):
+                # Right after another Send to the same peer: one message for both.
+                self.steps[-1] = (SendGroup.of(last[0].sends + (record,)),
+                                  list(last[1]) + list(ins), last[2], SEND)
+            else:
+                self.emit(SendGroup.of([record]), ins, outs, SEND, op, place)
         else:
             self.emit(RecvStep(edge, peer, place), ins, outs, RECV, op, place)
 
@@ -220,6 +226,9 @@ class _Compiler:
         # switches before each kernel instead.
         gpus = {p for p in self.places if p is not None}
         steps = self.steps
+        if steps and steps[-1][3] == SEND:      # its message may say the plan is done
+            fn, ins, outs, kind = steps[-1]
+            steps = steps[:-1] + [(fn._replace(last=True), ins, outs, kind)]
         if len(gpus) > 1:
             steps = [(_on_gpu(fn, place), ins, outs, kind)
                      if kind not in (SEND, RECV) else (fn, ins, outs, kind)

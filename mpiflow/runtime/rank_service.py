@@ -39,6 +39,7 @@ from mpiflow.runtime.messages import (
     INT,
     OPT_INT,
     STR,
+    STRS,
     Kind,
     check_message,
     error_header,
@@ -203,6 +204,10 @@ class RankService(JobMembership):
             client_step.error = client_step.error or exc
         with self._lock:
             del self.steps.client[step]
+            # The local step's callbacks hold ``client_step``: without this the cycle keeps
+            # the fetched arrays alive until the garbage collector runs, and the transport's
+            # pool, which reuses a receive buffer once nobody references it, never could.
+            client_step.local = None
             if client_step.error is not None:
                 self._abort(step, handles, local)
                 raise client_step.error
@@ -275,7 +280,10 @@ class RankService(JobMembership):
 
     # -- handlers ---------------------------------------------------------------------------------
     def _on_tensor(self, source, h, arrays):
-        self.steps.deliver(h["c"], h["s"], h["e"], arrays[0])
+        if h.get("d") == 1:         # the last message of the sender's partition
+            self._on_done(source, h, ())
+        for edge, array in zip(h["e"], arrays):
+            self.steps.deliver(h["c"], h["s"], edge, array)
 
     def _on_register(self, source, h, arrays):
         client, handle = h["c"], h["h"]
@@ -307,7 +315,8 @@ class RankService(JobMembership):
             if trace is not None:       # a traced step: its events join this TRACER
                 tracing.TRACER.extend(trace)
             self.steps.remote.pop(key, None)
-            self.transport.send(client, {"k": "done", "s": step})
+            if not io.said_done:
+                self.transport.send(client, {"k": "done", "s": step})
 
         def failed(exc):
             self.steps.remote.pop(key, None)
@@ -350,7 +359,7 @@ class RankService(JobMembership):
 
 # Every kind of message: what it must carry, and the handler that acts on it.
 KINDS = {
-    "t": Kind({"c": INT, "s": INT, "e": STR}, 1, RankService._on_tensor),
+    "t": Kind({"c": INT, "s": INT, "e": STRS}, "e", RankService._on_tensor),
     "reg": Kind({"c": INT, "h": INT, "n": (list,)}, 0, RankService._on_register),
     "reg_ok": Kind({"h": INT}, 0, RankService._on_register_ok),
     "run": Kind({"c": INT, "h": INT, "s": INT, "tr": INT}, 0, RankService._on_run),

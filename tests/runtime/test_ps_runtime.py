@@ -181,3 +181,8 @@ def test_a_traced_run_gives_one_chrome_trace_with_every_rank(run_mpi, tmp_path):
 def test_a_traced_allreduce_is_a_collective_span(run_mpi):
     out = run_mpi(2, PROGS / "traced_allreduce.py", timeout=60).stdout
     assert out.count("[('collective', 'CollectiveAllReduce')]") == 2, out
+
+
+def test_pulled_arrays_dropped_by_the_caller_are_reused_by_the_next_pull(run_mpi):
+    out = run_mpi(2, PROGS / "pulled_buffers.py", timeout=60).stdout
+    assert "same buffers: True" in out, out

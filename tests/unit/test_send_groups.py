@@ -1,0 +1,96 @@
+"""Tensors that a partition sends one after the other to the same rank leave as one
+message, and a partition that ends by sending to its client says in that message that it
+is done: a ps answering a pull of many variables sends one message, not one per tensor
+plus a separate 'done'."""
+
+import mpiflow as mf
+from mpiflow.framework.graph import Graph
+from mpiflow.framework.graph_def import import_graph_def
+from mpiflow.ops.registry import registered_op_types
+from mpiflow.runtime.executor import Plan, schedule
+from mpiflow.runtime.kernel_env import LocalEnv
+from mpiflow.runtime.partition import partition
+from mpiflow.runtime.plan_compiler import SEND
+from mpiflow.runtime.resources import ResourceStore
+from mpiflow.runtime.transfers import SendGroup, StepIO
+
+PS, WORKER = ("ps", 0), ("worker", 0)
+RANKS = {PS: 0, WORKER: 1}
+
+
+def _pieces(fetches, targets=()):
+    graph = mf.get_default_graph()
+    order = schedule(graph, list(fetches), list(targets), set())
+    return partition(order, lambda op: PS if "/job:ps" in op.device else WORKER, [],
+                     list(fetches), WORKER, RANKS.__getitem__)
+
+
+def _plan(nodes):
+    graph = Graph()
+    import_graph_def({"node": nodes}, name="", graph=graph,
+                     known_op_types=set(registered_op_types()))
+    return Plan.from_order(graph, graph.get_operations(), [], [],
+                           LocalEnv(ResourceStore()))
+
+
+def _send_groups(plan):
+    return [step.fn for step in plan._steps if step.kind == SEND]
+
+
+def _pull_of_three():
+    with mf.device("/job:ps/task:0"):
+        variables = [mf.get_variable(f"v{i}", [4]) for i in range(3)]
+    return _pieces([v.value() for v in variables]).nodes[PS]
+
+
+def test_a_pull_of_several_variables_leaves_the_ps_as_one_message_that_ends_its_piece():
+    groups = _send_groups(_plan(_pull_of_three()))
+    assert len(groups) == 1, groups
+    (group,) = groups
+    assert isinstance(group, SendGroup) and group.peer == RANKS[WORKER]
+    assert len(group.edges) == 3 and len(set(group.edges)) == 3
+    assert group.guards == tuple(s.variable for s in group.sends) and all(group.guards)
+    assert group.last
+
+
+class _Recorder:
+    rank = 0
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, dest, header, arrays, guards=(), to_gpu=False):
+        self.sent.append((dest, header, list(arrays), guards))
+
+
+def test_the_last_message_to_the_client_says_done_and_no_other_does():
+    group = _send_groups(_plan(_pull_of_three()))[0]
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=7)
+    io.send(group._replace(last=False), [1, 2, 3])
+    io.send(group, [1, 2, 3])
+    (_, first, _, _), (dest, last, arrays, guards) = transport.sent
+    assert "d" not in first and last["d"] == 1 and io.said_done
+    assert dest == RANKS[WORKER] and last["e"] == group.edges and arrays == [1, 2, 3]
+    assert guards == group.guards
+
+
+def test_a_message_to_another_rank_than_the_client_does_not_say_done():
+    group = _send_groups(_plan(_pull_of_three()))[0]
+    transport = _Recorder()
+    io = StepIO(transport, client=5, step=0)
+    io.send(group, [1, 2, 3])
+    assert "d" not in transport.sent[0][1] and not io.said_done
+
+
+def test_sends_split_by_a_kernel_between_them_stay_apart():
+    # Backward pass on a worker: each gradient leaves as soon as it exists, not batched
+    # with the next one, so the ps applies it while the worker computes the others.
+    with mf.device("/job:ps/task:0"):
+        w0, w1 = mf.get_variable("w0", [3, 3]), mf.get_variable("w1", [3, 3])
+    with mf.device("/job:worker/task:0"):
+        x = mf.constant([[1.0, 2.0, 3.0]])
+        loss = mf.reduce_sum(mf.matmul(mf.nn.relu(mf.matmul(x, w0)), w1))
+        train = mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    groups = _send_groups(_plan(_pieces([], [train]).nodes[WORKER]))
+    assert [len(g.edges) for g in groups] == [1, 1], groups
