@@ -32,6 +32,7 @@ from mpi4py import MPI
 from mpiflow import backend, errors
 from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.cuda_aware import cuda_aware_mpi
+from mpiflow.comm.traffic import TRAFFIC
 from mpiflow.comm.wire_dtypes import from_wire, is_numeric, wire_name
 
 HEADER_TAG = 7101
@@ -179,8 +180,11 @@ class Transport:
                 header[_TO_GPU_KEY] = True
         packed = msgpack.packb(header, use_bin_type=True)
         requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
+        sent = len(packed)
         for a in arrays:
             requests.append(self.comm.Isend([a, MPI.BYTE], dest, PAYLOAD_TAG))
+            sent += a.nbytes
+        TRAFFIC.add("p2p", sent=sent)
         self._pending.append((dest, requests, (packed, arrays)))
         for guard, request in zip(guards, requests[1:]):
             if guard is not None:
@@ -247,6 +251,7 @@ class Transport:
             return None
         source = status.Get_source()
         raw = bytearray(status.Get_count(MPI.BYTE))
+        received = len(raw)
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
         header, specs = decode_header(bytes(raw), source, self.rank)
         on_gpu = header.pop(_TO_GPU_KEY, False) is True and cuda_aware_mpi()
@@ -257,6 +262,7 @@ class Transport:
                     for array in arrays]
         if requests and not self._await_payloads(source, requests, arrays):
             return None         # its sender was lost before the payload came: dropped
+        TRAFFIC.add("p2p", received=received + sum(a.nbytes for a in arrays))
         return Message(source, header, arrays)
 
     def _await_payloads(self, source: int, requests, arrays) -> bool:

@@ -28,6 +28,7 @@ from mpiflow.comm.collectives.handle import (
     describe_call,
 )
 from mpiflow.comm.collectives.state import comm_state, make_backoff
+from mpiflow.comm.traffic import TRAFFIC, allreduce_bytes
 from mpiflow.comm.wire_dtypes import HALF_FLOATS
 
 _MAX_PLANS = 4096
@@ -113,6 +114,9 @@ class Collective:
                     self._plans.clear()
                 self._plans[signature] = plan
         xp, widen, record = plan
+        moved = allreduce_bytes(array.size * (4 if widen else array.dtype.itemsize),
+                                self.size)
+        TRAFFIC.add("allreduce", sent=moved, received=moved)
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         out = self._output(describe, out, xp)
         work = send.astype(np.float32) if widen else None
@@ -172,6 +176,9 @@ class Collective:
             return array
         record = make_record("broadcast", name, self.name, None, root, array.dtype,
                              array.shape) if check else None
+        if self.size > 1:
+            TRAFFIC.add("broadcast", sent=array.nbytes if self.rank == root else 0,
+                        received=0 if self.rank == root else array.nbytes)
         return self._issue(describe, lambda seq: self._broadcast_stages(buf, root, seq),
                            finish, record, timeout)
 
@@ -197,8 +204,12 @@ class Collective:
         box: dict = {}
         record = make_record("allgather", name, self.name, None, -1, array.dtype,
                              array.shape[1:]) if check else None
+        def finish():
+            others = box["out"].nbytes - send.nbytes    # what this rank did not have
+            TRAFFIC.add("allgather", sent=others, received=others)
+            return box["out"]
         return self._issue(describe, lambda seq: self._allgather_stages(send, box, seq),
-                           lambda: box["out"], record, timeout)
+                           finish, record, timeout)
 
     def allgather(self, array, **options) -> Any:
         """Blocking ``allgather_async(...).wait()``; return the gathered array."""
