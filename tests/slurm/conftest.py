@@ -2,6 +2,7 @@
 slurmd started in a temporary directory of their own, torn down after the module."""
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -40,6 +41,7 @@ MpiDefault=pmi2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+FirstJobId={first_job_id}
 SlurmdParameters=config_overrides
 NodeName={host} NodeAddr=127.0.0.1 CPUs=8 Boards=1 SocketsPerBoard=1 CoresPerSocket=8 \
 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
@@ -79,8 +81,13 @@ class LocalSlurm:
                         f"--socket={self.dir}/munge.sock", f"--log-file={self.dir}/munged.log",
                         f"--pid-file={self.dir}/munged.pid",
                         f"--seed-file={self.dir}/munged.seed"], check=True)
+        # Job ids of their own: MPICH names a job step's shared memory after its job and
+        # step ids, and a step that was killed leaves that segment in /dev/shm; a later
+        # Slurm counting from 1 again would give a step the same name, and its ranks
+        # would hang attaching the stale segment.
         self.conf.write_text(_CONF.format(host=socket.gethostname(), dir=self.dir,
-                                          ctld_port=_free_port(), d_port=_free_port()))
+                                          ctld_port=_free_port(), d_port=_free_port(),
+                                          first_job_id=random.randrange(10_000, 60_000_000)))
         subprocess.run(["slurmctld", "-f", str(self.conf)], check=True, env=self.env)
         subprocess.run(["slurmd", "-f", str(self.conf)], check=True, env=self.env)
         deadline = time.monotonic() + 60
