@@ -24,6 +24,36 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("MPIFLOW_CHECK_KERNEL_WRITES", "1")
 
 
+def _mpich_segments() -> set:
+    return set(Path("/dev/shm").glob("mpich_shm_*"))
+
+
+def _mapped_files() -> set:
+    """The files some process on this machine has mapped (that we may read)."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(None, 5)[5].strip() for line in maps.read_text().splitlines()
+                          if line.count(" ") >= 5 and "/dev/shm/" in line)
+        except (OSError, IndexError):
+            pass
+    return mapped
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_shared_memory_left_behind():
+    """Remove the MPICH shared-memory segments that launches of this session killed on
+    purpose left in /dev/shm (about 3 MB each, hundreds per run; a small /dev/shm fills
+    up, and a stale segment can hang a later job that gets its name): those nobody maps
+    any more."""
+    before = _mpich_segments()
+    yield
+    mapped = _mapped_files()
+    for segment in _mpich_segments() - before:
+        if str(segment) not in mapped:
+            segment.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def rng():
     """Return a numpy Generator seeded with 0, new for each test."""
