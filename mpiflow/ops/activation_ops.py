@@ -8,6 +8,8 @@ softmax). Imports only the framework and other op modules, never the runtime.
 
 from __future__ import annotations
 
+import numpy as np
+
 from mpiflow.framework.graph import Tensor
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
@@ -42,8 +44,12 @@ def _op(type_name, *inputs, **attrs):
 @register_op("Relu")
 class ReluOp(_Elementwise):
     allowed = staticmethod(is_numeric)
+    fresh_output = True
+    donating_inputs = (0,)
 
     def forward(self, xp, ctx, x):
+        if ctx.donated and type(x) is np.ndarray:
+            return np.maximum(x, 0, out=x)
         return xp.maximum(x, 0)
 
     def gradient(self, op, g):
@@ -56,10 +62,15 @@ class ReluGradOp(_Elementwise):
     gpu_forward = fused_elementwise("mf_relu_grad", "T g, T y", "out = y > (T)0 ? g : (T)0")
 
     allowed = staticmethod(is_numeric)
+    fresh_output = True
+    donating_inputs = (0,)
 
     def forward(self, xp, ctx, g, y):
         # A mask of g's own dtype multiplies faster than a bool one (no mixed-type loop).
-        return g * (y > 0).astype(g.dtype, copy=False)
+        mask = (y > 0).astype(g.dtype, copy=False)
+        if ctx.donated and type(g) is np.ndarray and g.shape == mask.shape:
+            return np.multiply(g, mask, out=g)
+        return g * mask
 
     def gradient(self, op, gg):
         # Linear in the incoming gradient; piecewise constant in the features.

@@ -69,6 +69,7 @@ def runtime_axis(ctx, axis: int, ndims: int) -> int:
 
 @register_op("Reshape")
 class ReshapeOp(OpDef):
+    hands_over_input = True
     host_inputs = (1,)       # the shape
     aliases_input = True
 
@@ -419,6 +420,7 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tens
 
 @register_op("Size", attrs={"out_type": dtypes.int32})
 class SizeOp(OpDef):
+    reads_values = False
     host_outputs = True
     gradient = None
 
@@ -431,6 +433,7 @@ class SizeOp(OpDef):
 
 @register_op("Rank")
 class RankOp(OpDef):
+    reads_values = False
     host_outputs = True
     gradient = None
 

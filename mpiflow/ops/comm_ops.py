@@ -34,6 +34,7 @@ class SendOp(_Transfer):
                              "shape": REQUIRED})
 class RecvOp(_Transfer):
     transfer = "recv"
+    fresh_output = True         # a receive buffer of the step's own (the pool's, once free)
 
     def infer(self, b):
         return [(b.attrs["dtype"], b.attrs["shape"])]

@@ -21,6 +21,7 @@ class NoOpOp(OpDef):
 
 @register_op("Identity")
 class IdentityOp(OpDef):
+    hands_over_input = True
     aliases_input = True
     passes_sparse_gradients = True      # a variable's read passes gather's rows through
 

@@ -15,7 +15,7 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import constant, convert_to_tensor, is_tensor_like
 from mpiflow.ops.registry import (
-    OpDef, apply_op, broadcast_shapes, is_float, is_numeric, register_op, require_dtype,
+    OpDef, apply_op, broadcast_shapes, donated_out, is_float, is_numeric, register_op, require_dtype,
     same_dtype)
 
 
@@ -23,6 +23,7 @@ from mpiflow.ops.registry import (
 
 @register_op("Shape", attrs={"out_type": dtypes.int32})
 class ShapeOp(OpDef):
+    reads_values = False
     host_outputs = True
     gradient = None
 
@@ -46,6 +47,7 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
 @register_op("SumToShape")
 class SumToShapeOp(OpDef):
     """Sum a broadcast gradient back down to ``shape`` (the inverse of BroadcastTo)."""
+    hands_over_input = True     # the gradient itself where no axis is summed
     host_inputs = (1,)
 
     def infer(self, b):
@@ -133,8 +135,14 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
 
     class Op(_Binary):
         fusable = True
+        fresh_output = True
+        donating_inputs = (0, 1)
 
         def forward(self, xp, ctx, x, y):
+            if ctx.donated:
+                out = donated_out(ctx, x, y)
+                if out is not None:
+                    return getattr(xp, name)(x, y, out=out)
             return getattr(xp, name)(x, y)
     Op.allowed = staticmethod(allowed)
     Op.out_dtype = out_dtype
@@ -518,6 +526,8 @@ def accumulating_dtype(xp, dtype, batched: bool = False) -> np.dtype:
 
 @register_op("MatMul", attrs={"transpose_a": False, "transpose_b": False})
 class MatMulOp(OpDef):
+    fresh_output = True
+
     def infer(self, b):
         dt = same_dtype(b)
         require_dtype(b, 0, is_numeric)

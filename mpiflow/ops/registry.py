@@ -57,6 +57,16 @@ class OpDef:
         changes_shared_state: the kernel changes state that outlives the step beyond its
             ``ref_inputs`` (an accumulator, a sync token queue); such ops, like every
             writer of a ref input, run as late as their inputs allow (``schedule``).
+        fresh_output: the kernel's output is always a new array nothing else references
+            (never an input, a view of one, or state), so its one reader may own it.
+        hands_over_input: the output is new memory, or input 0 itself or a view of it
+            (Identity, Reshape): its one reader owns what this op's one input owned.
+        reads_values: False for kernels that look at their inputs' shapes only (Shape,
+            Size, Rank): they are no readers of the values another op may write over.
+        donating_inputs: input indices the kernel may write its result into when the plan
+            donates them (``ctx.donated``): host arrays freshly made by another kernel of
+            the step that this op is the only reader of (``plan_compiler``). The result
+            must be the one it computes without (same values, bit for bit).
     """
 
     type_name = None
@@ -71,6 +81,10 @@ class OpDef:
     passes_sparse_gradients = False   # gradient accepts IndexedSlices (else densified)
     schedule_early = False   # run as soon as ready (starts communication to overlap)
     changes_shared_state = False
+    fresh_output = False
+    hands_over_input = False
+    reads_values = True
+    donating_inputs = ()
     host_inputs = ()
     host_outputs = False
     gpu_kernel = True
@@ -137,6 +151,22 @@ def elementwise_kernel(xp, name: str, in_params: str, out_params: str, body: str
         kernel = _fused_kernels[name] = xp.ElementwiseKernel(in_params, out_params, body,
                                                              name)
     return kernel
+
+
+def donated_out(ctx, *inputs):
+    """The input of an elementwise kernel its result may be written into: one the plan
+    donated (``ctx.donated``) that already has the result's shape and dtype; else None
+    (the kernel allocates, as without donation)."""
+    # A kernel may have made a numpy scalar, not an array: nothing to write into then.
+    shape = inputs[0].shape if len(inputs) == 1 or all(
+        a.shape == inputs[0].shape for a in inputs) else np.broadcast_shapes(
+        *(a.shape for a in inputs))
+    dtype = ctx.op.outputs[0].dtype.np_dtype
+    for i in ctx.donated:
+        array = inputs[i]
+        if type(array) is np.ndarray and array.shape == shape and array.dtype == dtype:
+            return array
+    return None
 
 
 def add_at(xp, target, indices, values) -> None:

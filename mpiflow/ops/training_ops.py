@@ -241,17 +241,23 @@ class ApplyGradientDescentOp(_ApplyOp):
 
     inputs = ("var", "alpha", "delta")
     fused = FusedUpdate(("alpha", "delta"), ("var",), ["var -= alpha * delta"])
+    donating_inputs = (2,)
 
     def update(self, xp, ctx, var, alpha, delta):
-        if xp is np:
-            subtract_scaled(var, alpha, delta)
-        else:
+        if xp is not np:
             var -= alpha * delta
+        elif 2 in ctx.donated and type(delta) is np.ndarray and \
+                delta.shape == var.shape and delta.dtype == alpha.dtype:
+            delta *= alpha          # the step's own gradient: scaled where it is
+            var -= delta
+        else:
+            subtract_scaled(var, alpha, delta)
 
 
-# Block of ``subtract_scaled``: small enough to stay in the L1/L2 cache between its two
-# passes, large enough that the Python loop over blocks costs nothing beside them.
-_BLOCK_ELEMENTS = 1 << 14
+# Block of ``subtract_scaled``: small enough to stay in the L2 cache between its two
+# passes, large enough that the Python loop over blocks costs little beside them (the 6
+# updates of an MLP 784-512-512-10: 184 us with blocks of 2**14, 122 us with 2**17).
+_BLOCK_ELEMENTS = 1 << 17
 _scratch = threading.local()
 
 

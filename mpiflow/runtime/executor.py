@@ -96,6 +96,7 @@ class Plan:
         self.fetch_slots = compiled.fetch_slots
         self.gpu = compiled.gpu
         self.has_transfers = compiled.has_transfers
+        self.donated = compiled.donated
 
     def partition_graphs(self) -> list:
         """The ops this plan runs, as one GraphDef dict (``RunMetadata.partition_graphs``)."""

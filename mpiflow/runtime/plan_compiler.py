@@ -44,6 +44,8 @@ class KernelContext:
     ``OpDef.prepare`` may attach more (precomputed axes, a bound StateRef, an RNG).
     """
 
+    donated = frozenset()       # inputs the kernel may write its result into
+
     def __init__(self, op, xp, env):
         self.op = op
         self.attrs = op._attrs
@@ -63,6 +65,7 @@ class Compiled(NamedTuple):
     fetch_slots: list
     gpu: int | None          # the GPU a thread running the plan makes current
     has_transfers: bool
+    donated: dict            # op -> the inputs its kernel may write its result into
 
 
 def own_device(op) -> str:
@@ -144,6 +147,8 @@ class _Compiler:
                      all(t in fed for t in op.outputs))]     # fed in full: a placeholder
         kernel_at = {op: kernel_placement(op, self.device_of) for op in runs}
         fused_root, fused_inner = _fusion_groups(runs, kernel_at, fed, self.fetch_tensors)
+        self.donations = _donations(runs, kernel_at, fed, set(self.fetch_tensors),
+                                    fused_root.keys() | fused_inner)
         for op in runs:
             if op in fused_inner:
                 continue        # computed inside its group's fused kernel, at the root
@@ -208,13 +213,16 @@ class _Compiler:
 
     def emit_kernel(self, op, op_def, xp, place, ins, outs) -> None:
         ctx = self.context(op, xp, place)
+        donated = self.donations.get(op)
+        if donated:
+            ctx.donated = donated
         if op_def.async_kernel:
             kind = ASYNC_MULTI if op_def.tuple_outputs else ASYNC
         else:
             kind = MULTI if op_def.tuple_outputs else (SINGLE if outs else NO_OUTPUT)
         kernel = functools.partial(op_def.kernel_for(ctx.xp), ctx.xp, ctx)
         if self.check_writes:
-            kernel = write_check.guarded(kernel, op)
+            kernel = write_check.guarded(kernel, op, writable=ctx.donated)
         if place is not None and kind in (SINGLE, MULTI) and \
                 any(t.dtype is dtypes.bfloat16 for t in op.outputs):
             kernel = _keeping_dtypes(kernel, [t.dtype.np_dtype for t in op.outputs],
@@ -239,7 +247,8 @@ class _Compiler:
         refs = set(range(n_tensors, n_tensors + len(self.refs)))
         return Compiled(_with_frees(steps, set(fetch_slots), refs), self.ops, self.places,
                         self.labels, [None] * n_tensors + self.refs, self.feed_slots,
-                        fetch_slots, min(gpus) if gpus else None, self.has_transfers)
+                        fetch_slots, min(gpus) if gpus else None, self.has_transfers,
+                        self.donations)
 
 
 def _copy(value):
@@ -279,6 +288,50 @@ def kernel_placement(op, device_of):
     if backend.device_type(device) == "CPU":
         return xp, None
     return xp, backend.physical_gpu(DeviceSpec.from_string(device).device_index or 0)
+
+
+def _donations(runs, kernel_at, fed, fetched, fused) -> dict:
+    """{op: the inputs its kernel may write its result into}.
+
+    An input is donated when its kernel owns it outright: a host array that a kernel of
+    this step just made (``OpDef.fresh_output``: new memory nothing else references), that
+    this op is the only reader of (so no view of it lives on either), neither fed nor
+    fetched, and that is not written by the op as a variable. Writing into it then saves
+    an allocation and a pass over memory (``var -= lr * grad`` scales the gradient in
+    place, as a numpy user writes it) and can change nothing anyone else sees.
+    """
+    readers = {}
+    for op in runs:
+        if get_op_def(op.type).reads_values:
+            for t in op.inputs:
+                readers[t] = readers.get(t, 0) + 1
+    made_here = set(runs)
+    donations = {}
+    for op in runs:
+        op_def = get_op_def(op.type)
+        if not op_def.donating_inputs or op_def.async_kernel or op in fused or \
+                kernel_at[op][1] is not None:
+            continue
+        donated = frozenset(
+            i for i in op_def.donating_inputs
+            if i < len(op.inputs) and i not in op_def.ref_inputs and
+            _owned(op.inputs[i], made_here, readers, fed, fetched, fused, kernel_at))
+        if donated:
+            donations[op] = donated
+    return donations
+
+
+def _owned(tensor, made_here, readers, fed, fetched, fused, kernel_at) -> bool:
+    """Whether the one reader of ``tensor`` owns its memory outright."""
+    producer = tensor.op
+    if readers.get(tensor) != 1 or tensor in fed or tensor in fetched or \
+            producer not in made_here or producer in fused or kernel_at[producer][1] is not None:
+        return False
+    op_def = get_op_def(producer.type)
+    if op_def.fresh_output:
+        return True
+    return op_def.hands_over_input and bool(producer.inputs) and \
+        _owned(producer.inputs[0], made_here, readers, fed, fetched, fused, kernel_at)
 
 
 def _fusion_groups(runs, kernel_at, fed, fetch_tensors):

@@ -16,15 +16,17 @@ import numpy as np
 from mpiflow import backend, errors
 
 
-def guarded(kernel, op):
-    """Return ``kernel`` run on read-only views of its inputs (see the module docstring).
+def guarded(kernel, op, writable=frozenset()):
+    """Return ``kernel`` run on read-only views of its inputs (see the module docstring),
+    but for the ``writable`` ones: inputs the plan donated to it (``ctx.donated``).
 
     Results that are views of a writable input (Identity, Reshape) are handed on writable
     again, so what the check changes is only what the kernel itself may do.
     """
     def run(*args):
-        views = [backend.read_only(a) for a in args]
-        copies = [backend.snapshot(a) for a in args]
+        views = [a if i in writable else backend.read_only(a) for i, a in enumerate(args)]
+        copies = [None if i in writable else backend.snapshot(a)
+                  for i, a in enumerate(args)]
         try:
             result = kernel(*views)
         except (ValueError, BufferError) as exc:      # numpy's, or MPI's for a buffer

@@ -13,7 +13,7 @@ import pytest
 
 import mpiflow as mf
 from mpiflow.runtime import kernel_fusion
-from mpiflow.runtime.executor import Plan, schedule
+from mpiflow.runtime.executor import KernelContext, Plan, schedule
 
 
 @pytest.fixture
@@ -191,9 +191,10 @@ def _group(fuse):
         return group, [values.get(t) for t in group.inputs], group.inputs.index(x)
 
 
-class _Context:
+class _Context(KernelContext):
     def __init__(self, op):
-        self.op, self.attrs, self.xp, self.state = op, op._attrs, np, None
+        super().__init__(op, np, None)
+        self.state = None
 
 
 def test_a_formula_the_fuser_cannot_compile_runs_unfused_and_says_so(caplog):

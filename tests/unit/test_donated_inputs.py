@@ -1,0 +1,86 @@
+"""A kernel may write its result into an input it owns outright, the way a numpy user
+writes ``z += b`` and ``g *= lr; w -= g``: a host array that another kernel of the step
+just made, that this op is the only reader of, neither fed nor fetched. The values are
+the same, bit for bit, as when it allocates; nothing anyone else holds changes."""
+
+import numpy as np
+
+import mpiflow as mf
+from mpiflow.runtime.executor import Plan
+
+
+def _donations(fetches, targets=(), feeds=()):
+    """{op name: donated input indices} of the plan a session compiles."""
+    graph = mf.get_default_graph()
+    plan = Plan(graph, list(fetches), list(targets), list(feeds),
+                mf.Session(graph=graph)._env)
+    return {op.name: sorted(inputs) for op, inputs in plan.donated.items()}
+
+
+def _matmul_and_bias():
+    x = mf.placeholder(mf.float32, [None, 3], name="x")
+    w = mf.Variable(np.ones((3, 4), np.float32), name="w")
+    b = mf.Variable(np.ones(4, np.float32), name="b")
+    z = mf.matmul(x, w, name="z")
+    return x, w, b, z, mf.add(z, b, name="biased")
+
+
+def test_a_fresh_result_read_once_is_given_to_its_reader():
+    x, w, b, z, biased = _matmul_and_bias()
+    relu = mf.nn.relu(biased, name="relu")
+    assert _donations([relu], feeds=[x]) == {"biased": [0], "relu": [0]}
+
+
+def test_a_result_read_twice_or_fetched_is_given_to_nobody():
+    x, w, b, z, biased = _matmul_and_bias()
+    also = mf.multiply(z, 2.0, name="also")            # a second reader of z
+    assert "biased" not in _donations([biased, also], feeds=[x])
+    assert "biased" not in _donations([biased, z], feeds=[x])        # z fetched too
+
+
+def test_a_fed_value_a_variable_and_a_constant_are_never_written():
+    x = mf.placeholder(mf.float32, [None, 4], name="x")
+    v = mf.Variable(np.ones(4, np.float32), name="v")
+    c = mf.constant(np.ones(4, np.float32), name="c")
+    total = mf.add(mf.add(x, v, name="xv"), c, name="total")
+    found = _donations([total], feeds=[x])
+    assert "xv" not in found                       # x is fed, v is the variable's buffer
+    assert found.get("total") == [0]               # xv is the step's own, read once
+
+
+def test_a_shape_reader_does_not_keep_a_value_from_its_one_real_reader():
+    x, w, b, z, biased = _matmul_and_bias()
+    shape = mf.shape(z, name="z_shape")           # dynamic batch: a Shape op reads z
+    assert _donations([biased, shape], feeds=[x]).get("biased") == [0]
+
+
+def test_the_gradient_step_scales_its_own_gradients_in_place_with_the_same_result():
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((16, 3)).astype(np.float32)
+    results = []
+    for fetch_gradient in (False, True):            # fetched: not donated
+        mf.reset_default_graph()
+        x, w, b, z, biased = _matmul_and_bias()
+        loss = mf.reduce_sum(mf.square(mf.nn.relu(biased)))
+        (grad_w,) = mf.gradients(loss, [w])
+        train = mf.train.GradientDescentOptimizer(0.01).apply_gradients([(grad_w, w)])
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            fetches = [train, grad_w] if fetch_gradient else [train]
+            for _ in range(3):
+                sess.run(fetches, {x: xs})
+            results.append(sess.run(w))
+        found = _donations([], [train], [x])
+        assert any(name.endswith("ApplyGradientDescent") for name in found) or \
+            fetch_gradient
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_a_donated_input_too_small_for_the_result_is_left_alone():
+    # Broadcasting a [1] input against [4]: only an input of the result's shape can hold it.
+    a = mf.placeholder(mf.float32, [4], name="a")
+    small = mf.multiply(mf.reduce_sum(a, keepdims=True), 1.0, name="small")   # fresh, [1]
+    out = mf.add(small, a, name="out")
+    with mf.Session() as sess:
+        got = sess.run(out, {a: np.arange(4, dtype=np.float32)})
+    np.testing.assert_array_equal(got, 6.0 + np.arange(4, dtype=np.float32))
