@@ -8,8 +8,9 @@ worker pulls the whole set from the ps (``sess.run(variables)``) and pushes a gr
 of the same size (an SGD apply on the ps), and the same bytes go through raw mpi4py
 ``Send``/``Recv`` between the same ranks in the same job, the raw push followed by the
 same SGD update on the ps in numpy (in place, into buffers allocated once), so both sides
-do the same work. Bandwidth is per worker, all workers at once; the ratio is mpiflow /
-raw (target >= 0.85).
+do the same work. Bandwidth is per worker, all workers at once. The two alternate in
+``--rounds`` rounds, each timed over at least ``--round-seconds``: the ratio printed is
+the median of the rounds' ratios (mpiflow / raw, target >= 0.85), with their spread.
 Part 2: asynchronous SGD on an MLP 784-512-512-10 at batch 128, every worker stepping
 against the ps; steps/s of the whole job, and the CPU seconds each rank used (a ps that
 waits must not take a core from the workers).
@@ -30,50 +31,56 @@ MiB = 1 << 20
 WARMUP_S = 4.0
 
 
-def raw_bandwidth(comm, nbytes, repeats):
+def timed(call, seconds, at_least=3):
+    """Seconds per call of ``call``, run for ``seconds`` (and ``at_least`` times)."""
+    count, start = 0, time.perf_counter()
+    while count < at_least or time.perf_counter() - start < seconds:
+        call()
+        count += 1
+    return (time.perf_counter() - start) / count
+
+
+def raw_bandwidth(comm, nbytes, seconds):
     """Per-worker MiB/s of the same exchanges done with raw mpi4py: a pull is a small
     request answered by ``nbytes`` from the ps, a push ``nbytes`` applied to the ps's
     variables (``var -= lr * grad``) and answered by a small ack."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    PULL, PUSH, DATA, ACK = 11, 12, 13, 14
+    PULL, PUSH, DATA, ACK, DONE = 11, 12, 13, 14, 15
     buf = np.ones(nbytes // 4, np.float32)
     token = np.zeros(1, np.int64)
-    comm.Barrier()
     if rank == 0:
         status = MPI.Status()
         variables, grad = np.zeros_like(buf), np.empty_like(buf)
         lr = np.float32(1e-6)
-        for _ in range(4 * repeats * (size - 1)):
+        finished = 0
+        while finished < size - 1:
             comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
             src, tag = status.Get_source(), status.Get_tag()
             if tag == PULL:
                 comm.Recv([token, MPI.BYTE], src, PULL)
                 comm.Send([buf, MPI.BYTE], src, DATA)
-            else:
+            elif tag == PUSH:
                 comm.Recv([grad, MPI.BYTE], src, PUSH)
                 grad *= lr
                 variables -= grad
                 comm.Send([token, MPI.BYTE], src, ACK)
-        comm.Barrier()
+            else:
+                comm.Recv([token, MPI.BYTE], src, DONE)
+                finished += 1
         return 0.0, 0.0
     out = np.empty_like(buf)
-    for _ in range(repeats):                 # warm-up, as for mpiflow
+
+    def pull():
         comm.Send([token, MPI.BYTE], 0, PULL)
         comm.Recv([out, MPI.BYTE], 0, DATA)
+
+    def push():
         comm.Send([buf, MPI.BYTE], 0, PUSH)
         comm.Recv([token, MPI.BYTE], 0, ACK)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        comm.Send([token, MPI.BYTE], 0, PULL)
-        comm.Recv([out, MPI.BYTE], 0, DATA)
-    pull = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(repeats):
-        comm.Send([buf, MPI.BYTE], 0, PUSH)
-        comm.Recv([token, MPI.BYTE], 0, ACK)
-    push = time.perf_counter() - start
-    comm.Barrier()
-    return nbytes / MiB * repeats / pull, nbytes / MiB * repeats / push
+    timed(pull, 0.1), timed(push, 0.1)            # warm, as mpiflow's side is
+    pull_s, push_s = timed(pull, seconds), timed(push, seconds)
+    comm.Send([token, MPI.BYTE], 0, DONE)
+    return nbytes / MiB / pull_s, nbytes / MiB / push_s
 
 
 def build_transfer_graph(cluster, task, sizes):
@@ -95,7 +102,7 @@ def build_transfer_graph(cluster, task, sizes):
     return graphs
 
 
-def mpiflow_bandwidth(server, graph_parts, nbytes, repeats, is_chief):
+def mpiflow_bandwidth(server, graph_parts, nbytes, seconds, is_chief, warmup_s):
     g, variables, grads, push, ready, init = graph_parts
     with g.as_default(), mf.Session(server.target) as sess:
         if is_chief:
@@ -108,18 +115,10 @@ def mpiflow_bandwidth(server, graph_parts, nbytes, repeats, is_chief):
         # Registration, then warm-up: on a VM the first touch of fresh memory (the ps's
         # buffers, the received arrays) is much slower than steady state; both sides of
         # the comparison are measured warm.
-        warm_until = time.perf_counter() + WARMUP_S
-        while time.perf_counter() < warm_until:
-            pull_fn(), push_fn(*gvals)
-        t = time.perf_counter()
-        for _ in range(repeats):
-            pull_fn()
-        pull = time.perf_counter() - t
-        t = time.perf_counter()
-        for _ in range(repeats):
-            push_fn(*gvals)
-        push = time.perf_counter() - t
-    return nbytes / MiB * repeats / pull, nbytes / MiB * repeats / push
+        timed(lambda: (pull_fn(), push_fn(*gvals)), warmup_s)
+        pull_s = timed(pull_fn, seconds)
+        push_s = timed(lambda: push_fn(*gvals), seconds)
+    return nbytes / MiB / pull_s, nbytes / MiB / push_s
 
 
 def mlp_async(server, cluster, task, seconds, batch=128):
@@ -161,8 +160,9 @@ def mlp_async(server, cluster, task, seconds, batch=128):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 16, 64])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--round-seconds", type=float, default=0.4)
+    parser.add_argument("--seconds", type=float, default=10.0, help="MLP part")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     world = MPI.COMM_WORLD
@@ -171,28 +171,30 @@ def main():
         raise SystemExit("run with mpiexec -n 2..4 (1 ps + workers)")
     sizes = [s * MiB for s in args.sizes_mib]
 
-    raw = [raw_bandwidth(world, n, args.repeats) for n in sizes]
-
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    results = np.zeros((len(sizes), 4) + (2,), np.float64)
-    if server.job_name == "worker":
-        graphs = build_transfer_graph(cluster, server.task_index, sizes)
+    is_worker = server.job_name == "worker"
+    # [size, round, (raw pull, raw push, mpiflow pull, mpiflow push)] MiB/s of this worker
+    results = np.zeros((len(sizes), args.rounds, 4))
+    graphs = build_transfer_graph(cluster, server.task_index, sizes) if is_worker else {}
+    for r in range(args.rounds):
         for i, n in enumerate(sizes):
-            results[i, 0], results[i, 1] = raw[i]
-            results[i, 2], results[i, 3] = mpiflow_bandwidth(server, graphs[n], n,
-                                                             args.repeats, server.is_chief)
-    server.join()          # every worker done with part 1 (the ps serves meanwhile)
+            world.Barrier()
+            raw = raw_bandwidth(world, n, args.round_seconds)
+            if is_worker:
+                results[i, r, :2] = raw
+                results[i, r, 2:] = mpiflow_bandwidth(
+                    server, graphs[n], n, args.round_seconds, server.is_chief,
+                    2.0 if r == 0 else 0.3)
+            server.join()      # every worker done with this size (the ps serves meanwhile)
     cpu1, wall1 = time.process_time(), time.perf_counter()
     steps = np.zeros(2)
-    if server.job_name == "worker":
+    if is_worker:
         steps[:] = mlp_async(server, cluster, server.task_index, args.seconds)
     server.join()
     cpu2, wall2 = time.process_time(), time.perf_counter()
 
-    per_rank = np.array([cpu1 - cpu0, wall1 - wall0, cpu2 - cpu1, wall2 - wall1,
-                         steps[0], steps[1]])
+    per_rank = np.array([cpu2 - cpu1, wall2 - wall1, steps[0], steps[1]])
     gathered = np.zeros((size, per_rank.size)) if rank == 0 else None
     world.Gather(per_rank, gathered, root=0)
     sums = np.zeros_like(results) if rank == 0 else None
@@ -202,26 +204,37 @@ def main():
     workers = size - 1
     table = []
     for i, n in enumerate(sizes):
-        raw_pull, raw_push, mf_pull, mf_push = (sums[i, k, 0] / workers for k in range(4))
-        table.append({"MiB": n // MiB, "raw_pull": raw_pull, "mpiflow_pull": mf_pull,
-                      "pull_ratio": mf_pull / raw_pull, "raw_push": raw_push,
-                      "mpiflow_push": mf_push, "push_ratio": mf_push / raw_push})
-    total_steps = gathered[1:, 4].sum()
-    step_wall = gathered[1:, 5].max()
-    summary = {"workers": workers, "bandwidth": table,
+        per_round = sums[i] / workers          # mean over the workers, per round
+        pull_ratios = per_round[:, 2] / per_round[:, 0]
+        push_ratios = per_round[:, 3] / per_round[:, 1]
+        median = np.median(per_round, axis=0)
+        table.append({"MiB": n // MiB, "raw_pull": median[0], "mpiflow_pull": median[2],
+                      "pull_ratio": float(np.median(pull_ratios)),
+                      "pull_ratio_range": [float(pull_ratios.min()),
+                                           float(pull_ratios.max())],
+                      "raw_push": median[1], "mpiflow_push": median[3],
+                      "push_ratio": float(np.median(push_ratios)),
+                      "push_ratio_range": [float(push_ratios.min()),
+                                           float(push_ratios.max())]})
+    total_steps = gathered[1:, 2].sum()
+    step_wall = gathered[1:, 3].max()
+    summary = {"workers": workers, "rounds": args.rounds, "bandwidth": table,
                "mlp_steps_per_s": total_steps / step_wall,
-               "cpu_s_mlp": {f"rank {r}": round(gathered[r, 2], 2) for r in range(size)},
-               "wall_s_mlp": round(gathered[0, 3], 2)}
+               "cpu_s_mlp": {f"rank {r}": round(gathered[r, 0], 2) for r in range(size)},
+               "wall_s_mlp": round(gathered[0, 1], 2)}
     if args.json:
         print(json.dumps(summary))
         return
-    print(f"1 ps + {workers} workers, MiB/s per worker (all workers at once)")
-    print(f"{'MiB':>5} {'raw pull':>10} {'mpiflow':>10} {'ratio':>6} "
+    print(f"1 ps + {workers} workers, MiB/s per worker (all workers at once); medians of "
+          f"{args.rounds} alternating rounds, ratio spread in brackets")
+    print(f"{'MiB':>5} {'raw pull':>10} {'mpiflow':>10} {'ratio':>6} {'':>11} "
           f"{'raw push':>10} {'mpiflow':>10} {'ratio':>6}")
     for row in table:
         print(f"{row['MiB']:>5} {row['raw_pull']:>10.0f} {row['mpiflow_pull']:>10.0f} "
-              f"{row['pull_ratio']:>6.2f} {row['raw_push']:>10.0f} "
-              f"{row['mpiflow_push']:>10.0f} {row['push_ratio']:>6.2f}")
+              f"{row['pull_ratio']:>6.2f} [{row['pull_ratio_range'][0]:.2f}-"
+              f"{row['pull_ratio_range'][1]:.2f}] {row['raw_push']:>10.0f} "
+              f"{row['mpiflow_push']:>10.0f} {row['push_ratio']:>6.2f} "
+              f"[{row['push_ratio_range'][0]:.2f}-{row['push_ratio_range'][1]:.2f}]")
     print(f"async MLP 784-512-512-10 batch 128: {summary['mlp_steps_per_s']:.1f} steps/s "
           f"(all workers), over {summary['wall_s_mlp']} s")
     print("CPU seconds per rank during the MLP part: " + ", ".join(

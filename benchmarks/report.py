@@ -84,7 +84,8 @@ def ps_mode(size, log):
 def transfers(size, log):
     log("ps pull/push vs raw MPI Send/Recv")
     out = _run([_mpiexec(), "-n", "2", sys.executable, BENCH / "ps_throughput.py",
-                "--sizes-mib", "1", "16", "--repeats", "5", "--seconds", "2", "--json"])
+                "--sizes-mib", "1", "16", "--rounds", "3", "--round-seconds", "0.3",
+                "--seconds", "2", "--json"])
     return _last_json(out)["bandwidth"]
 
 
