@@ -173,7 +173,7 @@ def model_shape(args):
                       slots=1)
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, default="hybrid", help=argparse.SUPPRESS)
@@ -191,7 +191,11 @@ def main():
                         help="worker counts the cost model predicts beyond the runs")
     parser.add_argument("--timeout", type=int, default=1200)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = parser().parse_args()
     if args.job:
         job(args)
         return

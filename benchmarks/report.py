@@ -12,7 +12,11 @@ this machine, each comparison measured back to back in the same environment:
 - allreduce mode: mpiflow's AllreduceOptimizer (benchmarks/allreduce_step.py --hidden 512)
   against PyTorch DDP with gloo (benchmarks/peers/torch_ddp.py) on the same MLP;
 - allreduce bandwidth: mpiflow's ring / mpi / auto and MPI's own Allreduce
-  (benchmarks/allreduce_bw.py) against torch.distributed's gloo all_reduce.
+  (benchmarks/allreduce_bw.py) against torch.distributed's gloo all_reduce;
+- one process: a training step through Session.run against the same step in numpy
+  (benchmarks/step_overhead.py), whose numpy rate sets the compute floor of the ps runs;
+- the modes: an embedding model in ps, allreduce and hybrid mode at several worker
+  counts, bytes and memory against the cost model (benchmarks/hybrid_cost.py).
 """
 
 from __future__ import annotations
@@ -29,12 +33,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
-SIZES = {"quick": {"steps": 100, "ddp_steps": 60, "budget": 0.5, "workers": (1, 2, 3)},
-         "full": {"steps": 400, "ddp_steps": 200, "budget": 1.5, "workers": (1, 2, 3)}}
+SIZES = {"quick": {"steps": 100, "ddp_steps": 60, "budget": 0.5, "workers": (1, 2, 3),
+                   "mode_workers": (2, 4)},
+         "full": {"steps": 400, "ddp_steps": 200, "budget": 1.5, "workers": (1, 2, 3),
+                  "mode_workers": (2, 4, 8)}}
 
 
-def _run(cmd, timeout=900):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "MPIFLOW_CPU_THREADS": "1"}
+
+
+def _run(cmd, timeout=900, env=None):
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=ROOT)
@@ -58,7 +68,13 @@ def _mpiexec():
 
 
 PS_RUNS = [("example", "async", 1), ("example", "async", 2), ("example", "async", 3),
-           ("example", "sync", 2), ("mlp512", "async", 2), ("mlp512", "sync", 2)]
+           ("example", "sync", 2), ("mlp512", "async", 1), ("mlp512", "async", 2),
+           ("mlp512", "sync", 2)]
+# The embedding models of the modes section: hybrid_cost.py's default (a dense tower of
+# 2.4M parameters over a 1M x 32 table, 1024 ids a step) and one where the rows a step
+# touches weigh more (8192 ids of 64 floats a step).
+MODE_MODELS = {"dense-heavy": [], "rows-heavy": ["--fields", "64", "--dim", "64", "--batch",
+                                                 "128", "--hidden", "512", "256"]}
 
 
 def ps_mode(size, log):
@@ -87,6 +103,23 @@ def transfers(size, log):
                 "--sizes-mib", "1", "16", "--rounds", "3", "--round-seconds", "0.3",
                 "--seconds", "2", "--json"])
     return _last_json(out)["bandwidth"]
+
+
+def single_process(size, log):
+    log("one process, one thread: Session.run against numpy")
+    return _last_json(_run([sys.executable, BENCH / "step_overhead.py", "--repeats", "5",
+                            "--json"], env=ONE_THREAD))
+
+
+def modes(size, log):
+    results = {}
+    for name, extra in MODE_MODELS.items():
+        log(f"modes, {name} embedding model")
+        results[name] = _last_json(_run([sys.executable, BENCH / "hybrid_cost.py",
+                                         "--workers", *map(str, size["mode_workers"]),
+                                         "--json", *extra], timeout=3000))
+        results[name]["args"] = extra
+    return results
 
 
 def allreduce_training(size, log):
@@ -169,6 +202,21 @@ def plots(results, out_dir):
     fig.savefig(files["bandwidth"], dpi=110)
     plt.close(fig)
 
+    fig, axes = plt.subplots(1, len(results["modes"]), figsize=(9, 3.6))
+    for ax, (name, result) in zip(axes, results["modes"].items()):
+        for mode in ("ps", "allreduce", "hybrid"):
+            points = [(r["measured"]["workers"], r["measured"]["steps_per_s"])
+                      for r in result["runs"] if r["measured"]["mode"] == mode]
+            ax.plot(*zip(*points), marker="o", label=mode)
+        ax.set_title(f"{name} embedding model", fontsize=9)
+        ax.set_xlabel("workers")
+    axes[0].set_ylabel("steps/s of the job")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    files["modes"] = out_dir / "modes.png"
+    fig.savefig(files["modes"], dpi=110)
+    plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for framework in ("mpiflow", "tensorflow"):
         points = [(r["workers"], r["steps_per_s"]) for r in ps
@@ -239,8 +287,12 @@ def markdown(results, files, size, elapsed):
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["transfers"]:
         lines.append(f"| {r['MiB']} | {r['raw_pull']:.0f} | {r['mpiflow_pull']:.0f} | "
-                     f"{r['pull_ratio']:.2f} | {r['raw_push']:.0f} | {r['mpiflow_push']:.0f} | "
-                     f"{r['push_ratio']:.2f} |")
+                     f"{r['pull_ratio']:.2f} ({_spread(r['pull_ratio_range'])}) | "
+                     f"{r['raw_push']:.0f} | {r['mpiflow_push']:.0f} | "
+                     f"{r['push_ratio']:.2f} ({_spread(r['push_ratio_range'])}) |")
+    lines += ["", "(medians of alternating rounds, the rounds' spread in brackets; "
+              "target 0.85)"]
+    lines += floor_section(results)
     lines += ["", f"![steps/s]({files['steps'].relative_to(ROOT)})",
               f"![scaling]({files['scaling'].relative_to(ROOT)})", "",
               "## allreduce mode: mpiflow vs PyTorch DDP (gloo)", "",
@@ -270,7 +322,76 @@ def markdown(results, files, size, elapsed):
                          f"{_ratio(r['auto'], r['torch'])} |")
         lines.append("")
     lines += [f"![bandwidth]({files['bandwidth'].relative_to(ROOT)})", ""]
+    lines += single_process_section(results["single"])
+    lines += modes_section(results["modes"], files)
     return "\n".join(lines)
+
+
+def _spread(bounds):
+    return f"{bounds[0]:.2f}-{bounds[1]:.2f}"
+
+
+def floor_section(results) -> list:
+    """ps mode against the machine's compute floor: every core stepping the model as fast
+    as numpy does in one thread."""
+    single, ps = results["single"], results["ps"]
+    numpy_rate = 1000.0 / single["mlp_step_ms_numpy"]
+    own_rate = 1000.0 / single["mlp_step_ms_mpiflow"]
+    cores = os.cpu_count() or 1
+    floor = cores * numpy_rate
+    lines = ["", "Against the compute floor (`mlp512`, async): the floor is every core "
+             f"stepping the model as fast as numpy does in one thread ({cores} x "
+             f"{numpy_rate:.0f} = {floor:.0f} steps/s, `benchmarks/step_overhead.py` in this "
+             f"run); mpiflow's own one-process step runs {own_rate:.0f} steps/s.", "",
+             "| workers | mpiflow steps/s | of the floor | of one process | TensorFlow "
+             "steps/s | of the floor |", "| --- | --- | --- | --- | --- | --- |"]
+    for workers in (1, 2):
+        a = _pick(ps, "mpiflow", "async", workers, "mlp512")
+        b = _pick(ps, "tensorflow", "async", workers, "mlp512")
+        lines.append(f"| {workers} | {_fmt(a)} | {_share(a, floor)} | {_share(a, own_rate)} "
+                     f"| {_fmt(b)} | {_share(b, floor)} |")
+    lines += ["", "(targets: 1 ps + 1 worker at 0.9 of one process, 1 ps + 2 workers at 0.75 "
+              "of the floor)"]
+    return lines
+
+
+def _share(value, of):
+    return "-" if value is None or not of else f"{value / of:.2f}"
+
+
+def single_process_section(single) -> list:
+    return ["## one process", "",
+            "One SGD step (one thread) of MLP 784-512-512-10 at batch 128 through "
+            "`Session.run`, against "
+            "the same step written by hand in numpy with its buffers allocated once and "
+            "updates in place (`benchmarks/step_overhead.py`, medians):", "",
+            "| mpiflow ms/step | numpy ms/step | ratio (target <= 1.10) | executor us/op |",
+            "| --- | --- | --- | --- |",
+            f"| {single['mlp_step_ms_mpiflow']:.3f} | {single['mlp_step_ms_numpy']:.3f} | "
+            f"{single['mlp_ratio']:.3f} | {single['executor_overhead_us_per_op']:.2f} |", ""]
+
+
+def modes_section(mode_results, files) -> list:
+    from benchmarks.hybrid_cost import report as cost_report
+    from mpiflow.train.mode_cost import ModelShape
+    lines = ["## ps, allreduce or hybrid: measured against the cost model", "",
+             "An embedding model trained in each mode (`benchmarks/hybrid_cost.py`, 1 ps in "
+             "ps and hybrid mode, every process on the same cores): steps/s, the bytes each "
+             "worker and the ps moved per worker step (`mpiflow.comm.traffic`) and their peak "
+             "memory, beside what `mpiflow.train.mode_cost` predicts (in brackets), then its "
+             "predictions for 64 workers.", ""]
+    for name, result in mode_results.items():
+        args = _cost_args(result["args"])
+        lines += [f"### {name}", "", cost_report(args, ModelShape(**result["shape"]),
+                                                 result["runs"], result["predictions"]), ""]
+    if "modes" in files:
+        lines += [f"![modes]({files['modes'].relative_to(ROOT)})", ""]
+    return lines
+
+
+def _cost_args(extra):
+    from benchmarks.hybrid_cost import parser
+    return parser().parse_args(extra)
 
 
 def main():
@@ -286,7 +407,8 @@ def main():
         print(f"[{time.monotonic() - start:6.0f} s] {what}", flush=True)
 
     results = {"ps": ps_mode(size, log), "transfers": transfers(size, log),
-               "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log)}
+               "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log),
+               "single": single_process(size, log), "modes": modes(size, log)}
     files = plots(results, Path(args.plots))
     Path(args.out).write_text(markdown(results, files, args.size, time.monotonic() - start))
     json_path = Path(args.plots) / "results.json"

@@ -235,6 +235,15 @@ class _FutureOp:
         return [f"loc:@{self._name}"]
 
 
+class _StateGate:
+    """An entry of the control-dependency stack: ``state_changes_only_if(predicate)``."""
+
+    __slots__ = ("predicate",)
+
+    def __init__(self, predicate):
+        self.predicate = predicate
+
+
 class Graph:
     """A TensorFlow-1-style dataflow graph with its scopes and collections."""
 
@@ -245,7 +254,8 @@ class Graph:
         self._names_in_use = {}
         self._name_stack = ""
         self._device_stack = []            # entries: str device, callable, or None (reset)
-        self._control_dependencies_stack = []  # entries: list of ops, or None (reset)
+        # entries: list of ops, None (reset), or a _StateGate (see state_changes_only_if)
+        self._control_dependencies_stack = []
         self._colocation_stack = []        # entries: Operation, or None (ignore_existing)
         self._collections = {}
         self._finalized = False
@@ -418,6 +428,37 @@ class Graph:
         finally:
             self._control_dependencies_stack.pop()
 
+    @contextlib.contextmanager
+    def state_changes_only_if(self, predicate):
+        """Make the ops created inside that change state (write a variable, a slot, an
+        accumulator) do so only in the steps where the bool scalar ``predicate`` is true;
+        in the others they leave the state as it is (their output is its value).
+
+        TensorFlow writes this with ``tf.cond``; an optimizer wrapper that may drop a
+        gradient (``DropStaleGradientOptimizer``) puts the wrapped optimizer's whole update
+        under it. ``control_dependencies(None)`` clears it, as it clears the control
+        dependencies: what is made there (slots, their initializers) runs unconditioned.
+        """
+        if not isinstance(predicate, Tensor) or predicate.graph is not self:
+            raise errors.InvalidArgumentError(
+                f"state_changes_only_if: expected a bool Tensor of this graph, got "
+                f"{predicate!r}")
+        self._control_dependencies_stack.append(_StateGate(predicate))
+        try:
+            yield
+        finally:
+            self._control_dependencies_stack.pop()
+
+    def current_state_gate(self):
+        """The predicate of the innermost ``state_changes_only_if`` in force, else None."""
+        gate = None
+        for entry in self._control_dependencies_stack:
+            if entry is None:
+                gate = None
+            elif type(entry) is _StateGate:
+                gate = entry.predicate
+        return gate
+
     def _as_op(self, item, what) -> Operation:
         if isinstance(item, Tensor):
             item = item.op
@@ -436,7 +477,7 @@ class Graph:
         for entry in self._control_dependencies_stack:
             if entry is None:
                 ops = []
-            else:
+            elif type(entry) is not _StateGate:
                 ops.extend(entry)
         input_ops = {t.op for t in inputs}
         return [op for op in ops if op not in input_ops]

@@ -287,8 +287,29 @@ def apply_op(op_type: str, inputs, attrs=None, name=None, control_inputs=(), gra
     build = BuildContext(pending_name, op_type, list(inputs), full_attrs)
     specs = [(dtypes.as_dtype(d), as_shape(s)) for d, s in op_def.infer(build)]
     unique = pending_name if exact else graph.unique_name(base)
-    return graph.create_op(op_type, list(inputs), full_attrs, specs, unique,
+    inputs = list(inputs)
+    gate = graph.current_state_gate()
+    if gate is not None and (op_def.ref_inputs or op_def.changes_shared_state):
+        _check_gate(op_def, gate, pending_name)
+        inputs.append(gate)         # the last input; the plan runs the kernel if it holds
+        full_attrs[GATE_ATTR] = True
+    return graph.create_op(op_type, inputs, full_attrs, specs, unique,
                            control_inputs=control_inputs)
+
+
+GATE_ATTR = "_gate"     # set on an op whose last input says whether it changes state
+
+
+def _check_gate(op_def, gate, op_name) -> None:
+    if gate.dtype is not dtypes.bool_ or gate.shape.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(
+            f"state_changes_only_if: the predicate of op '{op_name}' must be a bool scalar, "
+            f"got {gate.dtype.name} of shape {gate.shape}")
+    if op_def.async_kernel or op_def.tuple_outputs:
+        raise errors.UnimplementedError(
+            f"Op '{op_name}' ({op_def.type_name}) cannot change state only under a "
+            "predicate (state_changes_only_if): it "
+            f"{'waits for other steps' if op_def.async_kernel else 'has several outputs'}")
 
 
 def validated_attrs(op_type: str, attrs: dict, op_name: str) -> dict:

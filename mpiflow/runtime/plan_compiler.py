@@ -16,7 +16,7 @@ from typing import NamedTuple
 from mpiflow import backend, config
 from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
-from mpiflow.ops.registry import get_op_def
+from mpiflow.ops.registry import GATE_ATTR, get_op_def
 from mpiflow.runtime import kernel_fusion, write_check
 from mpiflow.runtime.schedule import aliases_persistent_memory, variable_aliased
 from mpiflow.runtime.transfers import RecvStep, SendGroup, SendStep
@@ -221,6 +221,8 @@ class _Compiler:
         else:
             kind = MULTI if op_def.tuple_outputs else (SINGLE if outs else NO_OUTPUT)
         kernel = functools.partial(op_def.kernel_for(ctx.xp), ctx.xp, ctx)
+        if op._attrs.get(GATE_ATTR):
+            kernel = _gated(kernel, op_def)
         if self.check_writes:
             kernel = write_check.guarded(kernel, op, writable=ctx.donated)
         if place is not None and kind in (SINGLE, MULTI) and \
@@ -249,6 +251,19 @@ class _Compiler:
                         self.labels, [None] * n_tensors + self.refs, self.feed_slots,
                         fetch_slots, min(gpus) if gpus else None, self.has_transfers,
                         self.donations)
+
+
+def _gated(kernel, op_def):
+    """``kernel`` run only in the steps where its op's last input, its gate, is true
+    (``Graph.state_changes_only_if``); in the others the state stays as it is, and the
+    output is what it would be without the change: the variable's value, or nothing."""
+    ref = op_def.ref_inputs[0] if op_def.ref_inputs else None
+
+    def run(*args):
+        if args[-1]:
+            return kernel(*args[:-1])
+        return args[ref].get() if ref is not None else None
+    return run
 
 
 def _copy(value):

@@ -38,6 +38,7 @@ from mpiflow.train.session_manager import SessionManager, report_uninitialized_v
 from mpiflow.train.session_run_hook import (
     SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues)
 from mpiflow.train.supervisor import Supervisor
+from mpiflow.train.staleness import DropStaleGradientOptimizer, StalenessAwareOptimizer
 from mpiflow.train.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
     "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",
+    "StalenessAwareOptimizer", "DropStaleGradientOptimizer",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

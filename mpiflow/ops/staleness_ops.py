@@ -1,0 +1,132 @@
+"""Ops behind staleness-aware asynchronous training, on the global step's ps.
+
+In asynchronous ps training a worker reads the variables at the start of its step and
+pushes gradients at its end; meanwhile other workers' updates land. A gradient's
+staleness is the number of global steps between the two: the global step when it is
+applied minus the one the worker read. ``GradientStaleness`` measures it where the
+global step lives, says whether the gradient is to be applied (a bound to drop older
+ones) and by what its learning rate is scaled, and keeps a record of every value (a
+resource of the ps): ``StalenessRecord`` for counts and the recent values a histogram
+summary shows.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from mpiflow import errors
+from mpiflow.framework import dtypes
+from mpiflow.ops.registry import REQUIRED, OpDef, register_op, require_dtype
+
+RECENT = 1000           # staleness values the record keeps for histograms
+LR_RULES = {
+    None: lambda staleness: 1.0,
+    # lr / (1 + staleness): a fresh gradient (one worker, or none applied since the read)
+    # keeps the whole rate; with W workers in steady state each gradient is about W - 1
+    # steps old and moves the variables about as far as the average of W would.
+    "inverse": lambda staleness: 1.0 / (1.0 + staleness),
+}
+
+
+class StalenessRecord:
+    """Every staleness one optimizer met on this ps: counts by value, the dropped, and the
+    most recent values (for a histogram summary)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.counts = collections.Counter()
+        self.dropped = 0
+        self.recent = collections.deque(maxlen=RECENT)
+
+    def add(self, staleness: int, applied: bool) -> None:
+        with self._lock:
+            self.counts[staleness] += 1
+            self.recent.append(staleness)
+            if not applied:
+                self.dropped += 1
+
+    def histogram(self):
+        """(staleness values, their counts, how many were dropped), values ascending."""
+        with self._lock:
+            values = sorted(self.counts)
+            return (np.asarray(values, np.int64), np.asarray([self.counts[v] for v in values],
+                                                              np.int64),
+                    np.asarray(self.dropped, np.int64))
+
+    def recent_values(self):
+        with self._lock:
+            return np.asarray(self.recent, np.int64)
+
+
+class _RecordOp(OpDef):
+    gpu_kernel = False
+    stateful = True
+    gradient = None
+
+    def prepare(self, ctx):
+        ctx.record = ctx.env.resource(f"staleness:{ctx.attrs['shared_name']}",
+                                      StalenessRecord)
+
+
+@register_op("GradientStaleness", attrs={"shared_name": REQUIRED, "max_staleness": -1,
+                                         "lr_rule": ""})
+class GradientStalenessOp(_RecordOp):
+    """(staleness, applied, learning-rate factor) of a gradient computed from the
+    variables of global step ``local_step``, applied when the global step is
+    ``global_step``: applied unless ``max_staleness`` >= 0 and it is older; the factor is
+    ``LR_RULES[lr_rule]``."""
+
+    changes_shared_state = True     # the record
+    tuple_outputs = True
+
+    def infer(self, b):
+        for i, what in ((0, "global_step"), (1, "local_step")):
+            require_dtype(b, i, (dtypes.int32, dtypes.int64), what)
+            if b.shape(i).ndims not in (None, 0):
+                raise b.error(f"Input '{what}' must be a scalar", got=b.shape(i))
+        rule = b.attrs["lr_rule"] or None
+        if rule not in LR_RULES:
+            raise b.error("Unknown staleness learning-rate rule",
+                          expected=f"one of {sorted(r for r in LR_RULES if r)}", got=rule)
+        return [(dtypes.int64, []), (dtypes.bool_, []), (dtypes.float32, [])]
+
+    def forward(self, xp, ctx, global_step, local_step):
+        staleness = int(global_step) - int(local_step)
+        if staleness < 0:
+            raise errors.op_error(
+                errors.InvalidArgumentError, "A gradient from the future", ctx.op,
+                expected=f"a local step <= the global step {int(global_step)}",
+                got=int(local_step))
+        bound = ctx.attrs["max_staleness"]
+        applied = bound < 0 or staleness <= bound
+        ctx.record.add(staleness, applied)
+        factor = LR_RULES[ctx.attrs["lr_rule"] or None](staleness)
+        return (np.asarray(staleness, np.int64), np.asarray(applied),
+                np.asarray(factor, np.float32))
+
+
+@register_op("StalenessHistogram", attrs={"shared_name": REQUIRED})
+class StalenessHistogramOp(_RecordOp):
+    """(values, counts, dropped) of the staleness recorded under ``shared_name``."""
+
+    tuple_outputs = True
+
+    def infer(self, b):
+        return [(dtypes.int64, [None]), (dtypes.int64, [None]), (dtypes.int64, [])]
+
+    def forward(self, xp, ctx):
+        return ctx.record.histogram()
+
+
+@register_op("RecentStaleness", attrs={"shared_name": REQUIRED})
+class RecentStalenessOp(_RecordOp):
+    """The last ``RECENT`` staleness values recorded under ``shared_name``."""
+
+    def infer(self, b):
+        return [(dtypes.int64, [None])]
+
+    def forward(self, xp, ctx):
+        return ctx.record.recent_values()

@@ -1,0 +1,91 @@
+"""StalenessAwareOptimizer in one process, where a step's local step can be fed to stand
+for a read made some global steps ago: the staleness is global step minus local step,
+the rule scales the learning rate, the bound drops the whole update (slots, the global
+step's increment and all), and every value lands in the record."""
+
+import numpy as np
+import pytest
+
+import mpiflow as mf
+
+
+def _model(opt):
+    w = mf.Variable([1.0, 2.0], name="w")
+    step = mf.train.get_or_create_global_step()
+    train = opt.minimize(mf.reduce_sum(mf.square(w)), global_step=step)
+    return w, step, train
+
+
+def test_the_learning_rate_is_scaled_by_one_over_one_plus_the_staleness():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
+                                           staleness_lr="inverse")
+    w, step, train = _model(opt)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(mf.assign(step, 5))
+        _, staleness = sess.run([train, opt.staleness], {opt._local_step: 2})
+        assert staleness == 3
+        np.testing.assert_allclose(sess.run(w), np.array([1.0, 2.0]) * (1 - 0.1 / 4 * 2),
+                                   rtol=1e-6)
+        assert sess.run(step) == 6
+
+
+def test_a_fresh_gradient_keeps_the_whole_rate():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
+                                           staleness_lr="inverse")
+    w, step, train = _model(opt)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        assert sess.run([train, opt.staleness])[1] == 0
+        np.testing.assert_allclose(sess.run(w), [0.8, 1.6], rtol=1e-6)
+
+
+def test_a_dropped_gradient_changes_nothing_not_even_adams_slots_or_the_step():
+    opt = mf.train.DropStaleGradientOptimizer(mf.train.AdamOptimizer(0.1), staleness=1)
+    w, step, train = _model(opt)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(mf.assign(step, 3))
+        state = [w, step, *opt.variables()]
+        before = sess.run(state)
+        sess.run(train, {opt._local_step: 1})                # 2 steps old: dropped
+        for a, b in zip(before, sess.run(state)):
+            np.testing.assert_array_equal(a, b)
+        sess.run(train, {opt._local_step: 2})                # 1 step old: applied
+        assert sess.run(step) == 4 and not np.array_equal(sess.run(w), before[0])
+        values, counts, dropped = sess.run(opt.staleness_histogram())
+        assert values.tolist() == [1, 2] and counts.tolist() == [1, 1] and dropped == 1
+
+
+def test_a_histogram_of_the_recent_staleness_goes_to_the_summaries():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1))
+    _, _, train = _model(opt)
+    assert mf.get_collection(mf.GraphKeys.TRAIN_OP) == [train]
+    specs = [spec for summary in mf.get_collection(mf.GraphKeys.SUMMARIES)
+             for spec in summary._specs]
+    assert [(s.kind, s.tag) for s in specs] == [("histogram",
+                                                 "StalenessAware/gradient_staleness")]
+    opt_values = mf.get_collection(mf.GraphKeys.SUMMARIES)[0]
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(train)
+        sess.run(train)
+        (recent,) = sess.run(opt_values)
+    assert recent.tolist() == [0, 0]      # the staleness of the two steps
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"staleness_lr": "sqrt"}, "staleness_lr must be one of"),
+    ({"max_staleness": -1}, "max_staleness must be None or an int >= 0"),
+    ({"max_staleness": 1.5}, "max_staleness must be None or an int >= 0"),
+])
+def test_bad_settings_are_refused_by_name(kwargs, match):
+    with pytest.raises(mf.errors.InvalidArgumentError, match=match):
+        mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1), **kwargs)
+
+
+def test_without_a_global_step_staleness_cannot_be_counted():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1))
+    w = mf.Variable(1.0, name="w")
+    with pytest.raises(mf.errors.FailedPreconditionError, match="create the global step"):
+        opt.minimize(mf.square(w))
