@@ -37,7 +37,9 @@ HINTS = {
     "tf.scan": "graphs have no control flow; unroll the loop in Python",
     "tf.contrib": "look for the core TF1 name of what you need (tf.layers, tf.train, ...); "
                   "tf.contrib.layers.l2_regularizer and l1_regularizer are "
-                  "tf.layers.l2_regularizer and l1_regularizer here",
+                  "tf.layers.l2_regularizer and l1_regularizer here, "
+                  "tf.contrib.opt.DropStaleGradientOptimizer is "
+                  "tf.train.DropStaleGradientOptimizer",
     "tf.estimator": "write the loop with tf.train.MonitoredTrainingSession and hooks",
     "tf.keras": "build the model with tf.layers or tf.nn and tf.get_variable",
     "tf.nn.rnn_cell": "recurrent cells need tf.while_loop, which mpiflow graphs do not have",

@@ -15,7 +15,7 @@ from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.reduction_ops import reduce_sum
 from mpiflow.ops.registry import (
-    OpDef, apply_op, fused_elementwise, is_float, is_numeric, normalize_axis, register_op,
+    DONATE_MIN_BYTES, OpDef, apply_op, fused_elementwise, is_float, is_numeric, normalize_axis, register_op,
     require_dtype, same_dtype)
 
 class _Elementwise(OpDef):
@@ -48,7 +48,7 @@ class ReluOp(_Elementwise):
     donating_inputs = (0,)
 
     def forward(self, xp, ctx, x):
-        if ctx.donated and type(x) is np.ndarray:
+        if ctx.donated and type(x) is np.ndarray and x.nbytes >= DONATE_MIN_BYTES:
             return np.maximum(x, 0, out=x)
         return xp.maximum(x, 0)
 
@@ -68,7 +68,8 @@ class ReluGradOp(_Elementwise):
     def forward(self, xp, ctx, g, y):
         # A mask of g's own dtype multiplies faster than a bool one (no mixed-type loop).
         mask = (y > 0).astype(g.dtype, copy=False)
-        if ctx.donated and type(g) is np.ndarray and g.shape == mask.shape:
+        if ctx.donated and type(g) is np.ndarray and g.shape == mask.shape and \
+                g.nbytes >= DONATE_MIN_BYTES:
             return np.multiply(g, mask, out=g)
         return g * mask
 

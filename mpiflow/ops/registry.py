@@ -153,20 +153,33 @@ def elementwise_kernel(xp, name: str, in_params: str, out_params: str, body: str
     return kernel
 
 
+DONATE_MIN_BYTES = 1 << 14     # smaller results are allocated: a fresh small array is cheap
+
+
 def donated_out(ctx, *inputs):
     """The input of an elementwise kernel its result may be written into: one the plan
-    donated (``ctx.donated``) that already has the result's shape and dtype; else None
-    (the kernel allocates, as without donation)."""
-    # A kernel may have made a numpy scalar, not an array: nothing to write into then.
-    shape = inputs[0].shape if len(inputs) == 1 or all(
-        a.shape == inputs[0].shape for a in inputs) else np.broadcast_shapes(
-        *(a.shape for a in inputs))
-    dtype = ctx.op.outputs[0].dtype.np_dtype
+    donated (``ctx.donated``) that already has the result's shape and dtype (every other
+    input broadcasts into it); else None (the kernel allocates, as without donation).
+    On every call of such a kernel: no numpy shape arithmetic here, only tuple checks."""
     for i in ctx.donated:
-        array = inputs[i]
-        if type(array) is np.ndarray and array.shape == shape and array.dtype == dtype:
-            return array
+        out = inputs[i]
+        # A kernel may have made a numpy scalar, not an array: nothing to write into then;
+        # and a small array costs less to allocate than to check.
+        if type(out) is not np.ndarray or out.nbytes < DONATE_MIN_BYTES or \
+                out.dtype != ctx.op._outputs[0].dtype.np_dtype:
+            continue
+        shape = out.shape
+        if all(a is out or _broadcasts_into(getattr(a, "shape", ()), shape) for a in inputs):
+            return out
     return None
+
+
+def _broadcasts_into(shape, target) -> bool:
+    if shape == target or not shape:
+        return True
+    if len(shape) > len(target):
+        return False
+    return all(d == 1 or d == t for d, t in zip(reversed(shape), reversed(target)))
 
 
 def add_at(xp, target, indices, values) -> None:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from mpiflow import backend, config
 from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
-from mpiflow.ops.registry import GATE_ATTR, get_op_def
+from mpiflow.ops.registry import DONATE_MIN_BYTES, GATE_ATTR, get_op_def
 from mpiflow.runtime import kernel_fusion, write_check
 from mpiflow.runtime.schedule import aliases_persistent_memory, variable_aliased
 from mpiflow.runtime.transfers import RecvStep, SendGroup, SendStep
@@ -342,6 +342,9 @@ def _owned(tensor, made_here, readers, fed, fetched, fused, kernel_at) -> bool:
     if readers.get(tensor) != 1 or tensor in fed or tensor in fetched or \
             producer not in made_here or producer in fused or kernel_at[producer][1] is not None:
         return False
+    size = tensor.shape.num_elements()
+    if size is not None and size * tensor.dtype.np_dtype.itemsize < DONATE_MIN_BYTES:
+        return False            # known to be small: allocating it is cheaper than checking
     op_def = get_op_def(producer.type)
     if op_def.fresh_output:
         return True

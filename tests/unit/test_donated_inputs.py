@@ -17,10 +17,10 @@ def _donations(fetches, targets=(), feeds=()):
     return {op.name: sorted(inputs) for op, inputs in plan.donated.items()}
 
 
-def _matmul_and_bias():
+def _matmul_and_bias(width=4):
     x = mf.placeholder(mf.float32, [None, 3], name="x")
-    w = mf.Variable(np.ones((3, 4), np.float32), name="w")
-    b = mf.Variable(np.ones(4, np.float32), name="b")
+    w = mf.Variable(np.ones((3, width), np.float32), name="w")
+    b = mf.Variable(np.ones(width, np.float32), name="b")
     z = mf.matmul(x, w, name="z")
     return x, w, b, z, mf.add(z, b, name="biased")
 
@@ -60,7 +60,7 @@ def test_the_gradient_step_scales_its_own_gradients_in_place_with_the_same_resul
     results = []
     for fetch_gradient in (False, True):            # fetched: not donated
         mf.reset_default_graph()
-        x, w, b, z, biased = _matmul_and_bias()
+        x, w, b, z, biased = _matmul_and_bias(width=2048)     # a 24 KiB gradient
         loss = mf.reduce_sum(mf.square(mf.nn.relu(biased)))
         (grad_w,) = mf.gradients(loss, [w])
         train = mf.train.GradientDescentOptimizer(0.01).apply_gradients([(grad_w, w)])
@@ -76,11 +76,23 @@ def test_the_gradient_step_scales_its_own_gradients_in_place_with_the_same_resul
     np.testing.assert_array_equal(results[0], results[1])
 
 
+def test_a_value_known_to_be_small_is_not_worth_donating():
+    a = mf.placeholder(mf.float32, [None], name="a")
+    small = mf.multiply(mf.constant(np.ones(4, np.float32)), 2.0, name="small")   # [4]
+    big = mf.multiply(mf.add(a, 1.0, name="grown"), 2.0, name="big")          # [None]
+    found = _donations([mf.add(small, 1.0, name="small_out"), big], feeds=[a])
+    assert "small_out" not in found and found.get("big") == [0]
+
+
 def test_a_donated_input_too_small_for_the_result_is_left_alone():
-    # Broadcasting a [1] input against [4]: only an input of the result's shape can hold it.
-    a = mf.placeholder(mf.float32, [4], name="a")
-    small = mf.multiply(mf.reduce_sum(a, keepdims=True), 1.0, name="small")   # fresh, [1]
+    # [1, 8192] broadcast against [4, 8192]: only an input of the result's shape can hold it.
+    a = mf.placeholder(mf.float32, [None, None], name="a")
+    row = mf.placeholder(mf.float32, [None, None], name="row")
+    small = mf.multiply(row, 1.0, name="small")          # fresh, read once: donated
     out = mf.add(small, a, name="out")
+    assert _donations([out], feeds=[a, row]).get("out") == [0]
+    a_value = np.arange(4 * 8192, dtype=np.float32).reshape(4, 8192)
+    row_value = np.full((1, 8192), 0.5, np.float32)
     with mf.Session() as sess:
-        got = sess.run(out, {a: np.arange(4, dtype=np.float32)})
-    np.testing.assert_array_equal(got, 6.0 + np.arange(4, dtype=np.float32))
+        got = sess.run(out, {a: a_value, row: row_value})
+    np.testing.assert_array_equal(got, a_value + 0.5)
