@@ -157,6 +157,15 @@ class Peers:
         """How many tasks ``job`` has in the job's layout."""
         return sum(1 for role in self.role_names.values() if role.partition(":")[0] == job)
 
+    def tasks_among(self, job: str, ranks) -> list:
+        """The task indices of ``job`` that ``ranks`` run."""
+        out = []
+        for rank in ranks:
+            name, _, task = self.role_names.get(rank, "").partition(":")
+            if name == job:
+                out.append(int(task))
+        return sorted(out)
+
     # -- finding the dead ---------------------------------------------------------------
     def check(self) -> None:
         """Raise UnavailableError if a rank was found dead (at most every half second)."""

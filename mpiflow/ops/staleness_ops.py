@@ -19,7 +19,7 @@ import numpy as np
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
-from mpiflow.ops.registry import REQUIRED, OpDef, register_op, require_dtype
+from mpiflow.ops.registry import REQUIRED, OpDef, Wait, register_op, require_dtype
 
 RECENT = 1000           # staleness values the record keeps for histograms
 LR_RULES = {
@@ -130,3 +130,139 @@ class RecentStalenessOp(_RecordOp):
 
     def forward(self, xp, ctx):
         return ctx.record.recent_values()
+
+
+# -- bounded staleness (stale synchronous parallel) ------------------------------------------
+
+class WorkerClocks:
+    """Each worker's rounds on this ps: ``read`` (steps that have read the variables) and
+    ``done`` (steps applied); and what the bound held: the largest lead a worker started a
+    step with, and how often one had to wait."""
+
+    def __init__(self):
+        self.read = collections.Counter()
+        self.done = collections.Counter()
+        self.max_lead = 0
+        self.waits = 0
+
+
+def _live_workers(ctx, own: int) -> list:
+    """The worker tasks that count: every one of the job but those that left or rest in
+    server.join(), and always this step's own."""
+    total = ctx.env.tasks_of("worker")
+    if total is None:                 # one process: only this one
+        return [own]
+    gone = {task for task, _ in ctx.env.departed("worker")} | set(ctx.env.resting("worker"))
+    return [t for t in range(total) if t not in gone] + ([own] if own in gone else [])
+
+
+class _ClockOp(OpDef):
+    gpu_kernel = False
+    stateful = True
+    gradient = None
+
+    def prepare(self, ctx):
+        name = ctx.attrs["shared_name"]
+        ctx.clocks = ctx.env.resource(f"clocks:{name}", WorkerClocks)
+        ctx.event = ("clocks", name)
+        ctx.task = int(ctx.attrs["task"])
+
+
+_CLOCK_ATTRS = {"shared_name": REQUIRED, "task": REQUIRED}
+
+
+@register_op("WorkerRoundRead", attrs=dict(_CLOCK_ATTRS))
+class WorkerRoundReadOp(_ClockOp):
+    """Count a step of worker ``task`` as having read the variables (it runs first in the
+    ps's piece of the step, with the reads)."""
+
+    schedule_early = True
+    changes_shared_state = True
+
+    def infer(self, b):
+        return [(dtypes.int64, [])]
+
+    def forward(self, xp, ctx):
+        ctx.clocks.read[ctx.task] += 1
+        ctx.env.notify(ctx.event)
+        return np.asarray(ctx.clocks.read[ctx.task], np.int64)
+
+
+@register_op("WorkerRoundAllRead", attrs=dict(_CLOCK_ATTRS))
+class WorkerRoundAllReadOp(_ClockOp):
+    """Wait until every live worker has read the variables of this worker's round ``round``
+    (lock-step: no update of a round lands before every read of it)."""
+
+    async_kernel = True
+
+    def infer(self, b):
+        require_dtype(b, 0, (dtypes.int64,), "round")
+        return [(dtypes.int64, [])]
+
+    def forward(self, xp, ctx, round_):
+        if all(ctx.clocks.read[t] >= int(round_) for t in _live_workers(ctx, ctx.task)):
+            return np.asarray(round_, np.int64)
+        return Wait(ctx.event)
+
+
+@register_op("WorkerRoundDone", attrs=dict(_CLOCK_ATTRS))
+class WorkerRoundDoneOp(_ClockOp):
+    """Count a step of worker ``task`` as applied."""
+
+    changes_shared_state = True
+
+    def infer(self, b):
+        return [(dtypes.int64, [])]
+
+    def forward(self, xp, ctx):
+        ctx.clocks.done[ctx.task] += 1
+        ctx.env.notify(ctx.event)
+        return np.asarray(ctx.clocks.done[ctx.task], np.int64)
+
+
+@register_op("WorkerRoundBound", attrs=dict(_CLOCK_ATTRS, staleness=REQUIRED))
+class WorkerRoundBoundOp(_ClockOp):
+    """Hold worker ``task`` (its step ends here) while it has applied more than
+    ``staleness`` steps more than the slowest live worker; output its lead when it goes
+    on. A worker that leaves or rests in join stops counting (the waiting look again)."""
+
+    async_kernel = True
+
+    def infer(self, b):
+        require_dtype(b, 0, (dtypes.int64,), "done")
+        return [(dtypes.int64, [])]
+
+    def forward(self, xp, ctx, done):
+        clocks = ctx.clocks
+        lead = int(done) - min(clocks.done[t] for t in _live_workers(ctx, ctx.task))
+        if lead > ctx.attrs["staleness"]:
+            if not getattr(ctx, "waiting", False):
+                ctx.waiting = True
+                clocks.waits += 1
+            return Wait(ctx.event)
+        ctx.waiting = False
+        clocks.max_lead = max(clocks.max_lead, lead)
+        return np.asarray(lead, np.int64)
+
+
+@register_op("WorkerClocksRecord", attrs={"shared_name": REQUIRED})
+class WorkerClocksRecordOp(OpDef):
+    """(each worker's applied steps, the largest lead a step went on with, how many times
+    a worker waited) of the clocks ``shared_name``."""
+
+    gpu_kernel = False
+    stateful = True
+    gradient = None
+    tuple_outputs = True
+
+    def prepare(self, ctx):
+        ctx.clocks = ctx.env.resource(f"clocks:{ctx.attrs['shared_name']}", WorkerClocks)
+
+    def infer(self, b):
+        return [(dtypes.int64, [None]), (dtypes.int64, []), (dtypes.int64, [])]
+
+    def forward(self, xp, ctx):
+        clocks = ctx.clocks
+        tasks = range(max(clocks.done, default=-1) + 1)
+        return (np.asarray([clocks.done[t] for t in tasks], np.int64),
+                np.asarray(clocks.max_lead, np.int64), np.asarray(clocks.waits, np.int64))

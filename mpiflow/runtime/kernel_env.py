@@ -4,7 +4,8 @@ A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random 
 (``rng``), shared resources (``resource``), the rank's output (``print_lines``), signals
 for steps parked on an event (``notify``), the collectives of its process group
 (``collectives``), collective handles to advance between kernels (``track``) or to be
-woken by once done (``watch``), and who has left the job (``departed``, ``tasks_of``).
+woken by once done (``watch``), and who has left the job or rests in join (``departed``,
+``tasks_of``, ``resting``).
 ``LocalEnv`` serves an in-process session (no cluster: asking for collectives is an error
 that says so); ``ServiceEnv`` serves the rank service of a cluster rank. Op modules use
 nothing of the runtime but this (the layering test holds them to it); everything else
@@ -105,6 +106,11 @@ class KernelEnv:
         """How many tasks ``job`` has (None without a cluster)."""
         return None
 
+    def resting(self, job: str) -> list:
+        """The tasks of ``job`` serving in ``server.join()`` since their last step here:
+        done training for now."""
+        return []
+
     def chief_can_move(self) -> bool:
         """Whether a lost chief's duties go to a surviving worker (MPIFLOW_ELASTIC)."""
         return False
@@ -166,6 +172,9 @@ class ServiceEnv(KernelEnv):
 
     def tasks_of(self, job: str) -> int | None:
         return self._service.peers.tasks_of(job)
+
+    def resting(self, job: str) -> list:
+        return self._service.peers.tasks_among(job, self._service.resting)
 
     def chief_can_move(self) -> bool:
         return self._service.peers.chief_can_move

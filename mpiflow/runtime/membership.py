@@ -44,6 +44,9 @@ class JobMembership:
         # other rank has left or made its n-th join too (so joins can be used repeatedly).
         self._joins = 0
         self._peer_joins = {r: 0 for r in self.peers.ranks()}
+        # Ranks serving in join() since their last step here: done training for now, so
+        # nobody waits for their progress (bounded staleness).
+        self.resting = set()
         self._resets = 0
         self._closed = False
         # rank -> when it proposed to leave (s since the epoch), once it said it stops for an
@@ -187,6 +190,10 @@ class JobMembership:
                 self._after_loss(rank)
                 self._send_to_active({"k": "gone", "rank": rank,
                                       "how": self.peers.how_it_left(rank)})
+            # The steps parked here look again now: found in an idle round, a loss may
+            # come with no message after it to resume them (every worker parked on this
+            # ps, waiting for the one lost, would wait for ever).
+            self.steps.drain()
 
     def _say_lost(self, rank: int) -> None:
         """Log a loss once for the job: on the lowest-numbered rank still there (several
@@ -267,6 +274,8 @@ class JobMembership:
 
     def _on_join(self, source, h, arrays):
         self._peer_joins[source] = max(self._peer_joins[source], int(h["n"]))
+        self.resting.add(source)
+        self.steps.signal_all()     # a step waiting for that rank's progress looks again
 
     def _on_bye(self, source, h, arrays):
         self.peers.mark_left(source, h["how"])

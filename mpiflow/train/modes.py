@@ -39,6 +39,7 @@ from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
 from mpiflow.train.device_setter import replica_device_setter
 from mpiflow.train.hybrid import REPLICATED, TABLE, HybridOptimizer, TableChoice, on_ps
 from mpiflow.train.session_manager import broadcast_replicas, initialize_replicas
+from mpiflow.train.staleness import StalenessAwareOptimizer
 
 MODES = ("ps", "allreduce", "hybrid")
 _LOG = get_logger("mpiflow.train")
@@ -57,13 +58,22 @@ class TrainingMode:
             ps as tables, and ps and hybrid mode split over the ps, whatever their use.
         replicated: names (or patterns) of variables hybrid mode must replicate even if
             they are only gathered from, and that are never split.
+        staleness: ps mode only: no worker starts a step having applied more than this
+            many steps more than the slowest live worker (0: lock-step; None: fully
+            asynchronous); see ``StalenessAwareOptimizer``. ``minimize`` then needs the
+            global step.
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
-                 tables=(), replicated=()):
+                 tables=(), replicated=(), staleness=None):
         if mode not in MODES:
             raise errors.InvalidArgumentError(
                 f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)}")
+        if staleness is not None and mode != "ps":
+            raise errors.InvalidArgumentError(
+                f"TrainingMode({mode!r}, staleness={staleness!r}): a staleness bound is for "
+                "asynchronous ps training; allreduce and hybrid mode average their dense "
+                "gradients synchronously")
         num_ps = cluster.num_tasks("ps") if "ps" in cluster.jobs else 0
         if mode in ("ps", "hybrid") and num_ps == 0:
             raise errors.InvalidArgumentError(
@@ -86,6 +96,7 @@ class TrainingMode:
         self._variables = {}        # full name -> (shape, PartitionedVariable or Variable)
         self._choice = TableChoice(num_ps, tables, replicated, lambda: list(self._variables))
         self._optimizer = None
+        self.staleness = staleness
 
     # -- building -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -124,7 +135,8 @@ class TrainingMode:
     def optimizer(self, opt):
         """Wrap ``opt`` as the mode needs (allreduce for replicated variables)."""
         if self.mode == "ps":
-            self._optimizer = opt
+            self._optimizer = opt if self.staleness is None else \
+                StalenessAwareOptimizer(opt, staleness=self.staleness)
         elif self.mode == "allreduce":
             self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm)
         else:

@@ -29,6 +29,7 @@ from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import control_ops, math_ops, state_ops, staleness_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import apply_op
+from mpiflow.runtime import process
 from mpiflow.train.global_step import get_global_step
 from mpiflow.train.optimizer import WrappingOptimizer
 
@@ -43,27 +44,28 @@ class StalenessAwareOptimizer(WrappingOptimizer):
         name: the name scope of the ops made here (and of the record on the ps).
     """
 
-    def __init__(self, opt, staleness_lr=None, max_staleness=None, use_locking=False,
-                 name="StalenessAware"):
+    def __init__(self, opt, staleness=None, staleness_lr=None, max_staleness=None,
+                 use_locking=False, name="StalenessAware"):
         super().__init__(opt, use_locking, name)
+        _check_bound(name, "staleness", staleness)
         if staleness_lr not in staleness_ops.LR_RULES:
             raise errors.InvalidArgumentError(
                 f"{name}: staleness_lr must be one of "
                 f"{[r for r in staleness_ops.LR_RULES]}, got {staleness_lr!r}")
-        if max_staleness is not None and (isinstance(max_staleness, bool) or
-                                          not isinstance(max_staleness, int) or
-                                          max_staleness < 0):
-            raise errors.InvalidArgumentError(
-                f"{name}: max_staleness must be None or an int >= 0, got {max_staleness!r}")
+        _check_bound(name, "max_staleness", max_staleness)
         if staleness_lr is not None and not hasattr(opt, "_learning_rate"):
             raise errors.UnimplementedError(
                 f"{name}: staleness_lr scales the learning rate, and {type(opt).__name__} "
                 "has none")
+        self._bound = staleness
         self._staleness_lr = staleness_lr
         self._max_staleness = max_staleness
         self._record = None         # the name of this optimizer's record on the ps
+        self._clocks = None         # ... and of its workers' clocks (bounded staleness)
         self._local_step = None
         self._global_step = None
+        self._task = 0
+        self._round_read = None
 
     # -- building ----------------------------------------------------------------------------
     def compute_gradients(self, loss, *args, **kwargs):
@@ -77,6 +79,14 @@ class StalenessAwareOptimizer(WrappingOptimizer):
         graph = loss.graph
         with graph.colocate_with(loss.op), graph.name_scope(self._name):
             self._local_step = control_ops.identity(step, name="local_step")
+        self._task = _this_worker_task()
+        if self._bound == 0:        # lock-step: this step's reads are counted as they happen
+            self._clocks = graph.unique_name(f"{self._name}_clocks", mark_as_used=True)
+            with graph.name_scope(self._name), graph.colocate_with(step.op), \
+                    graph.control_dependencies(None):
+                self._round_read = apply_op(
+                    "WorkerRoundRead", [], {"shared_name": self._clocks, "task": self._task},
+                    name="round_read").outputs[0]
         with graph.control_dependencies([self._local_step]):
             loss = control_ops.identity(loss)
         return self._opt.compute_gradients(loss, *args, **kwargs)
@@ -115,7 +125,13 @@ class StalenessAwareOptimizer(WrappingOptimizer):
                  "max_staleness": -1 if self._max_staleness is None else self._max_staleness,
                  "lr_rule": self._staleness_lr or ""}, name="staleness").outputs
         self._global_step = global_step
-        with self._scaled_learning_rate(factor):
+        after = []
+        if self._round_read is not None:    # lock-step: no update before every read
+            with graph.colocate_with(global_step.op):
+                after.append(apply_op("WorkerRoundAllRead", [self._round_read],
+                                      {"shared_name": self._clocks, "task": self._task},
+                                      name=f"{self._name}/all_read"))
+        with self._scaled_learning_rate(factor), graph.control_dependencies(after):
             if self._max_staleness is None:
                 update = self._opt.apply_gradients(grads_and_vars, name=name)
             else:
@@ -125,12 +141,28 @@ class StalenessAwareOptimizer(WrappingOptimizer):
             counted = math_ops.cast(applied, global_step.dtype)
             train_op = state_ops.assign_add(global_step, counted,
                                             name=f"{self._name}/count_step").op
+        if self._bound is not None:
+            train_op = self._bounded(graph, global_step, train_op)
         collection = graph.get_collection_ref(GraphKeys.TRAIN_OP)
         if update in collection:            # the train op is this one, not the update
             collection[collection.index(update)] = train_op
         self._add_summary(graph, global_step)
         self.staleness = staleness      # this step's gradients' staleness, to fetch
         return train_op
+
+    def _bounded(self, graph, global_step, counted):
+        """The step's end: count it as applied on the global step's ps, and hold the
+        worker there while it leads the slowest live worker by more than the bound."""
+        self._clocks = self._clocks or graph.unique_name(f"{self._name}_clocks",
+                                                         mark_as_used=True)
+        attrs = {"shared_name": self._clocks, "task": self._task}
+        with graph.colocate_with(global_step.op), graph.control_dependencies([counted]):
+            done = apply_op("WorkerRoundDone", [], attrs,
+                            name=f"{self._name}/round_done").outputs[0]
+            self.lead = apply_op("WorkerRoundBound", [done],
+                                 dict(attrs, staleness=self._bound),
+                                 name=f"{self._name}/bound").outputs[0]
+        return self.lead.op
 
     def _scaled_learning_rate(self, factor):
         """While the wrapped optimizer builds its updates, its learning rate is its own
@@ -155,6 +187,35 @@ class StalenessAwareOptimizer(WrappingOptimizer):
         with graph.as_default(), graph.colocate_with(self._global_step.op):
             return tuple(apply_op("StalenessHistogram", [], {"shared_name": self._record},
                                   name=f"{self._name}/histogram").outputs)
+
+
+    def clocks_record(self):
+        """A fetch of ``(applied steps per worker task, the largest lead a worker went on
+        with, how many times a worker waited)`` (with ``staleness=k``)."""
+        if self._clocks is None or self._global_step is None:
+            raise errors.FailedPreconditionError(
+                f"{self._name}.clocks_record: needs staleness=k and apply_gradients first")
+        graph = self._global_step.graph
+        with graph.as_default(), graph.colocate_with(self._global_step.op):
+            return tuple(apply_op("WorkerClocksRecord", [], {"shared_name": self._clocks},
+                                  name=f"{self._name}/clocks").outputs)
+
+
+def _this_worker_task() -> int:
+    """The worker task this process runs (0 in a process of its own): whose clock a step
+    built here advances, whatever device its ops were placed on."""
+    service = process.current_service()
+    if service is None:
+        return 0
+    job, _, task = service.peers.role_names.get(service.rank, "").partition(":")
+    return int(task) if job == "worker" and task else 0
+
+
+def _check_bound(name, what, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                              value < 0):
+        raise errors.InvalidArgumentError(
+            f"{name}: {what} must be None or an int >= 0, got {value!r}")
 
 
 class DropStaleGradientOptimizer(StalenessAwareOptimizer):

@@ -33,10 +33,11 @@ def final_values(out):
     return int(found.group(1)), int(found.group(2))
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", "sync", "ssp"])
 @pytest.mark.parametrize("fault", ["raise", "kill"])
 def test_a_lost_worker_is_left_behind_and_the_others_train_to_the_end(tmp_path, fault, mode):
-    # sync: SyncReplicasOptimizer with one backup worker (2 of 3 replicas aggregated).
+    # sync: SyncReplicasOptimizer with one backup worker (2 of 3 replicas aggregated);
+    # ssp: bounded staleness (k=1), where the lost worker must stop holding the others.
     done = launch(tmp_path, fault, 2, mode)
     assert done.returncode == 0, done.stderr
     v, step = final_values(done.stdout)

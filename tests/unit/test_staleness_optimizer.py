@@ -89,3 +89,29 @@ def test_without_a_global_step_staleness_cannot_be_counted():
     w = mf.Variable(1.0, name="w")
     with pytest.raises(mf.errors.FailedPreconditionError, match="create the global step"):
         opt.minimize(mf.square(w))
+
+
+def test_in_one_process_a_bound_never_holds_the_only_worker():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
+                                           staleness=0)
+    w, step, train = _model(opt)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        leads = [sess.run([train, opt.lead])[1] for _ in range(3)]
+        done, max_lead, waits = sess.run(opt.clocks_record())
+        final = sess.run(w)
+    assert leads == [0, 0, 0] and done.tolist() == [3] and (max_lead, waits) == (0, 0)
+    np.testing.assert_allclose(final, np.array([1.0, 2.0]) * 0.8 ** 3, rtol=1e-6)
+
+
+def test_training_mode_ps_takes_a_staleness_bound_and_the_others_refuse_it():
+    cluster = mf.train.ClusterSpec({"ps": ["a"], "worker": ["b", "c"]})
+    mode = mf.train.TrainingMode("ps", cluster, 0, staleness=2)
+    assert isinstance(mode.optimizer(mf.train.GradientDescentOptimizer(0.1)),
+                      mf.train.StalenessAwareOptimizer)
+    for other in ("allreduce", "hybrid"):
+        with pytest.raises(mf.errors.InvalidArgumentError, match="staleness bound"):
+            mf.train.TrainingMode(other, cluster, 0, staleness=2)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="staleness must be None"):
+        mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
+                                         staleness=-2)

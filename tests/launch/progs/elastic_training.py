@@ -2,8 +2,9 @@
 
 Usage: elastic_training.py CHECKPOINT_DIR LAST_STEP FAULT [VICTIM_TASK [MODE [BACKUPS]]]
 
-1 ps, the other ranks workers; MODE "async" (default) or "sync" (SyncReplicasOptimizer
-with BACKUPS backup workers, default 1: replicas_to_aggregate = workers - BACKUPS). Every step adds exactly 1
+1 ps, the other ranks workers; MODE "async" (default), "ssp" (bounded staleness, k=1) or
+"sync" (SyncReplicasOptimizer with BACKUPS backup workers, default 1: replicas_to_aggregate
+= workers - BACKUPS). Every step adds exactly 1
 to the variable ``v`` and to the global step, in one apply on the ps: at the end
 ``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
 VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
@@ -39,6 +40,8 @@ def main(checkpoint_dir, last_step, fault, victim, mode, backups):
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         opt = mf.train.GradientDescentOptimizer(1.0)
         hooks = [mf.train.StopAtStepHook(last_step=last_step)]
+        if mode == "ssp":
+            opt = mf.train.StalenessAwareOptimizer(opt, staleness=1)
         if mode == "sync":
             workers = cluster.num_tasks("worker")
             opt = mf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers - backups,
