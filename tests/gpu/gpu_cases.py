@@ -94,6 +94,9 @@ NOT_RUN_ON_GPU = {
     "CollectiveFusedAllReduce": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
     "CollectiveFusedAdd": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
     "CollectiveFusedWait": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    **{op: "host only (gpu_kernel = False): a record of the global step's ps" for op in (
+        "GradientStaleness", "StalenessHistogram", "RecentStaleness", "WorkerRoundRead",
+        "WorkerRoundAllRead", "WorkerRoundDone", "WorkerRoundBound", "WorkerClocksRecord")},
 }
 
 OPTIMIZERS = {
