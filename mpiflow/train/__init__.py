@@ -11,6 +11,7 @@ from mpiflow.train.checkpoint_management import (
 from mpiflow.train.checkpoint_utils import (
     CheckpointReader, NewCheckpointReader, list_variables, load_checkpoint, load_variable)
 from mpiflow.train.cluster_spec import ClusterSpec
+from mpiflow.train.compression import GradientCompressionOptimizer
 from mpiflow.train.device_setter import (
     GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter)
 from mpiflow.train.global_step import (
@@ -47,7 +48,7 @@ __all__ = [
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
     "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",
-    "StalenessAwareOptimizer", "DropStaleGradientOptimizer",
+    "StalenessAwareOptimizer", "DropStaleGradientOptimizer", "GradientCompressionOptimizer",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

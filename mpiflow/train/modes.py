@@ -36,6 +36,7 @@ from mpiflow.ops.partitioners import fixed_size_partitioner
 from mpiflow.ops.variable_scope import get_variable_scope, variable_scope
 from mpiflow.ops.variables import global_variables, variables_initializer
 from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
+from mpiflow.train.compression import GradientCompressionOptimizer, parse_compression
 from mpiflow.train.device_setter import replica_device_setter
 from mpiflow.train.hybrid import REPLICATED, TABLE, HybridOptimizer, TableChoice, on_ps
 from mpiflow.train.session_manager import broadcast_replicas, initialize_replicas
@@ -62,13 +63,21 @@ class TrainingMode:
             many steps more than the slowest live worker (0: lock-step; None: fully
             asynchronous); see ``StalenessAwareOptimizer``. ``minimize`` then needs the
             global step.
+        compression: ps mode only: how each gradient crosses to the ps: "fp16", "bf16"
+            or "topk:R" (see ``GradientCompressionOptimizer``).
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
-                 tables=(), replicated=(), staleness=None):
+                 tables=(), replicated=(), staleness=None, compression=None):
         if mode not in MODES:
             raise errors.InvalidArgumentError(
                 f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)}")
+        if compression is not None and mode != "ps":
+            raise errors.InvalidArgumentError(
+                f"TrainingMode({mode!r}, compression={compression!r}): compressed gradients "
+                "are built for pushes to the ps (ps mode); allreduce and hybrid mode reduce "
+                "them uncompressed")
+        parse_compression(compression)
         if staleness is not None and mode != "ps":
             raise errors.InvalidArgumentError(
                 f"TrainingMode({mode!r}, staleness={staleness!r}): a staleness bound is for "
@@ -97,6 +106,7 @@ class TrainingMode:
         self._choice = TableChoice(num_ps, tables, replicated, lambda: list(self._variables))
         self._optimizer = None
         self.staleness = staleness
+        self.compression = compression
 
     # -- building -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -135,6 +145,8 @@ class TrainingMode:
     def optimizer(self, opt):
         """Wrap ``opt`` as the mode needs (allreduce for replicated variables)."""
         if self.mode == "ps":
+            if self.compression is not None:
+                opt = GradientCompressionOptimizer(opt, self.compression)
             self._optimizer = opt if self.staleness is None else \
                 StalenessAwareOptimizer(opt, staleness=self.staleness)
         elif self.mode == "allreduce":

@@ -97,6 +97,7 @@ NOT_RUN_ON_GPU = {
     **{op: "host only (gpu_kernel = False): a record of the global step's ps" for op in (
         "GradientStaleness", "StalenessHistogram", "RecentStaleness", "WorkerRoundRead",
         "WorkerRoundAllRead", "WorkerRoundDone", "WorkerRoundBound", "WorkerClocksRecord")},
+    "TopKByMagnitude": "host only (gpu_kernel = False): picks a pushed gradient's entries",
 }
 
 OPTIMIZERS = {
