@@ -16,7 +16,9 @@ this machine, each comparison measured back to back in the same environment:
 - one process: a training step through Session.run against the same step in numpy
   (benchmarks/step_overhead.py), whose numpy rate sets the compute floor of the ps runs;
 - the modes: an embedding model in ps, allreduce and hybrid mode at several worker
-  counts, bytes and memory against the cost model (benchmarks/hybrid_cost.py).
+  counts, bytes and memory against the cost model (benchmarks/hybrid_cost.py);
+- a straggler under asynchronous, bounded-staleness and synchronous training
+  (benchmarks/staleness.py).
 """
 
 from __future__ import annotations
@@ -120,6 +122,14 @@ def modes(size, log):
                                          "--json", *extra], timeout=3000))
         results[name]["args"] = extra
     return results
+
+
+def stragglers(size, log):
+    log("a straggler: async, bounded staleness, sync")
+    plot = BENCH / "plots" / "staleness.png"
+    return {"runs": _last_json(_run([sys.executable, BENCH / "staleness.py", "--json",
+                                     "--plot", str(plot)], timeout=1800)),
+            "plot": plot}
 
 
 def allreduce_training(size, log):
@@ -324,7 +334,26 @@ def markdown(results, files, size, elapsed):
     lines += [f"![bandwidth]({files['bandwidth'].relative_to(ROOT)})", ""]
     lines += single_process_section(results["single"])
     lines += modes_section(results["modes"], files)
+    lines += straggler_section(results["stragglers"])
     return "\n".join(lines)
+
+
+def straggler_section(stragglers) -> list:
+    runs = stragglers["runs"]
+    lines = ["## a straggler: asynchronous, bounded staleness, synchronous", "",
+             "1 ps + 3 workers train the model of `examples/mnist_ps.py` to the same number "
+             "of gradients applied (300); the last worker pauses 50 ms every 5 steps "
+             "(`benchmarks/staleness.py`). `sspK` is `StalenessAwareOptimizer(staleness=K)`; "
+             "staleness and leads as the ps recorded them.", "",
+             "| mode | seconds | gradients/s | test loss | largest staleness | mean staleness "
+             "| largest lead | waits |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        lines.append(f"| {r['mode']} | {r['seconds']:.2f} | {r['gradients_per_s']:.0f} | "
+                     f"{r['test_loss']:.4f} | {r.get('max_staleness', '-')} | "
+                     f"{_fmt(r.get('mean_staleness'), 2) if 'mean_staleness' in r else '-'} | "
+                     f"{r.get('max_lead', '-')} | {r.get('waits', '-')} |")
+    lines += ["", f"![stragglers]({stragglers['plot'].relative_to(ROOT)})", ""]
+    return lines
 
 
 def _spread(bounds):
@@ -408,7 +437,8 @@ def main():
 
     results = {"ps": ps_mode(size, log), "transfers": transfers(size, log),
                "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log),
-               "single": single_process(size, log), "modes": modes(size, log)}
+               "single": single_process(size, log), "modes": modes(size, log),
+               "stragglers": stragglers(size, log)}
     files = plots(results, Path(args.plots))
     Path(args.out).write_text(markdown(results, files, args.size, time.monotonic() - start))
     json_path = Path(args.plots) / "results.json"

@@ -4,8 +4,9 @@
     python benchmarks/staleness.py --json        # the numbers, for benchmarks.report
 
 1 ps and ``--workers`` workers train the MLP of ``examples/mnist_ps.py`` (digits,
-64-128-10, SGD) in one mpiexec launch per mode; worker 0 sleeps ``--slow-ms`` in every
-step (a straggler). Modes: ``async`` (StalenessAwareOptimizer without a bound, to record
+64-128-10, SGD) in one mpiexec launch per mode; the last worker is a straggler: it pauses
+``--burst`` x ``--slow-ms`` every ``--burst`` steps (worker 0, the chief, tests the loss as
+training goes). Modes: ``async`` (StalenessAwareOptimizer without a bound, to record
 staleness), ``ssp1``/``ssp2``/``ssp4`` (``staleness=k``), and ``sync``
 (SyncReplicasOptimizer over every worker). Every mode trains to the same global step (an
 apply of one worker's gradient counts one; a synchronous step averages every worker's,
@@ -83,8 +84,8 @@ def job(args):
             for xb, yb in batches(x_train, y_train, 32, seed=epoch * workers + task):
                 if sess.should_stop():
                     break
-                if task == 0 and args.slow_ms:
-                    time.sleep(args.slow_ms / 1000)
+                if task == workers - 1 and args.slow_ms and mine % args.burst == 0:
+                    time.sleep(args.slow_ms * args.burst / 1000)
                 sess.run(train, {x: xb, y: yb})
                 mine += 1
                 if server.is_chief and mine % args.eval_every == 0 and not sess.should_stop():
@@ -118,7 +119,8 @@ def launch(args, mode):
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or \
         shutil.which("mpiexec")
     cmd = [mpiexec, "-n", str(args.workers + 1), sys.executable, __file__, "--job", "--mode",
-           mode, "--slow-ms", str(args.slow_ms), "--global-steps", str(args.global_steps),
+           mode, "--slow-ms", str(args.slow_ms), "--burst", str(args.burst),
+           "--global-steps", str(args.global_steps),
            "--lr", str(args.lr), "--eval-every", str(args.eval_every)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MPIFLOW_CPU_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
@@ -142,7 +144,7 @@ def plot(results, path):
             ax.plot(*zip(*r["curve"]), marker=".", label=r["mode"])
     ax.set_xlabel("seconds")
     ax.set_ylabel("test loss")
-    ax.set_title(f"{results[0]['workers']} workers, worker 0 slowed", fontsize=9)
+    ax.set_title(f"{results[0]['workers']} workers, the last one slowed", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -155,7 +157,10 @@ def parser():
     p.add_argument("--mode", choices=sorted(MODES), default="async", help=argparse.SUPPRESS)
     p.add_argument("--modes", nargs="*", choices=list(MODES), default=list(MODES))
     p.add_argument("--workers", type=int, default=3)
-    p.add_argument("--slow-ms", type=float, default=20.0)
+    p.add_argument("--slow-ms", type=float, default=10.0,
+                   help="the straggler's mean delay per step")
+    p.add_argument("--burst", type=int, default=5,
+                   help="it pauses --burst x --slow-ms every --burst steps (1: every step)")
     p.add_argument("--global-steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=0.3)
     p.add_argument("--eval-every", type=int, default=5, help="chief steps between tests")
@@ -176,7 +181,8 @@ def main():
     if args.json:
         print(json.dumps(results))
         return
-    print(f"1 ps + {args.workers} workers, worker 0 sleeping {args.slow_ms:g} ms a step; "
+    print(f"1 ps + {args.workers} workers, the last pausing {args.slow_ms * args.burst:g} ms "
+          f"every {args.burst} steps; "
           f"every mode to {args.global_steps} gradients applied")
     print(f"{'mode':>6} {'seconds':>8} {'grads/s':>8} {'test loss':>10} {'staleness':>16} "
           f"{'lead':>5} {'waits':>6}")
