@@ -28,6 +28,8 @@ def job(args):
     import numpy as np
 
     import mpiflow as mf
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
+    from mlp import build_mlp
     from mpiflow.comm import traffic
 
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
@@ -38,16 +40,7 @@ def job(args):
     with mf.device(mf.train.replica_device_setter(cluster=cluster,
                                                   worker_device="/job:worker/task:0")):
         mf.set_random_seed(0)
-        x = mf.placeholder(mf.float32, [None, 784], name="x")
-        y = mf.placeholder(mf.int64, [None], name="y")
-        h = x
-        for i, width in enumerate((512, 512)):
-            h = mf.nn.relu(mf.matmul(h, mf.get_variable(f"w{i}", [h.shape[1], width])) +
-                           mf.get_variable(f"b{i}", [width],
-                                           initializer=mf.zeros_initializer()))
-        logits = mf.matmul(h, mf.get_variable("w2", [512, 10]))
-        loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=logits))
+        x, y, loss = build_mlp(mf)
         opt = mf.train.GradientDescentOptimizer(0.01)
         if args.spec != "none":
             opt = mf.train.GradientCompressionOptimizer(opt, args.spec)

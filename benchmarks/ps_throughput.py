@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 import mpiflow as mf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
+from mlp import build_mlp  # noqa: E402
 
 MiB = 1 << 20
 WARMUP_S = 4.0
@@ -127,16 +132,7 @@ def mlp_async(server, cluster, task, seconds, batch=128):
         mf.set_random_seed(0)
         with mf.device(mf.train.replica_device_setter(
                 cluster=cluster, worker_device=f"/job:worker/task:{task}")):
-            x = mf.placeholder(mf.float32, [None, 784], name="x")
-            y = mf.placeholder(mf.int64, [None], name="y")
-            h = x
-            for i, width in enumerate((512, 512)):
-                h = mf.nn.relu(mf.matmul(h, mf.get_variable(f"w{i}", [h.shape[1], width])) +
-                               mf.get_variable(f"b{i}", [width],
-                                               initializer=mf.zeros_initializer()))
-            logits = mf.matmul(h, mf.get_variable("w2", [512, 10]))
-            loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=logits))
+            x, y, loss = build_mlp(mf)
             step = mf.train.GradientDescentOptimizer(0.01).minimize(loss)
             ready = mf.stack([mf.is_variable_initialized(v) for v in mf.global_variables()])
             init = mf.global_variables_initializer()

@@ -180,25 +180,24 @@ class StalenessAwareOptimizer(WrappingOptimizer):
     def staleness_histogram(self):
         """A fetch of ``(values, counts, dropped)``: every staleness value met so far on
         the ps (ascending), how often, and how many gradients were dropped."""
-        if self._global_step is None:
-            raise errors.FailedPreconditionError(
-                f"{self._name}.staleness_histogram: apply_gradients (or minimize) first")
-        graph = self._global_step.graph
-        with graph.as_default(), graph.colocate_with(self._global_step.op):
-            return tuple(apply_op("StalenessHistogram", [], {"shared_name": self._record},
-                                  name=f"{self._name}/histogram").outputs)
+        return self._read("StalenessHistogram", self._record, "histogram",
+                          "apply_gradients (or minimize) first")
 
 
     def clocks_record(self):
         """A fetch of ``(applied steps per worker task, the largest lead a worker went on
         with, how many times a worker waited)`` (with ``staleness=k``)."""
-        if self._clocks is None or self._global_step is None:
-            raise errors.FailedPreconditionError(
-                f"{self._name}.clocks_record: needs staleness=k and apply_gradients first")
+        return self._read("WorkerClocksRecord", self._clocks, "clocks",
+                          "needs staleness=k and apply_gradients first")
+
+    def _read(self, op_type, record, what, missing):
+        """A fetch of the record ``record`` on the global step's ps (``op_type``)."""
+        if record is None or self._global_step is None:
+            raise errors.FailedPreconditionError(f"{self._name}: reading the {what}: {missing}")
         graph = self._global_step.graph
         with graph.as_default(), graph.colocate_with(self._global_step.op):
-            return tuple(apply_op("WorkerClocksRecord", [], {"shared_name": self._clocks},
-                                  name=f"{self._name}/clocks").outputs)
+            return tuple(apply_op(op_type, [], {"shared_name": record},
+                                  name=f"{self._name}/{what}").outputs)
 
 
 def _this_worker_task() -> int:
