@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from mpiflow import config, errors, summary
-from mpiflow.framework.graph import get_default_graph
+from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger, stderr_reaches_terminal
 from mpiflow.train.basic_hooks import require_global_step, schedule_timer
 from mpiflow.train.optimizer import MINIMIZED_LOSSES, flatten_nested
@@ -167,10 +167,13 @@ class ProgressBarHook(SessionRunHook):
                 "bar" if disable is False else config.get("MPIFLOW_PROGRESS")))
         self._interval_s = interval_s
         self._report = None
+        self._trains = False        # whether the step running now trains
 
     def begin(self):
         self._global_step = require_global_step("ProgressBarHook")
-        self._train_losses = MINIMIZED_LOSSES.get(get_default_graph(), {})
+        graph = get_default_graph()
+        self._train_losses = MINIMIZED_LOSSES.get(graph, {})
+        self._train_ops = set(self._train_losses) | set(graph.get_collection(GraphKeys.TRAIN_OP))
 
     def after_create_session(self, session, coord):
         if self._mode == "off":
@@ -182,8 +185,11 @@ class ProgressBarHook(SessionRunHook):
         if self._report is None:
             return None
         fetches = {"step": self._global_step}
-        loss = self._loss_of(run_context.original_args.fetches) \
-            if self._report.due() else None
+        user_fetches = run_context.original_args.fetches
+        # The step fetched is read before the train op adds to it: a step that trains is
+        # one more; one that only evaluates (the test accuracy at the end) is not.
+        self._trains = any(item in self._train_ops for item in flatten_nested(user_fetches))
+        loss = self._loss_of(user_fetches) if self._report.due() else None
         if loss is not None:
             fetches["loss"] = loss
         return SessionRunArgs(fetches)
@@ -201,7 +207,7 @@ class ProgressBarHook(SessionRunHook):
             return
         results = run_values.results
         loss = results.get("loss")
-        self._report.update(int(results["step"]) + 1,
+        self._report.update(int(results["step"]) + int(self._trains),
                             None if loss is None else float(np.asarray(loss)))
 
     def end(self, session):

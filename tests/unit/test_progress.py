@@ -443,3 +443,19 @@ def test_stderr_to_a_file_or_pipe_of_a_parent_off_the_terminal_does_not(tmp_path
 def test_stderr_reaches_the_terminal_through_parents_that_forward_it(terminal):
     assert _answer(_forwarding(_ASK), terminal) == "True"
     assert _answer(_forwarding(_forwarding(_ASK)), terminal) == "True"   # as under mpiexec
+
+
+def test_a_run_that_trains_nothing_does_not_count_a_step():
+    # The test accuracy after training: its global step is the one training left.
+    m = regression_model()
+    out = io.StringIO()
+    hook = mf.train.ProgressBarHook(last_step=10, file=out, mode="lines", interval_s=0.01)
+    with mf.train.SingularMonitoredSession(hooks=[hook]) as sess:
+        for _ in range(3):
+            time.sleep(0.02)
+            sess.run(m.train_op, feed_dict=getattr(m, "feed", None))
+        time.sleep(0.02)
+        sess.run(m.step, feed_dict=getattr(m, "feed", None))
+    lines = _lines(out)
+    assert lines[-2].startswith("train: step 3/10") and \
+        lines[-1].startswith("train: done at step 3/10"), lines
