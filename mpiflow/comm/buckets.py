@@ -194,12 +194,15 @@ class FusedAllreduce:
         threshold_bytes: bucket size (default MPIFLOW_FUSION_THRESHOLD_BYTES).
         check: run the cross-rank check for every bucket.
         name: prefix of the buckets' names in checks and errors.
+        half_on_wire: half-float buckets move as they are (``Collective.allreduce_async``).
     """
 
     def __init__(self, comm, specs: Iterable[TensorSpec], *, algorithm: str = "auto",
                  op: str = "sum", threshold_bytes: int | None = None, check: bool = True,
-                 name: str = "fused", config: config_lib.Config | None = None):
+                 name: str = "fused", config: config_lib.Config | None = None,
+                 half_on_wire: bool = False):
         self.comm = comm
+        self.half_on_wire = half_on_wire
         self.config = config or config_lib.default()
         if threshold_bytes is None:
             threshold_bytes = self.config.get("MPIFLOW_FUSION_THRESHOLD_BYTES")
@@ -324,7 +327,7 @@ class FusedAllreduce:
             collective = get_collective(self.algorithm, self.comm, send, self.config)
             self._handles[bucket.index]._inner = collective.allreduce_async(
                 send, self.op, dest, name=f"{self.name}/bucket{bucket.index}",
-                check=self.check)
+                check=self.check, half_on_wire=self.half_on_wire)
             self._next_start += 1
 
     def _unpack(self, bucket: Bucket, reduced) -> dict:

@@ -74,7 +74,7 @@ def _check_op(b):
 
 
 @register_op("CollectiveAllReduce", attrs={"group": "worker", "op": "average",
-                                            "algorithm": "auto"})
+                                            "algorithm": "auto", "half_on_wire": False})
 class AllReduceOp(_Collective):
     def infer(self, b):
         _check_op(b)
@@ -82,7 +82,7 @@ class AllReduceOp(_Collective):
 
     def start(self, ctx, inputs):
         return ctx.group.allreduce_async(inputs[0], ctx.attrs["op"], ctx.attrs["algorithm"],
-                                         ctx.op.name)
+                                         ctx.op.name, ctx.attrs["half_on_wire"])
 
     # Training reduces gradients, it never differentiates through a collective; a
     # gradient here would need its own check across ranks, which does not exist yet.
@@ -91,7 +91,8 @@ class AllReduceOp(_Collective):
 
 @register_op("CollectiveFusedAllReduce", attrs={"group": "worker", "op": "average",
                                                  "algorithm": "auto",
-                                                 "threshold_bytes": None})
+                                                 "threshold_bytes": None,
+                                                 "half_on_wire": False})
 class FusedAllReduceOp(_Collective):
     """Allreduce many tensors through fusion buffers (one collective per bucket)."""
 
@@ -115,7 +116,8 @@ class FusedAllReduceOp(_Collective):
         specs = [(n, t.dtype.np_dtype, t.shape.num_elements() * t.dtype.size, "")
                  for n, t in zip(ctx.names, op.inputs)]
         ctx.fused = ctx.group.fused_allreduce(specs, ctx.attrs["algorithm"], ctx.attrs["op"],
-                                              ctx.attrs["threshold_bytes"], op.name)
+                                              ctx.attrs["threshold_bytes"], op.name,
+                                              ctx.attrs["half_on_wire"])
 
     def start(self, ctx, inputs):
         handles = []
@@ -137,7 +139,7 @@ class FusedAllReduceOp(_Collective):
 # threshold_bytes None: MPIFLOW_FUSION_THRESHOLD_BYTES of the rank that runs the op.
 _FUSION_ATTRS = {"group": "worker", "op": "average", "algorithm": "auto",
                  "threshold_bytes": None, "fusion": "", "names": [], "dtypes": [],
-                 "sizes": []}
+                 "sizes": [], "half_on_wire": False}
 
 
 def _fusion(ctx):
@@ -150,7 +152,7 @@ def _fusion(ctx):
     return ctx.env.resource(
         f"fusion:{a['fusion']}:{hash((tuple(a['names']), tuple(a['sizes'])))}",
         lambda: group.fused_allreduce(specs, a["algorithm"], a["op"], a["threshold_bytes"],
-                                      a["fusion"]))
+                                      a["fusion"], a["half_on_wire"]))
 
 
 @register_op("CollectiveFusedAdd", attrs=dict(_FUSION_ATTRS, index=0))
@@ -248,14 +250,18 @@ class AllGatherOp(_Collective):
         return ctx.group.allgather_async(inputs[0], ctx.op.name)
 
 
-def all_reduce(tensor, op="average", group="worker", algorithm="auto", name=None):
-    """Return the sum (or average) of ``tensor`` over the ranks of ``group``."""
+def all_reduce(tensor, op="average", group="worker", algorithm="auto", name=None,
+               half_on_wire=False):
+    """Return the sum (or average) of ``tensor`` over the ranks of ``group``
+    (``half_on_wire``: a float16/bfloat16 tensor moves as it is, see
+    ``Collective.allreduce_async``)."""
     return apply_op("CollectiveAllReduce", [convert_to_tensor(tensor)],
-                    {"group": group, "op": op, "algorithm": algorithm}, name=name).outputs[0]
+                    {"group": group, "op": op, "algorithm": algorithm,
+                     "half_on_wire": bool(half_on_wire)}, name=name).outputs[0]
 
 
 def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
-                     threshold_bytes=None, name=None):
+                     threshold_bytes=None, name=None, half_on_wire=False):
     """Allreduce ``tensors`` together through fusion buffers; return the reduced list.
 
     ``threshold_bytes`` None: MPIFLOW_FUSION_THRESHOLD_BYTES where the op runs.
@@ -265,11 +271,12 @@ def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
         raise errors.InvalidArgumentError("fused_all_reduce needs at least one tensor")
     return apply_op("CollectiveFusedAllReduce", tensors,
                     {"group": group, "op": op, "algorithm": algorithm,
-                     "threshold_bytes": _bytes_or_none(threshold_bytes)}, name=name).outputs
+                     "threshold_bytes": _bytes_or_none(threshold_bytes),
+                     "half_on_wire": bool(half_on_wire)}, name=name).outputs
 
 
 def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorithm="auto",
-                          threshold_bytes=None):
+                          threshold_bytes=None, half_on_wire=False):
     """Allreduce ``tensors`` in fusion buckets that start as soon as each bucket's tensors
     exist (overlapping the rest of the backward pass); return the reduced tensors.
 
@@ -285,7 +292,8 @@ def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorit
              "threshold_bytes": _bytes_or_none(threshold_bytes), "fusion": fusion,
              "names": [f"{i}:{t.op.name}" for i, t in enumerate(tensors)],
              "dtypes": [t.dtype for t in tensors],
-             "sizes": [t.shape.num_elements() for t in tensors]}
+             "sizes": [t.shape.num_elements() for t in tensors],
+             "half_on_wire": bool(half_on_wire)}
     tokens = [apply_op("CollectiveFusedAdd", [t], dict(attrs, index=i)).outputs[0]
               for i, t in enumerate(tensors)]
     flat = apply_op("CollectiveFusedWait", tokens, attrs).outputs

@@ -32,9 +32,9 @@ class GroupCollectives:
     def rank(self) -> int:
         return self.comm.Get_rank()
 
-    def allreduce_async(self, array, op, algorithm, name):
-        return get_collective(algorithm, self.comm, array).allreduce_async(array, op=op,
-                                                                            name=name)
+    def allreduce_async(self, array, op, algorithm, name, half_on_wire=False):
+        return get_collective(algorithm, self.comm, array).allreduce_async(
+            array, op=op, name=name, half_on_wire=half_on_wire)
 
     def broadcast_async(self, array, root, name):
         return get_collective(copy_algorithm(array), self.comm, array).broadcast_async(
@@ -44,10 +44,12 @@ class GroupCollectives:
         return get_collective(copy_algorithm(array), self.comm, array).allgather_async(
             array, name=name)
 
-    def fused_allreduce(self, specs, algorithm, op, threshold_bytes, name):
+    def fused_allreduce(self, specs, algorithm, op, threshold_bytes, name,
+                        half_on_wire=False):
         """Return a FusedAllreduce over ``specs`` ((name, dtype, nbytes, device) tuples)."""
         return FusedAllreduce(self.comm, [TensorSpec(*s) for s in specs], algorithm=algorithm,
-                              op=op, threshold_bytes=threshold_bytes, name=name)
+                              op=op, threshold_bytes=threshold_bytes, name=name,
+                              half_on_wire=half_on_wire)
 
     def watch(self, handle, key) -> None:
         self._env.watch(handle, key)

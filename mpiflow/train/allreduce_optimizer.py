@@ -16,9 +16,10 @@ from mpiflow import errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys
 from mpiflow.framework.indexed_slices import IndexedSlices
-from mpiflow.ops import collective_ops, control_ops, math_ops, state_ops
+from mpiflow.ops import array_ops, collective_ops, control_ops, math_ops, sparse_ops, state_ops
 from mpiflow.ops.constant_ops import constant
 from mpiflow.ops.variables import global_variables
+from mpiflow.train.compression import parse_compression, top_k_with_feedback
 from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_manager import broadcast_replicas
 from mpiflow.train.session_run_hook import SessionRunHook
@@ -38,11 +39,20 @@ class AllreduceOptimizer(WrappingOptimizer):
             optimizer unreduced (hybrid mode: tables on the ps apply their own rows).
         overlap: start each fusion bucket's allreduce as soon as its gradients exist,
             while the rest of the backward pass runs (else one fused op at the end).
+        compression: how dense gradients travel: None; "fp16" / "bf16" (allreduced as
+            float16 / bfloat16, half the bytes, each addition rounded to the format, then
+            applied in the variable's dtype); "topk:R" (every worker's ``ceil(R * size)``
+            entries of largest magnitude and their positions all-gathered and summed,
+            the rest kept in a local residual added to the next gradient).
     """
 
     def __init__(self, opt, algorithm="auto", fusion_threshold_bytes=None, average=True,
-                 group="worker", name="Allreduce", keep_local=None, overlap=True):
+                 group="worker", name="Allreduce", keep_local=None, overlap=True,
+                 compression=None):
         super().__init__(opt, False, name)
+        self._kind, self._parameter = parse_compression(compression)
+        self.compression = compression
+        self.residuals = []         # topk: the error-feedback variables, one per gradient
         self._overlap = overlap
         self._keep_local = keep_local or (lambda var: False)
         self._algorithm = algorithm
@@ -62,21 +72,47 @@ class AllreduceOptimizer(WrappingOptimizer):
         dense = [(i, g) for i, (g, _) in enumerate(pairs)
                  if shared[i] and not isinstance(g, IndexedSlices)]
         reduced = {i: g for i, (g, _) in enumerate(pairs)}
+        if dense and self._kind == "topk":
+            for i, g in dense:
+                reduced[i] = self._top_k_reduced(graph, g, pairs[i][1])
+            dense = []
         if dense:
+            half = self._kind == "cast"
             with graph.name_scope(self._name) as scope:
+                sent = [math_ops.cast(g, self._parameter) if half else g for _, g in dense]
                 if self._overlap:
                     outs = collective_ops.overlapped_all_reduce(
-                        [g for _, g in dense], fusion=scope, op=self._op, group=self._group,
-                        algorithm=self._algorithm, threshold_bytes=self._threshold)
+                        sent, fusion=scope, op=self._op, group=self._group,
+                        algorithm=self._algorithm, threshold_bytes=self._threshold,
+                        half_on_wire=half)
                 else:
                     outs = collective_ops.fused_all_reduce(
-                        [g for _, g in dense], op=self._op, group=self._group,
-                        algorithm=self._algorithm, threshold_bytes=self._threshold)
+                        sent, op=self._op, group=self._group, algorithm=self._algorithm,
+                        threshold_bytes=self._threshold, half_on_wire=half)
+                if half:
+                    outs = [math_ops.cast(t, g.dtype) for t, (_, g) in zip(outs, dense)]
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
         for i, (g, _) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
                 reduced[i] = self._gather_rows(g)
         return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
+
+    def _top_k_reduced(self, graph, grad, var):
+        """Every worker's top-k entries of ``grad`` (with its residual), summed (or
+        averaged) into a dense gradient of ``var``'s shape."""
+        with graph.name_scope(f"{self._name}/{var.op.name}"):
+            positions, sent, residual = top_k_with_feedback(graph, grad, var,
+                                                            self._parameter, self._name)
+            self.residuals.append(residual)
+            everyone = collective_ops.all_gather(sent, group=self._group)
+            where = collective_ops.all_gather(positions, group=self._group)
+            total = sparse_ops.unsorted_segment_sum(everyone, where,
+                                                    var.shape.num_elements())
+            if self._op == "average":
+                ones = collective_ops.all_reduce(constant(1.0, grad.dtype), op="sum",
+                                                 group=self._group)
+                total = math_ops.divide(total, ones)
+            return array_ops.reshape(total, var.shape.as_list())
 
     def _gather_rows(self, grad):
         values = collective_ops.all_gather(grad.values, group=self._group)

@@ -100,35 +100,43 @@ class GradientCompressionOptimizer(WrappingOptimizer):
         return back
 
     def _topk_across(self, graph, grad, var):
-        shape = var.shape.as_list()
-        if not var.shape.is_fully_defined():
-            raise errors.InvalidArgumentError(
-                f"{self._name}: top-k compression needs the shape of '{var.op.name}' "
-                f"fully defined, got {var.shape}")
-        size = math.prod(shape)
-        k = max(1, math.ceil(self._parameter * size))
-        with graph.colocate_with(grad.op):
-            with graph.control_dependencies(None):
-                residual = Variable(zeros([size], grad.dtype), trainable=False,
-                                    collections=[GraphKeys.LOCAL_VARIABLES],
-                                    name=f"{var.op.name}_residual")
-            self.residuals.append(residual)
-            total = array_ops.reshape(grad, [-1]) + residual.value()
-            positions = apply_op("TopKByMagnitude", [total], {"k": k},
-                                 name="top_k").outputs[0]
-            picked = sparse_ops.gather(total, positions)
-            # What is not sent stays behind: the residual is the sum with the picked
-            # entries taken out, for the next step to add.
-            with graph.control_dependencies([picked]):
-                kept = state_ops.assign(residual, total)
-            with graph.control_dependencies([kept]):
-                taken = state_ops.scatter_update(residual, positions,
-                                                 zeros([k], grad.dtype))
-            with graph.control_dependencies([taken]):
-                sent = control_ops.identity(picked, name="encode")
+        positions, sent, residual = top_k_with_feedback(graph, grad, var, self._parameter,
+                                                        self._name)
+        self.residuals.append(residual)
         with graph.colocate_with(var.op):
-            dense = sparse_ops.unsorted_segment_sum(sent, positions, size)
-            return array_ops.reshape(dense, shape, name="decode")
+            dense = sparse_ops.unsorted_segment_sum(sent, positions,
+                                                    var.shape.num_elements())
+            return array_ops.reshape(dense, var.shape.as_list(), name="decode")
+
+
+def top_k_with_feedback(graph, grad, var, ratio, owner):
+    """Encode dense ``grad`` (of ``var``) where it is made: ``(positions, values,
+    residual)``, the ``ceil(ratio * size)`` entries of largest magnitude of the gradient
+    plus what earlier steps left behind; the residual (a local variable beside the
+    gradient) keeps the rest, for the next step to add."""
+    if not var.shape.is_fully_defined():
+        raise errors.InvalidArgumentError(
+            f"{owner}: top-k compression needs the shape of '{var.op.name}' fully defined, "
+            f"got {var.shape}")
+    size = var.shape.num_elements()
+    k = max(1, math.ceil(ratio * size))
+    with graph.colocate_with(grad.op):
+        with graph.control_dependencies(None):
+            residual = Variable(zeros([size], grad.dtype), trainable=False,
+                                collections=[GraphKeys.LOCAL_VARIABLES],
+                                name=f"{var.op.name}_residual")
+        total = array_ops.reshape(grad, [-1]) + residual.value()
+        positions = apply_op("TopKByMagnitude", [total], {"k": k}, name="top_k").outputs[0]
+        picked = sparse_ops.gather(total, positions)
+        # What is not sent stays behind: the residual is the sum with the picked entries
+        # taken out, for the next step to add.
+        with graph.control_dependencies([picked]):
+            kept = state_ops.assign(residual, total)
+        with graph.control_dependencies([kept]):
+            taken = state_ops.scatter_update(residual, positions, zeros([k], grad.dtype))
+        with graph.control_dependencies([taken]):
+            sent = control_ops.identity(picked, name="encode")
+    return positions, sent, residual
 
 
 def _task(device: str):
@@ -142,4 +150,4 @@ def _crosses(grad, var) -> bool:
     return _task(values.device) != _task(var.device)
 
 
-__all__ = ["GradientCompressionOptimizer", "parse_compression"]
+__all__ = ["GradientCompressionOptimizer", "parse_compression", "top_k_with_feedback"]

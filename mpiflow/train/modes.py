@@ -63,8 +63,10 @@ class TrainingMode:
             many steps more than the slowest live worker (0: lock-step; None: fully
             asynchronous); see ``StalenessAwareOptimizer``. ``minimize`` then needs the
             global step.
-        compression: ps mode only: how each gradient crosses to the ps: "fp16", "bf16"
-            or "topk:R" (see ``GradientCompressionOptimizer``).
+        compression: how dense gradients travel: "fp16", "bf16" or "topk:R": pushed so
+            to the ps in ps mode (``GradientCompressionOptimizer``), allreduced so in
+            allreduce and hybrid mode (``AllreduceOptimizer(compression=...)``; a hybrid
+            model's table rows cross as they are).
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
@@ -72,11 +74,6 @@ class TrainingMode:
         if mode not in MODES:
             raise errors.InvalidArgumentError(
                 f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)}")
-        if compression is not None and mode != "ps":
-            raise errors.InvalidArgumentError(
-                f"TrainingMode({mode!r}, compression={compression!r}): compressed gradients "
-                "are built for pushes to the ps (ps mode); allreduce and hybrid mode reduce "
-                "them uncompressed")
         parse_compression(compression)
         if staleness is not None and mode != "ps":
             raise errors.InvalidArgumentError(
@@ -150,9 +147,11 @@ class TrainingMode:
             self._optimizer = opt if self.staleness is None else \
                 StalenessAwareOptimizer(opt, staleness=self.staleness)
         elif self.mode == "allreduce":
-            self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm)
+            self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm,
+                                                 compression=self.compression)
         else:
-            self._optimizer = HybridOptimizer(opt, self._choice, algorithm=self.algorithm)
+            self._optimizer = HybridOptimizer(opt, self._choice, algorithm=self.algorithm,
+                                              compression=self.compression)
         return self._optimizer
 
     # -- what became of each variable ----------------------------------------------------

@@ -43,12 +43,14 @@ def test_top_k_picks_the_largest_magnitudes_and_the_first_of_equals():
         apply_op("TopKByMagnitude", [x], {"k": 7})
 
 
-def test_training_mode_ps_compresses_its_pushes_and_the_others_refuse_to():
+def test_every_training_mode_takes_a_compression_to_its_own_optimizer():
     cluster = mf.train.ClusterSpec({"ps": ["a"], "worker": ["b"]})
     mode = mf.train.TrainingMode("ps", cluster, 0, compression="bf16")
     assert isinstance(mode.optimizer(mf.train.GradientDescentOptimizer(0.1)),
                       mf.train.GradientCompressionOptimizer)
-    with pytest.raises(mf.errors.InvalidArgumentError, match="pushes to the ps"):
-        mf.train.TrainingMode("allreduce", cluster, 0, compression="fp16")
+    for name in ("allreduce", "hybrid"):
+        opt = mf.train.TrainingMode(name, cluster, 0, compression="fp16").optimizer(
+            mf.train.GradientDescentOptimizer(0.1))
+        assert isinstance(opt, mf.train.AllreduceOptimizer) and opt.compression == "fp16"
     with pytest.raises(mf.errors.InvalidArgumentError, match="Unknown gradient compression"):
         mf.train.TrainingMode("ps", cluster, 0, compression="zip")

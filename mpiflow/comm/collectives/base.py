@@ -79,7 +79,8 @@ class Collective:
 
     # -- allreduce -------------------------------------------------------------------------
     def allreduce_async(self, array, op: str = "sum", out=None, *, name: str | None = None,
-                        check: bool = True, timeout: float | None = None) -> Handle:
+                        check: bool = True, timeout: float | None = None,
+                        half_on_wire: bool = False) -> Handle:
         """Start summing (or averaging) ``array`` over every rank; return its handle.
 
         Args:
@@ -92,6 +93,9 @@ class Collective:
             name: the tensor's name, for the cross-rank check and error messages.
             check: compare (name, algorithm, op, dtype, shape) across ranks first.
             timeout: seconds before DeadlineExceededError (default MPIFLOW_TIMEOUT).
+            half_on_wire: a float16 or bfloat16 array moves as it is, half the bytes of
+                float32 (compressed gradients); each addition is rounded to its format
+                (without it, half floats are summed in float32 and rounded once).
 
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
@@ -100,7 +104,7 @@ class Collective:
         # Training makes the same calls every step: what a call's signature allows is
         # found out once (the checks raise the first time, and never pass a bad call).
         try:
-            signature = (type(array), array.dtype, array.shape, op, name, check)
+            signature = (type(array), array.dtype, array.shape, op, name, check, half_on_wire)
             plan = self._plans.get(signature)
         except AttributeError:          # not an array: say so
             self._accept("allreduce", name, array)
@@ -108,7 +112,7 @@ class Collective:
         except TypeError:               # an unhashable argument: checked, never kept
             signature, plan = None, None
         if plan is None:
-            plan = self._allreduce_plan(describe, array, op, name, check)
+            plan = self._allreduce_plan(describe, array, op, name, check, half_on_wire)
             if signature is not None:
                 if len(self._plans) >= _MAX_PLANS:
                     self._plans.clear()
@@ -132,7 +136,7 @@ class Collective:
             return out
         return self._issue(describe, build, finish, record, timeout)
 
-    def _allreduce_plan(self, describe, array, op, name, check) -> tuple:
+    def _allreduce_plan(self, describe, array, op, name, check, half_on_wire=False) -> tuple:
         """Check an allreduce's signature; return (array module, widen, check record)."""
         self._accept("allreduce", name, array)
         if op not in OPS:
@@ -144,7 +148,7 @@ class Collective:
                                         f"dtype requires")
         # float16, bfloat16: convert, reduce in float32, convert back (MPI has no type for
         # either; summing in float32 also rounds once instead of once per rank).
-        widen = array.dtype in HALF_FLOATS and not self.native_half
+        widen = array.dtype in HALF_FLOATS and not self.native_half and not half_on_wire
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
                              array.shape) if check else None
         return _array_module(array), widen, record

@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 from mpiflow import backend, dtype_table, errors
 from mpiflow.comm.collectives.base import CallStage, Collective, RequestStage, Stage
+from mpiflow.comm.wire_dtypes import HALF_FLOATS
 
 
 @functools.lru_cache(maxsize=64)
@@ -22,6 +23,24 @@ def mpi_reduction(dtype) -> tuple[MPI.Datatype, MPI.Op]:
         raise errors.InvalidArgumentError(
             f"MPI has no datatype mpiflow reduces {np.dtype(dtype).name} as")
     return getattr(MPI, row.mpi), (MPI.LOR if row.numpy.kind == "b" else MPI.SUM)
+
+
+@functools.lru_cache(maxsize=8)
+def _half_sum(dtype) -> MPI.Op:
+    """A sum MPI can apply to float16 or bfloat16 elements (it has no type for either):
+    each pair of 2-byte elements added in numpy, rounded to the format."""
+    dtype = np.dtype(dtype)
+
+    def add(incoming, inout, datatype):
+        np.add(np.frombuffer(inout, dtype), np.frombuffer(incoming, dtype),
+               out=np.frombuffer(inout, dtype))
+    return MPI.Op.Create(add, commute=True)
+
+
+def _reduction_for(dtype) -> tuple[MPI.Datatype, MPI.Op]:
+    if dtype in HALF_FLOATS:            # half floats kept on the wire (compression)
+        return MPI.UINT16_T, _half_sum(dtype)
+    return mpi_reduction(dtype)
 
 
 class MpiCollective(Collective):
@@ -37,7 +56,7 @@ class MpiCollective(Collective):
         return True, ""
 
     def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
-        datatype, reduction = mpi_reduction(send.dtype)
+        datatype, reduction = _reduction_for(send.dtype)
         source = MPI.IN_PLACE if send is recv else [send, datatype]
         stages: list[Stage] = [RequestStage(
             lambda: self.state.data_comm.Iallreduce(source, [recv, datatype], reduction),
