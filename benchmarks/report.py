@@ -346,19 +346,22 @@ def markdown(results, files, size, elapsed):
 
 
 def compression_section(rows) -> list:
-    base = rows[0]["sent_per_step"]
-    lines = ["## compressed pushes to the ps", "",
-             "1 ps + 1 worker, MLP 784-512-512-10 at batch 128, asynchronous SGD, each "
-             "compression of `GradientCompressionOptimizer` its own launch "
-             "(`benchmarks/compression.py`): the bytes the worker sent per step (the pushed "
-             "gradients, headers and the step's control messages) and its steps/s. Here the "
-             "ps shares the machine's memory, so fewer bytes save little time, and the "
-             "encoding costs CPU: numpy's float32 to float16 conversion most.", "",
-             "| compression | steps/s | KiB sent per step | of none |",
-             "| --- | --- | --- | --- |"]
+    lines = ["## compressed gradients", "",
+             "MLP 784-512-512-10 at batch 128, SGD, each compression its own launch "
+             "(`benchmarks/compression.py`): ps = 1 ps + 1 worker asynchronous "
+             "(`GradientCompressionOptimizer`), allreduce = 2 workers "
+             "(`AllreduceOptimizer(compression=...)`); the bytes worker 0 sent per step and "
+             "its steps/s. Every rank shares the machine's memory here, so fewer bytes save "
+             "little time, and the encoding costs CPU: numpy's float32 to float16 "
+             "conversion most.", "",
+             "| mode | compression | steps/s | KiB sent per step | of none |",
+             "| --- | --- | --- | --- | --- |"]
+    base = {}
     for r in rows:
-        lines.append(f"| {r['compression']} | {r['steps_per_s']:.1f} | "
-                     f"{r['sent_per_step'] / 1024:.1f} | {r['sent_per_step'] / base:.3f} |")
+        base.setdefault(r["mode"], r["sent_per_step"])
+        lines.append(f"| {r['mode']} | {r['compression']} | {r['steps_per_s']:.1f} | "
+                     f"{r['sent_per_step'] / 1024:.1f} | "
+                     f"{r['sent_per_step'] / base[r['mode']]:.3f} |")
     return lines + [""]
 
 
