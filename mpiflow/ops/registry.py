@@ -63,6 +63,8 @@ class OpDef:
             (Identity, Reshape): its one reader owns what this op's one input owned.
         reads_values: False for kernels that look at their inputs' shapes only (Shape,
             Size, Rank): they are no readers of the values another op may write over.
+        trace_args: None, or ``trace_args(result) -> dict``: what a traced step shows of
+            the kernel's result beside its span in the timeline (a gradient's staleness).
         donating_inputs: input indices the kernel may write its result into when the plan
             donates them (``ctx.donated``): host arrays freshly made by another kernel of
             the step that this op is the only reader of (``plan_compiler``). The result
@@ -84,6 +86,7 @@ class OpDef:
     fresh_output = False
     hands_over_input = False
     reads_values = True
+    trace_args = None
     donating_inputs = ()
     host_inputs = ()
     host_outputs = False

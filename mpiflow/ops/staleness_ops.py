@@ -81,6 +81,9 @@ class GradientStalenessOp(_RecordOp):
 
     changes_shared_state = True     # the record
     tuple_outputs = True
+    # A traced step shows each gradient's staleness on the ps's timeline.
+    trace_args = staticmethod(lambda result: {"staleness": int(result[0]),
+                                              "applied": bool(result[1])})
 
     def infer(self, b):
         for i, what in ((0, "global_step"), (1, "local_step")):

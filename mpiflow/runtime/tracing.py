@@ -53,10 +53,11 @@ def timed_kernel(fn, op, trace: list, waits: bool, on_gpu: bool = False, op_type
     the GPU is drained before and after it: its span is the time the GPU spent on it
     (the traced step runs slower, each kernel's share is right). ``op_type`` names what
     ran where it is not ``op``'s kernel alone (a fused group)."""
-    from mpiflow.ops.registry import Wait
+    from mpiflow.ops.registry import Wait, get_op_def
     cat = "collective" if waits else "op"
     started = []
     drain = backend.synchronize if on_gpu else _nothing
+    shown = get_op_def(op.type).trace_args if op_type is None else None
     op_type = op_type or op.type
 
     def run(*args):
@@ -69,7 +70,8 @@ def timed_kernel(fn, op, trace: list, waits: bool, on_gpu: bool = False, op_type
                 started.append(t0)
             return result
         begin = started.pop() if started else t0
-        trace.append(event(cat, op.name, begin, now_ns(), type=op_type))
+        extra = shown(result) if shown is not None else {}
+        trace.append(event(cat, op.name, begin, now_ns(), type=op_type, **extra))
         return result
     return run
 

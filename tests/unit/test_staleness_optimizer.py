@@ -115,3 +115,18 @@ def test_training_mode_ps_takes_a_staleness_bound_and_the_others_refuse_it():
     with pytest.raises(mf.errors.InvalidArgumentError, match="staleness must be None"):
         mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
                                          staleness=-2)
+
+
+def test_a_traced_step_shows_the_gradients_staleness_on_the_timeline():
+    opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
+                                           max_staleness=1)
+    w, step, train = _model(opt)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(mf.assign(step, 4))
+        metadata = mf.RunMetadata()
+        sess.run(train, {opt._local_step: 2},
+                 options=mf.RunOptions(trace_level=mf.RunOptions.FULL_TRACE),
+                 run_metadata=metadata)
+    (span,) = [e for e in metadata.step_stats if e["args"].get("type") == "GradientStaleness"]
+    assert span["args"]["staleness"] == 2 and span["args"]["applied"] is False
