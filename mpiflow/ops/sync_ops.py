@@ -81,6 +81,18 @@ def _workers_left(ctx, needed: int, what: str) -> None:
             ctx.op)
 
 
+def _training(ctx, num_required) -> int:
+    """The gradients a step averages: ``num_required``, or fewer once workers whose data
+    ran out rest in server.join() and too few still train (uneven data: the others go
+    on); a worker lost is no such case (see ``_workers_left``)."""
+    resting = ctx.env.resting("worker")
+    if not resting:
+        return int(num_required)
+    gone = {task for task, _ in ctx.env.departed("worker")} | set(resting)
+    training = ctx.env.tasks_of("worker") - len(gone)
+    return max(1, min(int(num_required), training))
+
+
 class _AccumulatorOp(OpDef):
     gpu_kernel = False    # the accumulator lives in host memory beside its queue
     stateful = True
@@ -145,7 +157,7 @@ class AccumulatorTakeGradientOp(_AccumulatorOp):
         return [(b.attrs["dtype"], b.attrs["shape"])]
 
     def forward(self, xp, ctx, num_required, new_step):
-        average = ctx.acc.take(num_required, new_step)
+        average = ctx.acc.take(_training(ctx, num_required), new_step)
         return Wait(ctx.event) if average is None else average
 
 
@@ -161,7 +173,7 @@ class AccumulatorTakeIndexedSlicesOp(_AccumulatorOp):
         return [(dtypes.int64, [None]), (b.attrs["dtype"], [None] + row)]
 
     def forward(self, xp, ctx, num_required, new_step):
-        taken = ctx.acc.take(num_required, new_step)
+        taken = ctx.acc.take(_training(ctx, num_required), new_step)
         return Wait(ctx.event) if taken is None else taken
 
 

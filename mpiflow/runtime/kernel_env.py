@@ -107,8 +107,8 @@ class KernelEnv:
         return None
 
     def resting(self, job: str) -> list:
-        """The tasks of ``job`` serving in ``server.join()`` since their last step here:
-        done training for now."""
+        """The tasks of ``job`` that have joined the join this rank serves in: done
+        training for now."""
         return []
 
     def chief_can_move(self) -> bool:

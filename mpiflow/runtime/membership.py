@@ -44,9 +44,6 @@ class JobMembership:
         # other rank has left or made its n-th join too (so joins can be used repeatedly).
         self._joins = 0
         self._peer_joins = {r: 0 for r in self.peers.ranks()}
-        # Ranks serving in join() since their last step here: done training for now, so
-        # nobody waits for their progress (bounded staleness).
-        self.resting = set()
         self._resets = 0
         self._closed = False
         # rank -> when it proposed to leave (s since the epoch), once it said it stops for an
@@ -161,6 +158,16 @@ class JobMembership:
         return min(max([leave_at, *self._interrupted_peers.values()]),
                    time.time() + grace_s)
 
+    @property
+    def resting(self) -> list:
+        """The ranks that have joined the join this rank serves in (``server.join()``,
+        ``mf.train.join``): done training for this phase, so no step waits for their
+        progress (synchronous replicas, bounded staleness). Their sync loop or other
+        threads may still run steps here."""
+        if not self._joins:
+            return []
+        return [r for r, n in self._peer_joins.items() if n >= self._joins]
+
     def wait_for_others_done(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every other rank has left or serves (joined):
         a chief stopping gracefully saves its last checkpoint after the other workers'
@@ -274,7 +281,6 @@ class JobMembership:
 
     def _on_join(self, source, h, arrays):
         self._peer_joins[source] = max(self._peer_joins[source], int(h["n"]))
-        self.resting.add(source)
         self.steps.signal_all()     # a step waiting for that rank's progress looks again
 
     def _on_bye(self, source, h, arrays):

@@ -303,7 +303,6 @@ class RankService(JobMembership):
 
     def _on_run(self, source, h, arrays):
         client, handle, step = h["c"], h["h"], h["s"]
-        self.resting.discard(client)
         plan = self._partitions.get((client, handle))
         if plan is None:
             self._send_error(client, step, handle, errors.NotFoundError(

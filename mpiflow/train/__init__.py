@@ -4,7 +4,7 @@ optimizers (sync replicas, allreduce, training modes), sessions, hooks and check
 from mpiflow import unsupported
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
-from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
+from mpiflow.train.allreduce_optimizer import AllreduceOptimizer, join
 from mpiflow.train.checkpoint_management import (
     CheckpointState, checkpoint_exists, get_checkpoint_mtimes, get_checkpoint_state,
     latest_checkpoint, remove_checkpoint, update_checkpoint_state)
@@ -49,6 +49,7 @@ __all__ = [
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
     "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",
     "StalenessAwareOptimizer", "DropStaleGradientOptimizer", "GradientCompressionOptimizer",
+    "join",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

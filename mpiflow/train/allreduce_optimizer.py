@@ -12,17 +12,24 @@ session is ready (after the chief's initialization or restore).
 
 from __future__ import annotations
 
+import numpy as np
+
 from mpiflow import errors
+from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import array_ops, collective_ops, control_ops, math_ops, sparse_ops, state_ops
-from mpiflow.ops.constant_ops import constant
+from mpiflow.ops.constant_ops import constant, placeholder_with_default
 from mpiflow.ops.variables import global_variables
+from mpiflow.runtime import process
 from mpiflow.train.compression import parse_compression, top_k_with_feedback
 from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_manager import broadcast_replicas
 from mpiflow.train.session_run_hook import SessionRunHook
+
+
+JOINABLE_OPTIMIZERS = "joinable_allreduce_optimizers"    # graph collection: see join()
 
 
 class AllreduceOptimizer(WrappingOptimizer):
@@ -44,12 +51,21 @@ class AllreduceOptimizer(WrappingOptimizer):
             applied in the variable's dtype); "topk:R" (every worker's ``ceil(R * size)``
             entries of largest magnitude and their positions all-gathered and summed,
             the rest kept in a local residual added to the next gradient).
+        joinable: let a worker that runs out of data leave training without stopping the
+            others (``join``): every step then sums the gradients with a count of the
+            workers contributing, and averages over those (an extra pass over each
+            gradient, which is why it is asked for).
     """
 
     def __init__(self, opt, algorithm="auto", fusion_threshold_bytes=None, average=True,
                  group="worker", name="Allreduce", keep_local=None, overlap=True,
-                 compression=None):
+                 compression=None, joinable=False):
         super().__init__(opt, False, name)
+        self.joinable = bool(joinable)
+        self._contributes = None    # joinable: 1.0, fed 0.0 by a worker that has joined
+        self._contributors = None   # joinable: how many workers contributed to the step
+        self._join_feeds = []       # joinable: (tensor, what a joined worker feeds it)
+        self._train_op = None
         self._kind, self._parameter = parse_compression(compression)
         self.compression = compression
         self.residuals = []         # topk: the error-feedback variables, one per gradient
@@ -72,25 +88,40 @@ class AllreduceOptimizer(WrappingOptimizer):
         dense = [(i, g) for i, (g, _) in enumerate(pairs)
                  if shared[i] and not isinstance(g, IndexedSlices)]
         reduced = {i: g for i, (g, _) in enumerate(pairs)}
+        if self.joinable:
+            first = next(g for g, v in pairs if g is not None)
+            with graph.name_scope(self._name), graph.colocate_with(
+                    (first.values if isinstance(first, IndexedSlices) else first).op):
+                self._contributes = placeholder_with_default(
+                    constant(1.0, dtypes.float32), [], name="contributes")
+            self._join_feeds = [(self._contributes, np.float32(0.0))]
         if dense and self._kind == "topk":
             for i, g in dense:
                 reduced[i] = self._top_k_reduced(graph, g, pairs[i][1])
             dense = []
         if dense:
             half = self._kind == "cast"
+            op = "sum" if self.joinable else self._op
             with graph.name_scope(self._name) as scope:
                 sent = [math_ops.cast(g, self._parameter) if half else g for _, g in dense]
+                self._joins_with_zeros(sent)
+                if self.joinable:          # the count of contributors rides along
+                    sent = sent + [self._contributes]
                 if self._overlap:
                     outs = collective_ops.overlapped_all_reduce(
-                        sent, fusion=scope, op=self._op, group=self._group,
+                        sent, fusion=scope, op=op, group=self._group,
                         algorithm=self._algorithm, threshold_bytes=self._threshold,
                         half_on_wire=half)
                 else:
                     outs = collective_ops.fused_all_reduce(
-                        sent, op=self._op, group=self._group, algorithm=self._algorithm,
+                        sent, op=op, group=self._group, algorithm=self._algorithm,
                         threshold_bytes=self._threshold, half_on_wire=half)
+                if self.joinable:
+                    self._contributors = outs.pop()
                 if half:
                     outs = [math_ops.cast(t, g.dtype) for t, (_, g) in zip(outs, dense)]
+                if self.joinable and self._op == "average":
+                    outs = [self._over_contributors(t) for t in outs]
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
         for i, (g, _) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
@@ -104,33 +135,89 @@ class AllreduceOptimizer(WrappingOptimizer):
             positions, sent, residual = top_k_with_feedback(graph, grad, var,
                                                             self._parameter, self._name)
             self.residuals.append(residual)
+            if self.joinable:       # a joined worker adds zeros at the first positions
+                k = positions.shape.num_elements()
+                self._join_feeds += [(sent, np.zeros(k, grad.dtype.np_dtype)),
+                                     (positions, np.arange(k, dtype=np.int64))]
             everyone = collective_ops.all_gather(sent, group=self._group)
             where = collective_ops.all_gather(positions, group=self._group)
             total = sparse_ops.unsorted_segment_sum(everyone, where,
                                                     var.shape.num_elements())
             if self._op == "average":
-                ones = collective_ops.all_reduce(constant(1.0, grad.dtype), op="sum",
-                                                 group=self._group)
-                total = math_ops.divide(total, ones)
+                total = math_ops.divide(total, self._count(grad.dtype))
             return array_ops.reshape(total, var.shape.as_list())
 
     def _gather_rows(self, grad):
+        if self.joinable:           # a joined worker gathers no rows
+            row = grad.values.shape.as_list()[1:]
+            self._join_feeds += [(grad.values, np.zeros([0] + row, grad.values.dtype.np_dtype)),
+                                 (grad.indices, np.zeros([0], grad.indices.dtype.np_dtype))]
         values = collective_ops.all_gather(grad.values, group=self._group)
         indices = collective_ops.all_gather(math_ops.cast(grad.indices, "int64"),
                                             group=self._group)
         if self._op == "average":
-            ones = collective_ops.all_reduce(constant(1.0, grad.values.dtype), op="sum",
-                                             group=self._group)
-            values = math_ops.divide(values, ones)
+            values = math_ops.divide(values, self._count(grad.values.dtype))
         return IndexedSlices(values, indices, grad.dense_shape)
+
+    def _count(self, dtype):
+        """The number of workers whose gradients a step averages, as ``dtype``: every one
+        of the group, or (joinable) those contributing."""
+        if not self.joinable:
+            return collective_ops.all_reduce(constant(1.0, dtype), op="sum",
+                                             group=self._group)
+        if self._contributors is None:
+            self._contributors = collective_ops.all_reduce(self._contributes, op="sum",
+                                                           group=self._group)
+        return math_ops.cast(math_ops.maximum(self._contributors, 1.0), dtype)
+
+    def _over_contributors(self, total):
+        return math_ops.divide(total, self._count(total.dtype))
+
+    def _joins_with_zeros(self, sent) -> None:
+        if self.joinable:
+            self._join_feeds += [(t, np.zeros(t.shape.as_list(), t.dtype.np_dtype))
+                                 for t in sent]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Apply the reduced gradients; record the replicated variables (the wrapped
-        optimizer's slots and state among them) and the op that broadcasts them."""
-        train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
-                                             name=name)
+        optimizer's slots and state among them) and the op that broadcasts them.
+        Joinable, a step nobody contributed to (every worker has joined) applies
+        nothing."""
+        if self.joinable and self._contributors is not None:
+            graph = self._contributors.graph
+            with graph.state_changes_only_if(math_ops.greater(self._contributors, 0.0)):
+                train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
+                                                     name=name)
+            graph.add_to_collection(JOINABLE_OPTIMIZERS, self)
+        else:
+            train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
+                                                 name=name)
+        self._train_op = train_op
         self._register_replicas(train_op.graph)
         return train_op
+
+    def join(self, session) -> int:
+        """Leave training: run this optimizer's train op with zero gradients (and no
+        data: the gradients are fed) step after step, with the workers still training,
+        until every worker has joined; return how many steps that took. Call it on every
+        worker once its data is done (the last one to join ends every join).
+
+        Raises:
+            FailedPreconditionError: the optimizer was not made ``joinable=True``, or
+                has built no train op yet.
+        """
+        if not self.joinable or self._train_op is None or self._contributors is None:
+            raise errors.FailedPreconditionError(
+                f"{self._name}.join: build the optimizer with joinable=True and its train "
+                "op (minimize or apply_gradients) first: a worker that joins contributes "
+                "zeros to the steps of the others, which must count the contributors")
+        feeds = dict(self._join_feeds)
+        steps = 0
+        while True:
+            _, contributors = session.run([self._train_op, self._contributors], feeds)
+            steps += 1
+            if contributors == 0:
+                return steps
 
     def replicated_variables(self, graph) -> list:
         """The variables of ``graph`` every worker of the group holds a copy of: those on
@@ -172,6 +259,38 @@ class AllreduceOptimizer(WrappingOptimizer):
         if var_list is None and root == 0:
             return _BroadcastHook(None)
         return _BroadcastHook(self.broadcast_variables_op(var_list, root))
+
+
+def join(session) -> int:
+    """``mf.train.join(session)``: leave training on a worker whose data is done while
+    the others go on (Horovod's ``hvd.join``); return once every worker has joined.
+
+    - Allreduce: the graph's joinable ``AllreduceOptimizer`` (``joinable=True``) runs its
+      steps with zeros from this worker, the others averaging over the workers still
+      contributing; returns how many such steps it ran.
+    - ps training (synchronous replicas, bounded staleness, asynchronous): this rank
+      serves (as ``server.join()`` does) with the session still open, so a chief's sync
+      loop goes on for the others; the ps counts a joined worker out of the gradients a
+      synchronous step waits for. Returns 0.
+
+    Raises:
+        FailedPreconditionError: more than one joinable allreduce optimizer (their steps
+            would interleave differently on different workers), or no cluster.
+    """
+    found = session.graph.get_collection(JOINABLE_OPTIMIZERS)
+    if len(found) > 1:
+        raise errors.FailedPreconditionError(
+            f"mf.train.join: the graph has {len(found)} joinable allreduce optimizers; "
+            "build exactly one with AllreduceOptimizer(..., joinable=True)")
+    if found:
+        return found[0].join(session)
+    service = process.current_service()
+    if service is None:
+        raise errors.FailedPreconditionError(
+            "mf.train.join: no cluster in this process (create mf.train.Server first): "
+            "there are no other workers to go on")
+    service.join()
+    return 0
 
 
 class _BroadcastHook(SessionRunHook):

@@ -1,0 +1,56 @@
+"""Uneven data (mf.train.join, as Horovod's hvd.join): a worker whose batches run out
+joins and the others go on stepping, each step averaging the gradients of the workers
+still training (allreduce: the joined one contributes zeros; synchronous ps: the ps
+counts it out); every worker ends with the same variables, equal to a reference that
+drops the joined worker's missing batches."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PROGS = Path(__file__).parent / "progs"
+pytestmark = pytest.mark.mpi
+
+
+def _gradient(w, xb, yb):
+    xb, yb = np.asarray(xb, np.float64), np.asarray(yb, np.float64)
+    return 2.0 / len(yb) * xb.T @ (xb @ w - yb)
+
+
+def _reference(workers, steps):
+    """Momentum(0.05, 0.9) on the average of the gradients of the workers with a batch
+    left, step after step."""
+    w, accum = np.full(5, 0.5), np.zeros(5)
+    for i in range(max(steps)):
+        grads = [_gradient(w, *r["batches"][i]) for r in workers if i < len(r["batches"])]
+        accum = 0.9 * accum + np.mean(grads, axis=0)
+        w = w - 0.05 * accum
+    return w
+
+
+@pytest.mark.parametrize("steps", [(10, 3), (4, 4)])
+def test_a_worker_out_of_data_joins_and_the_others_train_on(run_mpi, tmp_path, steps):
+    run_mpi(2, PROGS / "uneven_data.py", tmp_path, *steps, timeout=120)
+    workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
+    longest = max(steps)
+    for t, r in enumerate(workers):
+        # the steps it trained, its join steps matching the others', and the last one
+        # every worker makes together with nothing to apply
+        assert len(r["batches"]) == steps[t] and r["join_steps"] == longest - steps[t] + 1
+        assert r["step"] == longest
+    np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
+    np.testing.assert_allclose(workers[0]["w"], _reference(workers, steps), rtol=1e-5)
+
+
+@pytest.mark.parametrize("steps", [(10, 3), (3, 10)])
+def test_in_synchronous_ps_training_a_worker_out_of_data_leaves_the_others_training(
+        run_mpi, tmp_path, steps):
+    # The chief (worker 0) finishing first keeps its sync loop going for the other.
+    run_mpi(3, PROGS / "uneven_sync.py", tmp_path, *steps, timeout=120)
+    workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
+    for r in workers:
+        assert r["step"] == max(steps)
+    np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
+    np.testing.assert_allclose(workers[0]["w"], _reference(workers, steps), rtol=1e-5)
