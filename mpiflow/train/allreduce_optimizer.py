@@ -65,6 +65,7 @@ class AllreduceOptimizer(WrappingOptimizer):
         self._contributes = None    # joinable: 1.0, fed 0.0 by a worker that has joined
         self._contributors = None   # joinable: how many workers contributed to the step
         self._join_feeds = []       # joinable: (tensor, what a joined worker feeds it)
+        self._last_collective = None    # joinable: the collectives run one after another
         self._train_op = None
         self._kind, self._parameter = parse_compression(compression)
         self.compression = compression
@@ -118,6 +119,7 @@ class AllreduceOptimizer(WrappingOptimizer):
                         threshold_bytes=self._threshold, half_on_wire=half)
                 if self.joinable:
                     self._contributors = outs.pop()
+                    self._last_collective = self._contributors.op
                 if half:
                     outs = [math_ops.cast(t, g.dtype) for t, (_, g) in zip(outs, dense)]
                 if self.joinable and self._op == "average":
@@ -139,8 +141,8 @@ class AllreduceOptimizer(WrappingOptimizer):
                 k = positions.shape.num_elements()
                 self._join_feeds += [(sent, np.zeros(k, grad.dtype.np_dtype)),
                                      (positions, np.arange(k, dtype=np.int64))]
-            everyone = collective_ops.all_gather(sent, group=self._group)
-            where = collective_ops.all_gather(positions, group=self._group)
+            everyone = self._in_order(collective_ops.all_gather, sent, group=self._group)
+            where = self._in_order(collective_ops.all_gather, positions, group=self._group)
             total = sparse_ops.unsorted_segment_sum(everyone, where,
                                                     var.shape.num_elements())
             if self._op == "average":
@@ -152,9 +154,9 @@ class AllreduceOptimizer(WrappingOptimizer):
             row = grad.values.shape.as_list()[1:]
             self._join_feeds += [(grad.values, np.zeros([0] + row, grad.values.dtype.np_dtype)),
                                  (grad.indices, np.zeros([0], grad.indices.dtype.np_dtype))]
-        values = collective_ops.all_gather(grad.values, group=self._group)
-        indices = collective_ops.all_gather(math_ops.cast(grad.indices, "int64"),
-                                            group=self._group)
+        values = self._in_order(collective_ops.all_gather, grad.values, group=self._group)
+        indices = self._in_order(collective_ops.all_gather,
+                                 math_ops.cast(grad.indices, "int64"), group=self._group)
         if self._op == "average":
             values = math_ops.divide(values, self._count(grad.values.dtype))
         return IndexedSlices(values, indices, grad.dense_shape)
@@ -166,9 +168,23 @@ class AllreduceOptimizer(WrappingOptimizer):
             return collective_ops.all_reduce(constant(1.0, dtype), op="sum",
                                              group=self._group)
         if self._contributors is None:
-            self._contributors = collective_ops.all_reduce(self._contributes, op="sum",
-                                                           group=self._group)
+            self._contributors = self._in_order(collective_ops.all_reduce,
+                                                self._contributes, op="sum",
+                                                group=self._group)
         return math_ops.cast(math_ops.maximum(self._contributors, 1.0), dtype)
+
+    def _in_order(self, collective, tensor, **kwargs):
+        """``collective(tensor)``; joinable, after the one made before it. A joined worker
+        feeds its gradients, so its step is scheduled from other starting points than
+        the others': only this chain keeps every worker's collectives in one order."""
+        if not self.joinable:
+            return collective(tensor, **kwargs)
+        graph = tensor.graph
+        with graph.control_dependencies([self._last_collective] if self._last_collective
+                                        else []):
+            out = collective(tensor, **kwargs)
+        self._last_collective = out.op
+        return out
 
     def _over_contributors(self, total):
         return math_ops.divide(total, self._count(total.dtype))

@@ -54,3 +54,14 @@ def test_in_synchronous_ps_training_a_worker_out_of_data_leaves_the_others_train
         assert r["step"] == max(steps)
     np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
     np.testing.assert_allclose(workers[0]["w"], _reference(workers, steps), rtol=1e-5)
+
+
+@pytest.mark.parametrize("compression", ["fp16", "topk:0.4"])
+def test_a_joined_worker_keeps_step_with_compressed_gradients_too(run_mpi, tmp_path,
+                                                                  compression):
+    # Its fed zeros take other roads through the graph than the others' gradients: the
+    # collectives still pair up (they are chained), and the replicas still agree.
+    run_mpi(2, PROGS / "uneven_data.py", tmp_path, 6, 2, compression, timeout=120)
+    workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
+    assert [r["join_steps"] for r in workers] == [1, 5] and workers[0]["step"] == 6
+    np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
