@@ -47,7 +47,8 @@ class AllreduceOptimizer(WrappingOptimizer):
         overlap: start each fusion bucket's allreduce as soon as its gradients exist,
             while the rest of the backward pass runs (else one fused op at the end).
         compression: how dense gradients travel: None; "fp16" / "bf16" (allreduced as
-            float16 / bfloat16, half the bytes, each addition rounded to the format, then
+            float16 / bfloat16, half the bytes: MPI's path rounds each addition to the
+            format, the ring adds in float32 and rounds partial sums only to cross; then
             applied in the variable's dtype); "topk:R" (every worker's ``ceil(R * size)``
             entries of largest magnitude and their positions all-gathered and summed,
             the rest kept in a local residual added to the next gradient).

@@ -19,9 +19,21 @@ def test_collectives_and_messages_count_the_bytes_each_rank_moves(run_mpi, ranks
     for rank, r in seen.items():
         assert r["allreduce_mpi"] == r["allreduce_ring"] == share
         assert r["allreduce_half_mpi"] == r["allreduce_half_ring"] == share  # float32
+        assert r["allreduce_wire_mpi"] == r["allreduce_wire_ring"] == share // 2
         assert r["allgather_received"] == (gathered_rows - (rank + 1)) * 10 * 8
         assert r["broadcast"] == ([2000, 0] if rank == 0 else [0, 2000])
     payload = 1000 * 4 + 10 * 8
     sent, received = seen[0]["p2p"][0], seen[1]["p2p"][1]
     assert sent == received and payload < sent < payload + 200     # the header too
     assert seen[0]["p2p"][1] == seen[1]["p2p"][0] == 0
+
+
+def test_the_ring_adds_half_floats_from_the_wire_in_float32(run_mpi):
+    """2048 + 1 + 2 over 3 ranks, averaged, float16 on the wire. Whatever order a chunk's
+    partial sums take, the ring adds in float32 and divides the float32 sum: 683.5 (the
+    float16 nearest 2051 / 3 and 2050 / 3). Rounding each addition to float16, as MPI's
+    sum of the format does, gives 684 for the chunks that add 2048 last (2051 rounds to
+    2052 first)."""
+    out = run_mpi(3, PROGS / "traffic_counts.py", timeout=90).stdout
+    for r in map(json.loads, out.strip().splitlines()):
+        assert r["average_wire_ring"] == [683.5]

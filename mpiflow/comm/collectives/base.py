@@ -56,6 +56,8 @@ class Collective:
 
     name: ClassVar[str] = "base"
     native_half: ClassVar[bool] = False   # False: float16 and bfloat16 are summed in float32
+    # True: sums float32 chunks whose crossings go as half floats (half_on_wire)
+    accumulates_wire_in_float32: ClassVar[bool] = False
 
     def __init__(self, comm: MPI.Intracomm, config: config_lib.Config | None = None):
         self.comm = comm
@@ -94,8 +96,11 @@ class Collective:
             check: compare (name, algorithm, op, dtype, shape) across ranks first.
             timeout: seconds before DeadlineExceededError (default MPIFLOW_TIMEOUT).
             half_on_wire: a float16 or bfloat16 array moves as it is, half the bytes of
-                float32 (compressed gradients); each addition is rounded to its format
-                (without it, half floats are summed in float32 and rounded once).
+                float32 (compressed gradients). A strategy that can
+                (``accumulates_wire_in_float32``: the ring) still adds in float32, each
+                partial sum rounded to the format only to cross; MPI's applies a sum of
+                the format (each addition rounded to it). Without it, half floats are
+                summed in float32 and rounded once.
 
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
@@ -117,9 +122,9 @@ class Collective:
                 if len(self._plans) >= _MAX_PLANS:
                     self._plans.clear()
                 self._plans[signature] = plan
-        xp, widen, record = plan
-        moved = allreduce_bytes(array.size * (4 if widen else array.dtype.itemsize),
-                                self.size)
+        xp, widen, record, wire = plan
+        moved = allreduce_bytes(array.size * (4 if widen and wire is None else
+                                              array.dtype.itemsize), self.size)
         TRAFFIC.add("allreduce", sent=moved, received=moved)
         send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
         out = self._output(describe, out, xp)
@@ -127,7 +132,7 @@ class Collective:
 
         def build(seq):
             if widen:
-                return self._allreduce_stages(work, work, op, seq)
+                return self._allreduce_stages(work, work, op, seq, wire)
             return self._allreduce_stages(send, out, op, seq)
 
         def finish():
@@ -137,7 +142,8 @@ class Collective:
         return self._issue(describe, build, finish, record, timeout)
 
     def _allreduce_plan(self, describe, array, op, name, check, half_on_wire=False) -> tuple:
-        """Check an allreduce's signature; return (array module, widen, check record)."""
+        """Check an allreduce's signature; return (array module, widen, check record, the
+        dtype on the wire where it is not the working array's)."""
         self._accept("allreduce", name, array)
         if op not in OPS:
             raise self._error(describe, f"unknown reduction {op!r}, expected one of "
@@ -148,10 +154,13 @@ class Collective:
                                         f"dtype requires")
         # float16, bfloat16: convert, reduce in float32, convert back (MPI has no type for
         # either; summing in float32 also rounds once instead of once per rank).
-        widen = array.dtype in HALF_FLOATS and not self.native_half and not half_on_wire
+        half = array.dtype in HALF_FLOATS and not self.native_half
+        wire = array.dtype if half and half_on_wire and self.accumulates_wire_in_float32 \
+            else None
+        widen = half and (not half_on_wire or wire is not None)
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
                              array.shape) if check else None
-        return _array_module(array), widen, record
+        return _array_module(array), widen, record, wire
 
     def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:
         """Blocking ``allreduce_async(...).wait()``; return the result."""
@@ -220,10 +229,11 @@ class Collective:
         return self.allgather_async(array, **options).wait()
 
     # -- strategy hooks --------------------------------------------------------------------
-    def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
+    def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         """Return the steps that leave the sum (or average) of ``send`` in ``recv``.
 
-        ``recv is send`` means in place; both are C-contiguous and of one dtype.
+        ``recv is send`` means in place; both are C-contiguous and of one dtype. ``wire``
+        (strategies with ``accumulates_wire_in_float32`` only): the dtype chunks cross in.
         """
         raise NotImplementedError
 

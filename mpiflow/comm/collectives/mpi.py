@@ -55,7 +55,7 @@ class MpiCollective(Collective):
                            "(staging through host memory is not implemented); use 'nccl'")
         return True, ""
 
-    def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
+    def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         datatype, reduction = _reduction_for(send.dtype)
         source = MPI.IN_PLACE if send is recv else [send, datatype]
         stages: list[Stage] = [RequestStage(

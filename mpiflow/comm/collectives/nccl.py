@@ -131,7 +131,7 @@ class NcclCollective(Collective):
         nccl, _ = backend.nccl_module()
         return [_NcclInit(self.state, nccl), _NcclCall(self.state, launch, what)]
 
-    def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
+    def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         nccl, _ = backend.nccl_module()
         dtype = _nccl_type(nccl, send.dtype)
         reduction = nccl.NCCL_MAX if send.dtype.kind == "b" else nccl.NCCL_SUM

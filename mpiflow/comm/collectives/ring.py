@@ -11,6 +11,11 @@ reduction of the previous one. Reduce-scatter receives land in a reused scratch 
 are added with ``np.add(mine, received, out=result)``; allgather receives land in the
 result directly. Nothing loops over elements in Python, and ``Handle.test()`` alone
 drives it: each call completes what arrived and posts what became possible.
+
+Half floats on the wire (compressed gradients): the sums stay in a float32 working copy,
+and each chunk crosses converted to the half format (received into the scratch buffer,
+added, or in the allgather widened, into the float32 result): half the bytes, added in
+float32, every rank ending with the same values.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ class _Ring(Stage):
     """The state machine of one ring allreduce (see the module docstring)."""
 
     def __init__(self, state: CommState, tag: int, send, recv, average: bool,
-                 chunk_bytes: int, window: int):
+                 chunk_bytes: int, window: int, wire=None):
         self.state, self.comm, self.tag = state, state.data_comm, tag
         n, r = state.size, state.rank
         self.n, self.r = n, r
         self.left, self.right = (r - 1) % n, (r + 1) % n
         self.src, self.dst = send.reshape(-1), recv.reshape(-1)
         self.average = average
+        # Chunks cross as ``wire`` (half floats) while sums stay in src's float32.
+        self.wire = np.dtype(wire) if wire is not None else None
+        wire_dtype = self.wire if self.wire is not None else self.src.dtype
         q, rem = divmod(self.src.size, n)
         self.seg_off = [i * q + min(i, rem) for i in range(n + 1)]
         longest = q + (1 if rem else 0)
@@ -44,9 +52,9 @@ class _Ring(Stage):
         self.W = max(1, min(window, self.M))        # receives in flight
         self.ag_first = (n - 1) * self.C             # first allgather message
         slot = -(-longest // self.C)
-        self._raw = state.scratch.take(self.W * slot * self.src.itemsize)
-        self.scratch = self._raw[:self.W * slot * self.src.itemsize].view(
-            self.src.dtype).reshape(self.W, slot)
+        self._raw = state.scratch.take(self.W * slot * wire_dtype.itemsize)
+        self.scratch = self._raw[:self.W * slot * wire_dtype.itemsize].view(
+            wire_dtype).reshape(self.W, slot)
         self.recvs: list = [None] * self.W
         self.sends: collections.deque = collections.deque()
         self.next_post = self.next_done = self.next_send = self.sends_done = 0
@@ -89,15 +97,18 @@ class _Ring(Stage):
                     break
                 t, c = divmod(m, C)
                 a, b = self._bounds((self.r - t - 1) % n, c)
-                target = self.scratch[m % W, :b - a] if t < n - 1 else self.dst[a:b]
+                target = self.scratch[m % W, :b - a] if t < n - 1 or self.wire is not None \
+                    else self.dst[a:b]
                 self.recvs[m % W] = self.comm.Irecv([target, MPI.BYTE], self.left, self.tag)
                 self.next_post += 1
                 progressed = True
             while self.next_send < M and self.next_send - C < self.next_done:
                 t, c = divmod(self.next_send, C)
                 a, b = self._bounds((self.r - t) % n, c)
-                buf = self.src if t == 0 else self.dst
-                self.sends.append(self.comm.Isend([buf[a:b], MPI.BYTE], self.right, self.tag))
+                buf = (self.src if t == 0 else self.dst)[a:b]
+                if self.wire is not None:
+                    buf = buf.astype(self.wire)     # kept by the request until it is done
+                self.sends.append(self.comm.Isend([buf, MPI.BYTE], self.right, self.tag))
                 self.next_send += 1
                 progressed = True
             while self.sends and self.sends[0].Test():
@@ -115,9 +126,11 @@ class _Ring(Stage):
 
     def _received(self, m: int) -> None:
         t, c = divmod(m, self.C)
-        if t >= self.n - 1:
-            return  # allgather: the chunk arrived in place
         a, b = self._bounds((self.r - t - 1) % self.n, c)
+        if t >= self.n - 1:
+            if self.wire is not None:   # allgather: the half-float chunk, widened
+                self.dst[a:b] = self.scratch[m % self.W, :b - a]
+            return  # allgather: the chunk arrived in place
         out = self.dst[a:b]
         np.add(self.src[a:b], self.scratch[m % self.W, :b - a], out=out)
         if self.average and t == self.n - 2:
@@ -129,6 +142,7 @@ class RingCollective(Collective):
     """Allreduce by mpiflow's ring (module docstring); broadcast/allgather by MPI."""
 
     name = "ring"
+    accumulates_wire_in_float32 = True
 
     def __init__(self, comm, config=None):
         super().__init__(comm, config)
@@ -155,7 +169,7 @@ class RingCollective(Collective):
                            f"{threshold}")
         return True, ""
 
-    def _allreduce_stages(self, send, recv, op: str, seq: int) -> list[Stage]:
+    def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         if send.size == 0:
             return []
         if self.size == 1:
@@ -163,4 +177,4 @@ class RingCollective(Collective):
                 return []
             return [CallStage(lambda: np.copyto(recv, send), "the copy of a 1-rank ring")]
         return [_Ring(self.state, self.state.data_tag(seq), send, recv, op == "average",
-                      self.chunk_bytes, self.window)]
+                      self.chunk_bytes, self.window, wire)]

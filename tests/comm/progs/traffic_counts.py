@@ -24,6 +24,13 @@ for algorithm in ("mpi", "ring"):
     strategy.allreduce(np.ones(3000, np.float16))           # summed in float32
     seen[f"allreduce_half_{algorithm}"] = between(before, TRAFFIC.totals())["sent"][
         "allreduce"]
+    before = TRAFFIC.totals()
+    # Half floats on the wire (compressed gradients): 2048, 1 and 2 on ranks 0-2.
+    moved = strategy.allreduce(np.full(3000, [2048.0, 1.0, 2.0][rank], np.float16),
+                               op="average", half_on_wire=True)
+    seen[f"allreduce_wire_{algorithm}"] = between(before, TRAFFIC.totals())["sent"][
+        "allreduce"]
+    seen[f"average_wire_{algorithm}"] = sorted(set(moved.astype(float).tolist()))
 
 before = TRAFFIC.totals()
 collectives.MpiCollective(world).allgather(np.ones((rank + 1, 10), np.float64))
