@@ -136,6 +136,11 @@ def set_local_rank(local_rank: int, local_size: int = 1) -> None:
     _local_rank[:] = [int(local_rank), max(int(local_size), 1)]
 
 
+def ranks_on_node() -> int:
+    """How many ranks of the job share this rank's node (1 before the rank service starts)."""
+    return _local_rank[1]
+
+
 def bound_gpu() -> int | None:
     """Return the GPU (among those this process sees) bound as ``/device:GPU:0``, or None
     where there is none."""

@@ -15,6 +15,7 @@ class AdagradOptimizer(Optimizer):
     """
 
     _apply_ops = {"dense": "ApplyAdagrad", "sparse": "SparseApplyAdagrad"}
+    slots_per_variable = 1
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False,
                  name="Adagrad"):

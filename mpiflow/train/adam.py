@@ -27,6 +27,7 @@ class AdamOptimizer(Optimizer):
     """
 
     _apply_ops = {"dense": "ApplyAdam", "sparse": "SparseApplyAdam"}
+    slots_per_variable = 2
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  use_locking=False, name="Adam"):

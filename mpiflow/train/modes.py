@@ -14,6 +14,9 @@
 - ``hybrid``: variables used as tables (their gradient is sparse) live on the ps and are
   read and updated only in the rows a batch touches; everything else is replicated on the
   workers and allreduced (``mpiflow.train.hybrid``).
+- ``auto``: one of the three, chosen at ``minimize`` from the model's variables and
+  gradients and a probe of the workers' link (``mpiflow.train.mode_choice``); the choice
+  and its reason are logged on worker 0 and kept in ``choice``.
 
 Big variables (2-D, at least ``shard_rows`` rows, or named in ``tables=``) are split over
 all ps tasks in ps and hybrid mode, in contiguous row ranges looked up with "div", so a
@@ -36,9 +39,13 @@ from mpiflow.ops.partitioners import fixed_size_partitioner
 from mpiflow.ops.variable_scope import get_variable_scope, variable_scope
 from mpiflow.ops.variables import global_variables, variables_initializer
 from mpiflow.train.allreduce_optimizer import AllreduceOptimizer
+from mpiflow.runtime import process
+from mpiflow.train import mode_choice
 from mpiflow.train.compression import GradientCompressionOptimizer, parse_compression
-from mpiflow.train.device_setter import replica_device_setter
+from mpiflow.train.device_setter import (GreedyLoadBalancingStrategy, byte_size_load_fn,
+                                         replica_device_setter)
 from mpiflow.train.hybrid import REPLICATED, TABLE, HybridOptimizer, TableChoice, on_ps
+from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_manager import broadcast_replicas, initialize_replicas
 from mpiflow.train.staleness import StalenessAwareOptimizer
 
@@ -50,7 +57,7 @@ class TrainingMode:
     """Placement, optimizer and initialization for one of ``MODES``.
 
     Args:
-        mode: "ps", "allreduce" or "hybrid".
+        mode: "ps", "allreduce", "hybrid" or "auto".
         cluster, task_index: the cluster and this worker's task.
         shard_rows: variables of at least this many rows (2-D) are split over the ps
             tasks in ps and hybrid mode.
@@ -67,13 +74,22 @@ class TrainingMode:
             to the ps in ps mode (``GradientCompressionOptimizer``), allreduced so in
             allreduce and hybrid mode (``AllreduceOptimizer(compression=...)``; a hybrid
             model's table rows cross as they are).
+        candidates: the modes "auto" chooses from (default all three; allreduce alone
+            where the launch made no ps task).
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
-                 tables=(), replicated=(), staleness=None, compression=None):
-        if mode not in MODES:
+                 tables=(), replicated=(), staleness=None, compression=None,
+                 candidates=MODES):
+        if mode not in (*MODES, "auto"):
             raise errors.InvalidArgumentError(
-                f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)}")
+                f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)} or "
+                "auto")
+        candidates = tuple(candidates)
+        if not candidates or any(c not in MODES for c in candidates):
+            raise errors.InvalidArgumentError(
+                f"TrainingMode(candidates={candidates!r}): expected some of "
+                f"{', '.join(MODES)}")
         parse_compression(compression)
         if staleness is not None and mode != "ps":
             raise errors.InvalidArgumentError(
@@ -81,6 +97,8 @@ class TrainingMode:
                 "asynchronous ps training; allreduce and hybrid mode average their dense "
                 "gradients synchronously")
         num_ps = cluster.num_tasks("ps") if "ps" in cluster.jobs else 0
+        if mode == "auto" and num_ps == 0:
+            candidates = ("allreduce",)
         if mode in ("ps", "hybrid") and num_ps == 0:
             raise errors.InvalidArgumentError(
                 f"Training mode {mode!r} needs ps tasks, but the cluster has none: "
@@ -93,6 +111,9 @@ class TrainingMode:
                 "--ps 0 (or MPIFLOW_PS=0) to make them workers", num_ps,
                 ", ".join(str(cluster.rank_of("ps", t)) for t in range(num_ps)))
         self.mode = mode
+        self.requested = mode
+        self.candidates = candidates
+        self.choice = None          # auto: the mode_choice.Choice made at minimize()
         self.cluster = cluster
         self.task_index = task_index
         self.num_ps = num_ps
@@ -112,7 +133,7 @@ class TrainingMode:
         if self.mode == "ps":
             device = replica_device_setter(cluster=self.cluster,
                                            worker_device=self.worker_device)
-        else:   # hybrid: replicated until the optimizer finds the tables
+        else:   # hybrid, auto: on the workers until the optimizer decides
             device = self.worker_device
         with get_default_graph().device(device), \
                 variable_scope(get_variable_scope(), custom_getter=self._getter,
@@ -140,19 +161,52 @@ class TrainingMode:
         return var
 
     def optimizer(self, opt):
-        """Wrap ``opt`` as the mode needs (allreduce for replicated variables)."""
+        """Wrap ``opt`` as the mode needs (allreduce for replicated variables); in auto
+        mode, as the mode chosen when its gradients exist."""
+        if self.mode == "auto":
+            self._optimizer = _AutoOptimizer(opt, self)
+            return self._optimizer
+        self._optimizer = self._wrap(opt)
+        return self._optimizer
+
+    def _wrap(self, opt):
         if self.mode == "ps":
             if self.compression is not None:
                 opt = GradientCompressionOptimizer(opt, self.compression)
-            self._optimizer = opt if self.staleness is None else \
+            return opt if self.staleness is None else \
                 StalenessAwareOptimizer(opt, staleness=self.staleness)
-        elif self.mode == "allreduce":
-            self._optimizer = AllreduceOptimizer(opt, algorithm=self.algorithm,
-                                                 compression=self.compression)
-        else:
-            self._optimizer = HybridOptimizer(opt, self._choice, algorithm=self.algorithm,
-                                              compression=self.compression)
-        return self._optimizer
+        if self.mode == "allreduce":
+            return AllreduceOptimizer(opt, algorithm=self.algorithm,
+                                      compression=self.compression)
+        return HybridOptimizer(opt, self._choice, algorithm=self.algorithm,
+                               compression=self.compression)
+
+    def _decide(self, opt, grads_and_vars) -> None:
+        """Auto mode: choose the mode for these gradients (``mode_choice``) and place the
+        variables as it wants them (hybrid's tables move when its optimizer sees them)."""
+        shape = mode_choice.model_shape(grads_and_vars, opt.slots_per_variable)
+        service = process.current_service()
+        comm = service.groups.get("worker") if service is not None else None
+        workers = self.cluster.num_tasks("worker")
+        link = mode_choice.measure(comm, shape.dense_bytes)
+        self.choice = mode_choice.choose(shape, workers, self.num_ps, link,
+                                         mode_choice.memory_per_worker(), self.candidates)
+        self.mode = self.choice.mode
+        if self.task_index == 0:
+            _LOG.info("TrainingMode('auto') chose %r: %s (measured: %s)", self.mode,
+                      self.choice.reason, link.describe())
+        if self.mode == "ps":
+            self._place_on_ps(grads_and_vars[0][1].graph)
+
+    def _place_on_ps(self, graph) -> None:
+        """Put every variable built on this worker on the ps tasks, the least loaded (in
+        bytes) first, as ``replica_device_setter`` would have in ps mode."""
+        load = GreedyLoadBalancingStrategy(self.num_ps, byte_size_load_fn)
+        mine = DeviceSpec.from_string(self.worker_device)
+        for var in graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
+            spec = DeviceSpec.from_string(var.device)
+            if (spec.job, spec.task) == (mine.job, mine.task):
+                var.op._set_device(DeviceSpec(job="ps", task=load(var.op)).to_string())
 
     # -- what became of each variable ----------------------------------------------------
     def describe(self) -> str:
@@ -160,6 +214,9 @@ class TrainingMode:
         gradient travels, and why."""
         lines = [f"TrainingMode {self.mode!r}: {self.cluster.num_tasks('worker')} worker(s), "
                  f"{self.num_ps} ps, shard_rows={self.shard_rows}"]
+        if self.requested == "auto":
+            lines.append(f"  chosen by auto: {self.choice.reason}" if self.choice else
+                         "  auto: the mode is chosen at minimize()")
         width = max((len(n) for n in self._variables), default=0)
         shapes = {n: str(list(shape or [])) for n, (shape, _) in self._variables.items()}
         shape_width = max((len(s) for s in shapes.values()), default=0)
@@ -172,6 +229,8 @@ class TrainingMode:
     def _treatment(self, name, parts) -> str:
         where = ", ".join(_task_name(p.device) for p in parts)
         split = f" in {len(parts)} parts" if len(parts) > 1 else ""
+        if self.mode == "auto":
+            return f"on {where}{split} until minimize() chooses the mode"
         if self.mode == "ps":
             return f"on {where}{split}, updated there by each worker's push"
         if self.mode == "allreduce":
@@ -209,6 +268,49 @@ class TrainingMode:
             sess.run(variables_initializer(own))
         initialize_replicas(sess)
         broadcast_replicas(sess)
+
+
+class _AutoOptimizer(WrappingOptimizer):
+    """TrainingMode("auto")'s optimizer: computes the gradients, has the mode chosen from
+    them (``TrainingMode._decide``), then trains as that mode's optimizer."""
+
+    def __init__(self, opt, mode: TrainingMode):
+        super().__init__(opt, False, "Auto")
+        self._mode = mode
+        self._chosen = None
+
+    def compute_gradients(self, loss, *args, **kwargs):
+        if self._chosen is not None:
+            return self._chosen.compute_gradients(loss, *args, **kwargs)
+        pairs = self._opt.compute_gradients(loss, *args, **kwargs)
+        self._mode._decide(self._opt, pairs)
+        # The chosen mode's optimizer takes these gradients instead of computing them again.
+        self._chosen = self._mode._wrap(_Computed(self._opt, pairs))
+        return self._chosen.compute_gradients(loss, *args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if self._chosen is None:
+            raise errors.FailedPreconditionError(
+                "TrainingMode('auto'): call compute_gradients (or minimize) first: the mode "
+                "is chosen from the gradients")
+        return self._chosen.apply_gradients(grads_and_vars, global_step=global_step,
+                                            name=name)
+
+
+class _Computed(WrappingOptimizer):
+    """``opt`` whose next ``compute_gradients`` returns gradients already computed."""
+
+    def __init__(self, opt, pairs):
+        super().__init__(opt, False, opt.get_name())
+        self._pairs = pairs
+
+    def compute_gradients(self, loss, *args, **kwargs):
+        pairs, self._pairs = self._pairs, None
+        return pairs if pairs is not None else \
+            self._opt.compute_gradients(loss, *args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
 
 
 def _task_name(device: str) -> str:

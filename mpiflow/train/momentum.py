@@ -12,6 +12,7 @@ class MomentumOptimizer(Optimizer):
     """
 
     _apply_ops = {"dense": "ApplyMomentum", "sparse": "SparseApplyMomentum"}
+    slots_per_variable = 1
 
     def __init__(self, learning_rate, momentum, use_locking=False, name="Momentum",
                  use_nesterov=False):

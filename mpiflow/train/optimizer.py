@@ -41,6 +41,9 @@ class Optimizer:
     GATE_GRAPH = 2
 
     _apply_ops: dict = {}
+    # Slots each variable gets (their bytes count in the state a training mode's cost
+    # model gives a worker or a ps: TrainingMode("auto")).
+    slots_per_variable: int = 0
 
     def __init__(self, use_locking: bool, name: str):
         if not name:
@@ -331,6 +334,10 @@ class WrappingOptimizer(Optimizer):
     def __init__(self, opt, use_locking, name):
         super().__init__(use_locking, name)
         self._opt = opt
+
+    @property
+    def slots_per_variable(self) -> int:
+        return self._opt.slots_per_variable
 
     def get_slot(self, var, name):
         return self._opt.get_slot(var, name)

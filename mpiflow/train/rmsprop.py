@@ -28,6 +28,10 @@ class RMSPropOptimizer(Optimizer):
         if centered:
             self._apply_ops = self._centered_ops
 
+    @property
+    def slots_per_variable(self) -> int:
+        return 3 if self._centered else 2
+
     def _create_slots(self, var_list):
         for v in var_list:
             self._get_or_make_slot(

@@ -15,8 +15,20 @@ SESSIONS = ["session", "monitored", "supervisor"]
 pytestmark = pytest.mark.mpi
 
 
-def cases(modes):
-    return [":".join(c) for c in itertools.product(modes, OPTIMIZERS, LAYOUTS, SESSIONS)]
+def run_cases(run_mpi, num_ps, workers, expected):
+    """Run the matrix's ``expected`` cases on ``num_ps`` ps and ``workers`` workers; each
+    must pass, in order."""
+    proc = run_mpi(num_ps + workers, PROG, *expected, timeout=300, check=False,
+                   env={"MPIFLOW_PS": str(num_ps), "MPIFLOW_TIMEOUT": "60"})
+    failures = re.findall(r"^FAIL .*$", proc.stdout, re.MULTILINE)
+    assert not failures, "\n".join(failures) + "\n" + proc.stderr[-3000:]
+    passed = re.findall(r"^OK (\S+)$", proc.stdout, re.MULTILINE)
+    assert passed == expected, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def cases(modes, optimizers=OPTIMIZERS):
+    return [":".join(c) for c in itertools.product(modes, optimizers, LAYOUTS, SESSIONS)]
 
 
 @pytest.mark.parametrize("num_ps,workers,modes", [
@@ -32,11 +44,15 @@ def cases(modes):
 ])
 def test_every_mode_optimizer_layout_and_session_matches_its_reference(run_mpi, num_ps,
                                                                        workers, modes):
-    expected = cases(modes)
-    proc = run_mpi(num_ps + workers, PROG, *expected, timeout=300, check=False,
-                   env={"MPIFLOW_PS": str(num_ps), "MPIFLOW_TIMEOUT": "60"})
-    failures = re.findall(r"^FAIL .*$", proc.stdout, re.MULTILINE)
-    assert not failures, "\n".join(failures) + "\n" + proc.stderr[-3000:]
-    passed = re.findall(r"^OK (\S+)$", proc.stdout, re.MULTILINE)
-    assert passed == expected, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_cases(run_mpi, num_ps, workers, cases(modes))
+
+
+@pytest.mark.parametrize("num_ps,workers,modes", [
+    (2, 1, ["auto-ps", "auto-allreduce", "auto-hybrid"]),
+    (1, 2, ["auto-allreduce", "auto-hybrid"]),
+])
+def test_auto_trains_as_the_mode_it_chose_would(run_mpi, num_ps, workers, modes):
+    """TrainingMode("auto") builds the model before it knows the mode and places it at
+    minimize(): left one candidate, it must then equal the reference as that mode does
+    (two optimizers, every layout and session)."""
+    run_cases(run_mpi, num_ps, workers, cases(modes, ["sgd", "adam"]))

@@ -159,3 +159,62 @@ def test_which_copy_keeps_tensorflows_name_does_not_depend_on_variable_names(tab
     assert powers == {"beta1_power": "/job:ps/task:0", "beta2_power": "/job:ps/task:0",
                       "beta1_power_worker": "/job:worker/task:0",
                       "beta2_power_worker": "/job:worker/task:0"}
+
+
+# -- auto: the mode chosen at minimize() ------------------------------------------------------
+
+def _jobs_of_every_variable():
+    """{variable name, its parts as one: {jobs}}, and the names of the replicated ones."""
+    def whole(name):
+        return re.sub(r"/part_\d+", "", name)
+    jobs = {}
+    for v in mf.global_variables():
+        jobs.setdefault(whole(v.op.name), set()).add(mf.DeviceSpec.from_string(v.device).job)
+    replicas = {whole(v.op.name) for v in mf.get_default_graph().get_collection(
+        mf.GraphKeys.REPLICATED_VARIABLES)}
+    return jobs, replicas
+
+
+@pytest.mark.parametrize("chosen", ["ps", "allreduce", "hybrid"])
+def test_auto_places_the_model_as_the_mode_it_chooses_would(chosen):
+    """Variable by variable, on the same jobs and replicated alike. (Auto splits the big
+    ones over the ps before it knows the mode: chosen allreduce replicates the parts.)"""
+    with mf.Graph().as_default():
+        build(chosen)
+        fixed = _jobs_of_every_variable()
+    with mf.Graph().as_default():
+        _, mode = build("auto", candidates=[chosen])
+        auto = _jobs_of_every_variable()
+        tasks = {mf.DeviceSpec.from_string(v.device).task for v in mf.global_variables()}
+    assert mode.mode == chosen and mode.requested == "auto"
+    assert auto == fixed
+    if chosen == "ps":      # spread over both ps tasks
+        assert tasks == {0, 1}
+
+
+def test_auto_says_what_it_chose_and_why():
+    _, mode = build("auto")
+    text = mode.describe()
+    assert text.startswith(f"TrainingMode {mode.mode!r}")
+    assert "chosen by auto: " + mode.choice.reason in text
+    assert mode.choice.reason.startswith(f"{mode.mode} adds the least to a step")
+    assert set(mode.choice.predictions) == {"ps", "allreduce", "hybrid"}
+
+
+def test_auto_without_a_ps_task_can_only_allreduce():
+    cluster = mf.train.ClusterSpec({"worker": ["w:1", "w:2"]})
+    mode = mf.train.TrainingMode("auto", cluster, 0)
+    with mode.scope():
+        w = mf.get_variable("w", [3, 1])
+        loss = mf.reduce_sum(mf.matmul(mf.ones([2, 3]), w))
+        mode.optimizer(mf.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    assert mode.mode == "allreduce" and "the launch made no ps task" in mode.choice.reason
+
+
+def test_auto_rejects_what_it_cannot_choose_from():
+    with pytest.raises(errors.InvalidArgumentError, match=r"candidates=\('sync',\)"):
+        mf.train.TrainingMode("auto", CLUSTER, 0, candidates=["sync"])
+    mode = mf.train.TrainingMode("auto", CLUSTER, 0)
+    with pytest.raises(errors.FailedPreconditionError, match="the mode is chosen from the "
+                                                              "gradients"):
+        mode.optimizer(mf.train.GradientDescentOptimizer(0.1)).apply_gradients([])

@@ -3,7 +3,9 @@ table layout and kind of session, against a single-process reference on the same
 
 Usage: mpiexec -n K python mode_matrix.py CASE [CASE ...]   (MPIFLOW_PS sets the ps count)
 A CASE is ``mode:optimizer:layout:session``:
-  mode     ps (asynchronous, one worker), sync (SyncReplicasOptimizer), allreduce, hybrid
+  mode     ps (asynchronous, one worker), sync (SyncReplicasOptimizer), allreduce, hybrid;
+           auto-ps, auto-allreduce, auto-hybrid: TrainingMode("auto") left that one
+           candidate, so it builds the model unplaced, then places it at minimize()
   layout   whole (every variable in one piece) or split (big variables in parts: over the
            ps tasks by TrainingMode, or, with one ps, by the model's own partitioner)
   session  session (mf.Session + TrainingMode.initialize), monitored
@@ -81,6 +83,8 @@ class Case:
     def __init__(self, text, num_ps, workers):
         self.text = text
         self.mode, self.optimizer, self.layout, self.session = text.split(":")
+        self.auto = self.mode.startswith("auto-")
+        self.mode = self.mode.removeprefix("auto-")     # the mode trained in
         self.num_ps, self.workers = num_ps, workers
         self.seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
@@ -88,8 +92,11 @@ class Case:
         """The TrainingMode of the case: sync trains in ps placement."""
         mode = "ps" if self.mode == "sync" else self.mode
         auto_split = self.layout == "split" and self.num_ps >= 2
-        return mf.train.TrainingMode(mode, cluster, task,
-                                     shard_rows=SPLIT_ROWS if auto_split else 10 ** 6)
+        shard_rows = SPLIT_ROWS if auto_split else 10 ** 6
+        if self.auto:
+            return mf.train.TrainingMode("auto", cluster, task, shard_rows=shard_rows,
+                                         candidates=[mode])
+        return mf.train.TrainingMode(mode, cluster, task, shard_rows=shard_rows)
 
     def emb_partitioner(self):
         """With one ps, "split" is the model's own partitioner (TrainingMode splits only
@@ -120,7 +127,7 @@ def train_case(case, cluster, server):
                                                    else [v])}) for name, v in params.items()}
         shared_state = ps_state_read_by_replicas(graph)
         with open_session(case, server, opt, graph) as sess:
-            record = {"task": task, "devices": devices, "losses": [],
+            record = {"task": task, "devices": devices, "losses": [], "chosen": mode.mode,
                       "shared_state": shared_state,
                       "digests": [digest(sess.run(replicated))] if replicated else []}
             if is_chief:
@@ -200,8 +207,7 @@ class open_session:
         return sess
 
     def case_mode_init(self, sess):
-        mode = mf.train.TrainingMode("ps" if self.sync else self.case.mode, self.server.cluster_spec,
-                                     self.server.task_index)
+        mode = self.case.training_mode(self.server.cluster_spec, self.server.task_index)
         mode.initialize(sess, self.server.is_chief)
         if self.sync:
             sess.run(mf.local_variables_initializer())
@@ -243,6 +249,9 @@ def reference(case, cluster, initial):
 
 def check(case, cluster, records):
     chief = records[0]
+    chosen = {r["chosen"] for r in records}
+    if chosen != {"ps" if case.mode == "sync" else case.mode}:
+        return f"the workers trained in {sorted(chosen)}"
     digests = [r["digests"] for r in records]
     if any(d != digests[0] for d in digests[1:]):
         first = next(i for i in range(len(digests[0]))

@@ -1,0 +1,94 @@
+"""TrainingMode("auto")'s choice (mpiflow.train.mode_choice): each mode's step priced from
+the bytes and updates mode_cost counts and a measured link, the cheapest that fits a
+worker's memory taken, and the reason said."""
+
+import pytest
+
+import mpiflow as mf
+from mpiflow.train import mode_choice
+from mpiflow.train.mode_cost import ModelShape
+
+MiB = 2 ** 20
+# 1 GB/s point-to-point, 2 GB/s allreduce bus, 10 us latencies, 1 ns per element updated
+LINK = mode_choice.Link(allreduce_latency_s=10e-6, allreduce_s_per_byte=0.5e-9,
+                        message_latency_s=10e-6, receive_s_per_byte=1e-9,
+                        update_s_per_element=1e-9)
+PLENTY = float("inf")
+
+
+def test_a_ps_step_waits_for_the_slower_of_the_worker_and_the_ps_serving_every_worker():
+    shape = ModelShape(dense_bytes=4 * MiB, table_bytes=0, row_bytes=0, ids_per_step=0,
+                       slots=0)
+    # The ps moves the 8 MiB of a pull and a push and updates 1 Mi elements per worker
+    # step: with one worker that outweighs the worker's own 8 MiB and two exchanges.
+    one = mode_choice.predict_seconds("ps", shape, 1, 1, LINK, PLENTY)
+    assert one.seconds == pytest.approx(8 * MiB * 1e-9 + MiB * 1e-9)
+    four = mode_choice.predict_seconds("ps", shape, 4, 1, LINK, PLENTY)
+    assert four.seconds == pytest.approx(4 * one.seconds)
+    assert "the ps serving every worker" in four.why
+    # A tiny model: the exchanges' latency, on the worker, is what a step waits for.
+    tiny = mode_choice.predict_seconds("ps", ModelShape(64, 0, 0, 0, 0), 1, 1, LINK, PLENTY)
+    assert tiny.seconds == pytest.approx(2 * 10e-6 + 128 * 1e-9)
+
+
+def test_allreduce_pays_the_allreduce_and_updates_every_variable_on_every_worker():
+    shape = ModelShape(4 * MiB, 0, 0, 0, slots=1)
+    got = mode_choice.predict_seconds("allreduce", shape, 4, 0, LINK, PLENTY)
+    assert got.seconds == pytest.approx(10e-6 + 4 * MiB * 0.5e-9 + 2 * MiB * 1e-9)
+
+
+def test_a_dense_model_on_many_workers_allreduces_rather_than_crowd_one_ps():
+    shape = ModelShape(40 * MiB, 0, 0, 0, slots=2)
+    choice = mode_choice.choose(shape, 8, 1, LINK, PLENTY)
+    assert choice.mode == "allreduce"
+    assert "hybrid" not in choice.predictions       # no table: hybrid would be allreduce
+    assert "no table" in choice.reason
+
+
+def test_a_big_table_touched_in_few_rows_goes_to_the_ps_and_the_dense_part_is_allreduced():
+    shape = ModelShape(dense_bytes=8 * MiB, table_bytes=2048 * MiB, row_bytes=256,
+                       ids_per_step=8192, slots=1)
+    choice = mode_choice.choose(shape, 8, 2, LINK, memory_per_worker=1024 * MiB)
+    assert choice.mode == "hybrid"
+    assert "allreduce left out: a worker's state would not fit its 1024 MiB share" \
+        in choice.reason
+    roomy = mode_choice.choose(shape, 8, 2, LINK, PLENTY)
+    # with the memory, allreduce still gathers every worker's rows and applies them all
+    assert roomy.predictions["hybrid"].seconds < roomy.predictions["allreduce"].seconds
+
+
+def test_one_worker_beside_a_ps_lets_the_ps_apply_a_model_too_slow_to_update_locally():
+    slow_updates = mode_choice.Link(10e-6, 0.5e-9, 10e-6, 0.1e-9, update_s_per_element=50e-9)
+    choice = mode_choice.choose(ModelShape(1 * MiB, 0, 0, 0, 0), 1, 1, slow_updates, PLENTY)
+    assert choice.mode == "ps"   # a worker alone updates 256 Ki elements; the ps does it
+    assert choice.reason.startswith("ps adds the least to a step")
+
+
+def test_candidates_limit_the_choice_and_without_a_ps_only_allreduce_runs():
+    shape = ModelShape(1 * MiB, 64 * MiB, 64, 1024, 1)
+    assert mode_choice.choose(shape, 4, 1, LINK, PLENTY, candidates=["ps"]).mode == "ps"
+    assert mode_choice.choose(shape, 4, 0, LINK, PLENTY).mode == "allreduce"
+    with pytest.raises(mf.errors.InvalidArgumentError, match="no ps task"):
+        mode_choice.choose(shape, 4, 0, LINK, PLENTY, candidates=["hybrid"])
+
+
+def test_the_model_shape_comes_from_the_gradients():
+    with mf.Graph().as_default():
+        ids = mf.placeholder(mf.int64, [32])
+        free = mf.placeholder(mf.int64, [None])
+        table = mf.get_variable("emb", [100, 8])
+        other = mf.get_variable("emb2", [50, 8])
+        w = mf.get_variable("w", [8, 2])
+        h = mf.nn.embedding_lookup(table, ids)
+        loss = mf.reduce_sum(mf.matmul(h, w)) + mf.reduce_sum(
+            mf.nn.embedding_lookup(other, free))
+        pairs = mf.train.AdamOptimizer(0.1).compute_gradients(loss)
+    shape = mode_choice.model_shape(pairs, mf.train.AdamOptimizer.slots_per_variable)
+    assert shape == ModelShape(dense_bytes=8 * 2 * 4, table_bytes=150 * 8 * 4, row_bytes=32,
+                               ids_per_step=32 + mode_choice.ASSUMED_IDS, slots=2)
+
+
+def test_a_rank_alone_measures_its_own_copies_and_updates():
+    link = mode_choice.measure(None, 1 * MiB)
+    assert link.receive_s_per_byte > 0 and link.update_s_per_element > 0
+    assert mode_choice.Link.from_array(link.as_array()).describe() == link.describe()
