@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("ps", "allreduce", "hybrid")
+RUNS = (*MODES, "auto")     # auto: TrainingMode("auto"), with the ps of ps and hybrid
 
 
 def peak_rss_bytes() -> int:
@@ -85,6 +86,7 @@ def job(args):
     is_ps = server.job_name == "ps"
     steps = np.zeros(1)
     elapsed = np.zeros(1)
+    chosen = -1.0
     moved = None
     if is_ps:
         before = traffic.TRAFFIC.totals()
@@ -101,6 +103,7 @@ def job(args):
             step = mf.train.get_or_create_global_step()
             train_op = mode.optimizer(mf.train.AdagradOptimizer(0.05)).minimize(
                 loss, global_step=step)
+        chosen = float(MODES.index(mode.mode))
         x, y = batches(args, seed=1 + task)
         with mf.Session(server.target) as sess:
             mode.initialize(sess, server.is_chief)
@@ -116,7 +119,7 @@ def job(args):
             steps[0] = args.steps
         server.join()
     row = np.array([float(is_ps), steps[0], elapsed[0], moved["sent_total"],
-                    moved["received_total"], float(peak_rss_bytes()), float(baseline)])
+                    moved["received_total"], float(peak_rss_bytes()), float(baseline), chosen])
     rows = np.zeros((world.Get_size(), row.size)) if world.Get_rank() == 0 else None
     world.Gather(row, rows, root=0)
     if world.Get_rank() != 0:
@@ -127,6 +130,7 @@ def job(args):
     served = worker_steps + len(workers) * args.warmup
     result = {
         "mode": args.mode, "workers": len(workers), "ps": len(ps),
+        "chosen": MODES[int(workers[0, 7])],
         "steps_per_s": float(worker_steps / workers[:, 2].max()),
         # per worker step: what one worker moved, and what each ps moved for it
         "worker_sent": float(workers[:, 3].sum() / worker_steps),
@@ -176,9 +180,9 @@ def model_shape(args):
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=MODES, default="hybrid", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=RUNS, default="hybrid", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, nargs="*", default=[2, 4, 8])
-    parser.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="*", choices=RUNS, default=list(RUNS))
     parser.add_argument("--ps", type=int, default=1)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=32)
@@ -206,7 +210,8 @@ def main():
     for workers in args.workers:
         for mode in args.modes:
             measured = launch(args, mode, workers)
-            cost = predict(mode, shape, workers, 0 if mode == "allreduce" else args.ps)
+            chosen = measured["chosen"]
+            cost = predict(chosen, shape, workers, 0 if chosen == "allreduce" else args.ps)
             runs.append({"measured": measured, "predicted": cost._asdict()})
             print(f"  {mode} x {workers}: {measured['steps_per_s']:.1f} steps/s",
                   file=sys.stderr, flush=True)
@@ -224,6 +229,23 @@ def _mib(value):
     return f"{value / (1 << 20):.2f}"
 
 
+def auto_against_the_best(runs) -> list:
+    """A line per worker count: auto's steps/s as a fraction of the best fixed mode's."""
+    lines = []
+    for workers in sorted({r["measured"]["workers"] for r in runs}):
+        rates = {r["measured"]["mode"]: r["measured"] for r in runs
+                 if r["measured"]["workers"] == workers}
+        fixed = [m for m in MODES if m in rates]
+        if "auto" not in rates or not fixed:
+            continue
+        best = max(fixed, key=lambda m: rates[m]["steps_per_s"])
+        auto = rates["auto"]
+        lines.append(f"- {workers} workers: auto chose {auto['chosen']}, "
+                     f"{auto['steps_per_s'] / rates[best]['steps_per_s']:.2f} of the best "
+                     f"fixed mode ({best})")
+    return [""] + lines if lines else []
+
+
 def report(args, shape, runs, predictions) -> str:
     """The tables: measured against predicted, then the predictions beyond."""
     lines = [f"model: table {args.rows} x {args.dim} ({_mib(shape.table_bytes)} MiB), dense "
@@ -235,13 +257,15 @@ def report(args, shape, runs, predictions) -> str:
              "(model state) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for run in runs:
         m, p = run["measured"], run["predicted"]
+        label = m["mode"] if m["mode"] != "auto" else f"auto: {m['chosen']}"
         lines.append(
-            f"| {m['mode']} | {m['workers']} | {m['steps_per_s']:.1f} | "
+            f"| {label} | {m['workers']} | {m['steps_per_s']:.1f} | "
             f"{_mib(m['worker_sent'])} ({_mib(p['worker_sent'])}) | "
             f"{_mib(m['worker_received'])} ({_mib(p['worker_received'])}) | "
             f"{_mib(m['ps_received'])} ({_mib(p['ps_received'])}) | "
             f"{_mib(m['worker_peak_rss'])} ({_mib(p['worker_state'])}) | "
             f"{_mib(m['ps_peak_rss'])} ({_mib(p['ps_state'])}) |")
+    lines += auto_against_the_best(runs)
     lines += ["", "Predicted beyond the runs (per worker step; ps load: bytes through each "
               "ps per global step of every worker):", "",
               "| mode | workers | worker sent+received MiB | ps load MiB | worker state MiB | "

@@ -124,6 +124,12 @@ def modes(size, log):
     return results
 
 
+def example_modes(size, log):
+    log("modes and auto on examples/embedding_hybrid.py")
+    return _last_json(_run([sys.executable, BENCH / "modes.py", "--json", "--rounds", "3"],
+                           timeout=1800))
+
+
 def stragglers(size, log):
     log("a straggler: async, bounded staleness, sync")
     plot = BENCH / "plots" / "staleness.png"
@@ -220,10 +226,12 @@ def plots(results, out_dir):
 
     fig, axes = plt.subplots(1, len(results["modes"]), figsize=(9, 3.6))
     for ax, (name, result) in zip(axes, results["modes"].items()):
-        for mode in ("ps", "allreduce", "hybrid"):
+        for mode in ("ps", "allreduce", "hybrid", "auto"):
             points = [(r["measured"]["workers"], r["measured"]["steps_per_s"])
                       for r in result["runs"] if r["measured"]["mode"] == mode]
-            ax.plot(*zip(*points), marker="o", label=mode)
+            if points:
+                ax.plot(*zip(*points), marker="x" if mode == "auto" else "o",
+                        linestyle=":" if mode == "auto" else "-", label=mode)
         ax.set_title(f"{name} embedding model", fontsize=9)
         ax.set_xlabel("workers")
     axes[0].set_ylabel("steps/s of the job")
@@ -340,6 +348,7 @@ def markdown(results, files, size, elapsed):
     lines += [f"![bandwidth]({files['bandwidth'].relative_to(ROOT)})", ""]
     lines += single_process_section(results["single"])
     lines += modes_section(results["modes"], files)
+    lines += example_modes_section(results["example_modes"])
     lines += straggler_section(results["stragglers"])
     lines += compression_section(results["compression"])
     return "\n".join(lines)
@@ -431,8 +440,9 @@ def modes_section(mode_results, files) -> list:
     from benchmarks.hybrid_cost import report as cost_report
     from mpiflow.train.mode_cost import ModelShape
     lines = ["## ps, allreduce or hybrid: measured against the cost model", "",
-             "An embedding model trained in each mode (`benchmarks/hybrid_cost.py`, 1 ps in "
-             "ps and hybrid mode, every process on the same cores): steps/s, the bytes each "
+             "An embedding model trained in each mode and in `TrainingMode(\"auto\")` "
+             "(`benchmarks/hybrid_cost.py`, 1 ps in "
+             "ps, hybrid and auto mode, every process on the same cores): steps/s, the bytes each "
              "worker and the ps moved per worker step (`mpiflow.comm.traffic`) and their peak "
              "memory, beside what `mpiflow.train.mode_cost` predicts (in brackets), then its "
              "predictions for 64 workers.", ""]
@@ -443,6 +453,21 @@ def modes_section(mode_results, files) -> list:
     if "modes" in files:
         lines += [f"![modes]({files['modes'].relative_to(ROOT)})", ""]
     return lines
+
+
+def example_modes_section(runs) -> list:
+    lines = ["### auto against the fixed modes: examples/embedding_hybrid.py", "",
+             "The example's click model (a 200,000 x 64 table, `python benchmarks/modes.py`) on "
+             "3 ranks: 1 ps and 2 workers in ps, hybrid and auto mode, 3 workers in allreduce "
+             "mode; the median of 3 launches of each, taken in turn (min-max).", "",
+             "| mode | workers | steps/s | min-max |", "| --- | --- | --- | --- |"]
+    for mode, r in runs.items():
+        label = mode if mode != "auto" else f"auto: {', '.join(r['chosen'])}"
+        low, high = r["spread"]
+        lines.append(f"| {label} | {r['workers']} | {r['steps_per_s']:.1f} | "
+                     f"{low:.0f}-{high:.0f} |")
+    return lines + ["", f"auto: {runs['auto']['of_best']:.2f} of the best fixed mode "
+                        "(target: at least 0.90)", ""]
 
 
 def _cost_args(extra):
@@ -465,6 +490,7 @@ def main():
     results = {"ps": ps_mode(size, log), "transfers": transfers(size, log),
                "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log),
                "single": single_process(size, log), "modes": modes(size, log),
+               "example_modes": example_modes(size, log),
                "stragglers": stragglers(size, log), "compression": compression(size, log)}
     files = plots(results, Path(args.plots))
     Path(args.out).write_text(markdown(results, files, args.size, time.monotonic() - start))

@@ -3,6 +3,7 @@
     mpiexec -n 3 python examples/embedding_hybrid.py --mode hybrid      # 1 ps + 2 workers
     mpiexec -n 3 python examples/embedding_hybrid.py --mode ps
     mpiexec -n 3 python examples/embedding_hybrid.py --mode allreduce   # 3 workers, no ps
+    mpiexec -n 3 python examples/embedding_hybrid.py --mode auto        # chosen, 1 ps
 
 The model code is the same in every mode; ``mf.train.TrainingMode`` decides where the
 variables live and how gradients travel. Synthetic click-style data: each example has
@@ -68,7 +69,7 @@ def build_model(ids, labels, vocab, dim, fields):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=mf.train.modes.MODES, default="hybrid")
+    parser.add_argument("--mode", choices=[*mf.train.modes.MODES, "auto"], default="hybrid")
     parser.add_argument("--ps", type=int, default=None,
                         help="ps tasks (default: MPIFLOW_PS, else 0 in allreduce mode and 1 "
                              "in the others)")
@@ -117,14 +118,14 @@ def main(argv=None):
         progress.close(args.steps)
         test_loss = sess.run(loss, {ids: x_test, labels: y_test})
     server.join()        # every worker done before the numbers are reported
-    result = {"mode": args.mode, "workers": workers, "vocab": args.vocab, "dim": args.dim,
+    result = {"mode": mode.mode, "requested": args.mode, "workers": workers, "vocab": args.vocab, "dim": args.dim,
               "steps_per_s": args.steps * workers / elapsed, "first_loss": float(first_loss),
               "test_loss": float(test_loss)}
     if server.is_chief:
         if args.json:
             print(json.dumps(result), flush=True)
         else:
-            print(f"{args.mode}: {result['steps_per_s']:.1f} steps/s over {workers} workers "
+            print(f"{mode.mode}: {result['steps_per_s']:.1f} steps/s over {workers} workers "
                   f"(table {args.vocab} x {args.dim}); test loss {first_loss:.4f} -> "
                   f"{test_loss:.4f}", flush=True)
     return result

@@ -11,6 +11,10 @@ hand (``mode_cost.ModelShape``) and the launch's workers and ps tasks:
   rate of an optimizer update on this rank;
 - that a ps serves every worker: in ps and hybrid mode a step waits for the slower of the
   worker's own traffic and the ps's share of all workers' pulls, pushes and updates;
+- a node with more working ranks than cores: there every rank's work shares the cores,
+  and a round of steps takes the work of every worker and ps over the cores (a crowded
+  ps is not a bottleneck of its own, it takes its turn like the rest); allreduce mode
+  leaves the launch's ps ranks idle, so its workers may have the cores to themselves;
 - memory: a mode whose state (variables and slots) would not fit a worker's share of its
   node's available memory is left out (allreduce with a big table).
 
@@ -21,6 +25,7 @@ decides, and tells the other workers (every worker must build the same mode).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import NamedTuple
 
@@ -47,19 +52,27 @@ class Link:
     among the workers; message_latency_s + receive_s_per_byte * bytes: a worker's
     point-to-point exchange (with the other workers, or a pull or push with a ps);
     update_s_per_element: an optimizer's update of one element with no slot (each slot
-    adds as much again).
+    adds as much again). ps_round_trip_s + ps_s_per_byte * bytes: a step's exchange with
+    a ps through mpiflow's own ps path (a session's run, the ps's service; every worker
+    asking at once), where there is a ps (else the point-to-point figures stand in).
     """
 
     FIELDS = ("allreduce_latency_s", "allreduce_s_per_byte", "message_latency_s",
-              "receive_s_per_byte", "update_s_per_element")
+              "receive_s_per_byte", "update_s_per_element", "ps_round_trip_s",
+              "ps_s_per_byte")
 
     def __init__(self, allreduce_latency_s, allreduce_s_per_byte, message_latency_s,
-                 receive_s_per_byte, update_s_per_element):
+                 receive_s_per_byte, update_s_per_element, ps_round_trip_s=None,
+                 ps_s_per_byte=None):
         self.allreduce_latency_s = float(allreduce_latency_s)
         self.allreduce_s_per_byte = float(allreduce_s_per_byte)
         self.message_latency_s = float(message_latency_s)
         self.receive_s_per_byte = float(receive_s_per_byte)
         self.update_s_per_element = float(update_s_per_element)
+        self.ps_round_trip_s = float(message_latency_s if ps_round_trip_s is None
+                                     else ps_round_trip_s)
+        self.ps_s_per_byte = float(receive_s_per_byte if ps_s_per_byte is None
+                                   else ps_s_per_byte)
 
     def as_array(self) -> np.ndarray:
         return np.array([getattr(self, f) for f in self.FIELDS], np.float64)
@@ -75,7 +88,8 @@ class Link:
         return (f"allreduce {self.allreduce_latency_s * 1e6:.0f} us + "
                 f"{_rate(self.allreduce_s_per_byte)}, point-to-point "
                 f"{self.message_latency_s * 1e6:.0f} us + "
-                f"{_rate(self.receive_s_per_byte)}, updates "
+                f"{_rate(self.receive_s_per_byte)}, through a ps "
+                f"{self.ps_round_trip_s * 1e6:.0f} us + {_rate(self.ps_s_per_byte)}, updates "
                 f"{1e-6 / max(self.update_s_per_element, 1e-15):.0f} M elements/s")
 
 
@@ -110,42 +124,55 @@ def model_shape(grads_and_vars, slots: int) -> ModelShape:
 
 
 def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: Link,
-                    memory_per_worker: float) -> Prediction:
-    """What ``mode`` adds to a worker step of ``shape`` (see the module docstring)."""
+                    memory_per_worker: float, node: tuple | None = None) -> Prediction:
+    """What ``mode`` adds to a worker step of ``shape`` (see the module docstring).
+
+    ``node``: (ranks of the job on this node, its cores). Where the ranks that work in
+    ``mode`` outnumber the cores (allreduce leaves the ps ranks idle), every rank's work
+    shares them, so a step takes the work of all the workers and ps tasks over the cores
+    instead of the slower of worker and ps.
+    """
     cost = predict(mode, shape, workers, ps if mode != "allreduce" else 0)
     update = link.update_s_per_element * (1 + shape.slots)
     fits = cost.worker_state <= memory_per_worker
-    # A pull and a push with each ps a step (ps mode), or with each ps a table is on.
-    exchanges = 2 * ps * link.message_latency_s if mode == "ps" or shape.table_bytes else 0
-    if mode == "ps":
-        worker = exchanges + link.receive_s_per_byte * (cost.worker_sent +
-                                                        cost.worker_received)
-        serving = workers * (link.receive_s_per_byte * (cost.ps_sent + cost.ps_received) +
-                             update * cost.ps_applied)
-        return Prediction(mode, max(worker, serving),
-                          f"pulls and pushes {_ms(worker)}, the ps serving every worker "
-                          f"{_ms(serving)}", fits)
-    dense = link.allreduce_s(shape.dense_bytes)
+    # A step's exchange with each ps (ps mode), or with each ps a table is on.
+    exchanges = ps * link.ps_round_trip_s if mode == "ps" or shape.table_bytes else 0
     dense_share = allreduce_bytes(shape.dense_bytes, workers)
-    applied = update * cost.worker_applied
-    if mode == "allreduce":     # the other workers' rows come in an allgather
-        rows = link.receive_s_per_byte * (cost.worker_received - dense_share) + \
-            (link.message_latency_s if shape.table_bytes else 0.0)
-        return Prediction(mode, dense + rows + applied,
-                          f"allreduce {_ms(dense)}, others' rows {_ms(rows)}, updates "
-                          f"{_ms(applied)}", fits)
-    rows = exchanges + link.receive_s_per_byte * (cost.worker_sent + cost.worker_received -
-                                                  2 * dense_share)
-    serving = workers * (link.receive_s_per_byte * (cost.ps_sent + cost.ps_received) +
-                         update * cost.ps_applied)
-    return Prediction(mode, max(dense + rows + applied, serving),
-                      f"allreduce {_ms(dense)}, rows to and from the ps {_ms(rows)}, "
-                      f"updates {_ms(applied)}, the ps serving every worker "
-                      f"{_ms(serving)}", fits)
+    if mode == "ps":
+        worker = exchanges + link.ps_s_per_byte * (cost.worker_sent + cost.worker_received)
+        parts = f"pulls and pushes {_ms(worker)}"
+    else:
+        dense = link.allreduce_s(shape.dense_bytes)
+        applied = update * cost.worker_applied
+        if mode == "allreduce":     # the other workers' rows come in an allgather
+            rows = link.receive_s_per_byte * (cost.worker_received - dense_share) + \
+                (link.message_latency_s if shape.table_bytes else 0.0)
+            what = "others' rows"
+        else:
+            rows = exchanges + link.ps_s_per_byte * (
+                cost.worker_sent + cost.worker_received - 2 * dense_share)
+            what = "rows to and from the ps"
+        worker = dense + rows + applied
+        parts = f"allreduce {_ms(dense)}, {what} {_ms(rows)}, updates {_ms(applied)}"
+    # Each ps's work for one worker step: its share of the bytes and updates.
+    per_ps = (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) +
+              update * cost.ps_applied) if mode != "allreduce" else 0.0
+    crowding = _crowding(mode, workers, ps, node)
+    if crowding is not None:
+        # The ps's side of a transfer is in the time measured through it already (it
+        # spans both processes): only the ps's updates are added.
+        ps_updates = update * cost.ps_applied if mode != "allreduce" else 0.0
+        seconds = workers * (worker + ps * ps_updates) * crowding / (workers + ps)
+        return Prediction(mode, seconds, f"{parts}; on {crowding:.1f} ranks per core, "
+                          "a step waits for every rank's work", fits)
+    serving = workers * per_ps
+    if mode != "allreduce":
+        parts += f", the ps serving every worker {_ms(serving)}"
+    return Prediction(mode, max(worker, serving), parts, fits)
 
 
 def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_worker: float,
-           candidates=CANDIDATES) -> Choice:
+           candidates=CANDIDATES, node: tuple | None = None) -> Choice:
     """The mode of ``candidates`` that adds least to a step and fits, with the reason."""
     possible = [m for m in candidates if ps or m == "allreduce"]
     if not shape.table_bytes:
@@ -154,7 +181,7 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
         raise errors.InvalidArgumentError(
             f"TrainingMode('auto', candidates={tuple(candidates)!r}): the launch made no ps "
             "task, so only allreduce can run")
-    predictions = {m: predict_seconds(m, shape, workers, ps, link, memory_per_worker)
+    predictions = {m: predict_seconds(m, shape, workers, ps, link, memory_per_worker, node)
                    for m in possible}
     fitting = [p for p in predictions.values() if p.fits] or list(predictions.values())
     best = min(fitting, key=lambda p: p.seconds)
@@ -175,9 +202,11 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
     return Choice(best.mode, "; ".join(reason), predictions)
 
 
-def measure(comm, nbytes: int, timeout: float | None = None) -> Link:
+def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None = None,
+            target: str = "") -> Link:
     """Measure a ``Link`` among the ranks of ``comm`` (every rank calls it; rank 0's
-    figures are returned on all of them, so every rank decides alike)."""
+    figures are returned on all of them, so every rank decides alike), and with
+    ``ps_task``, the path to that ps through this process's server (``target``)."""
     from mpiflow.comm.collectives import MpiCollective, get_collective  # noqa: PLC0415
 
     nbytes = int(min(max(nbytes, _SMALL_BYTES), _PROBE_CAP_BYTES))
@@ -194,21 +223,41 @@ def measure(comm, nbytes: int, timeout: float | None = None) -> Link:
             small, out=small, name="mode_probe_small", timeout=timeout))
         whole = _best_of(lambda: reduce.allreduce(big, out=big, name="mode_probe",
                                                   timeout=timeout))
-        gather = MpiCollective(comm)
-
-        def gathering(part, name):
-            return _best_of(lambda: gather.allgather(part, name=name, timeout=timeout))
-        message = gathering(np.zeros(8, np.uint8), "mode_probe_message")
-        part = np.zeros(nbytes // size, np.uint8)
-        gathered = gathering(part, "mode_probe_gather")
+        pairs = comm.Dup()      # every rank is here: the allreduces above returned
+        try:
+            message = _exchange_seconds(pairs, 8, timeout)
+            exchanged = _exchange_seconds(pairs, nbytes, timeout)
+        finally:
+            pairs.Free()
         link = Link(latency, max(whole - latency, 0.0) / nbytes, message,
-                    max(gathered - message, 0.0) / max(part.nbytes * (size - 1), 1), update)
+                    max(exchanged - message, 0.0) / nbytes, update)
+    if ps_task is not None:
+        link.ps_round_trip_s, link.ps_s_per_byte = _through_ps(target, ps_task, nbytes)
     if size > 1:
         figures = link.as_array()
         MpiCollective(comm).broadcast(figures, root=0, name="mode_probe_figures",
                                       timeout=timeout)
         link = Link.from_array(figures)
     return link
+
+
+def this_node() -> tuple:
+    """(ranks of the job on this node, the cores this rank may run on)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return backend.ranks_on_node(), cores
+
+
+def _crowding(mode: str, workers: int, ps: int, node) -> float | None:
+    """Working ranks per core on this node where they outnumber its cores (the ps ranks
+    of the launch, taken as spread like the workers, idle in allreduce mode)."""
+    if node is None:
+        return None
+    ranks, cores = node
+    working = ranks * workers / (workers + ps) if mode == "allreduce" else ranks
+    return working / cores if working > cores else None
 
 
 def memory_per_worker() -> float:
@@ -222,9 +271,55 @@ def memory_per_worker() -> float:
     return MEMORY_SHARE * available / backend.ranks_on_node()
 
 
+def _exchange_seconds(comm, nbytes: int, timeout: float | None) -> float:
+    """Each rank sends ``nbytes`` to the next and receives as many from the one before
+    (a pull or push of that size, every rank at once): the best of a few, in seconds."""
+    from mpi4py import MPI  # noqa: PLC0415
+
+    from mpiflow import config  # noqa: PLC0415
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sent, received = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    limit = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
+
+    def once():
+        requests = [comm.Irecv(received, (rank - 1) % size, 0),
+                    comm.Isend(sent, (rank + 1) % size, 0)]
+        deadline = time.monotonic() + limit
+        while not MPI.Request.Testall(requests):
+            if time.monotonic() > deadline:
+                raise errors.DeadlineExceededError(
+                    f"TrainingMode('auto'): the link probe between workers {rank} and "
+                    f"{(rank - 1) % size}/{(rank + 1) % size} did not finish in {limit} s")
+            time.sleep(0)
+    return _best_of(once)
+
+
+def _through_ps(target: str, task: int, nbytes: int) -> tuple[float, float]:
+    """A session's run that reads a tensor from ps ``task`` (and one that sends it one),
+    as a ps step's pull (and push) does: (seconds of a tiny one, seconds per byte)."""
+    import mpiflow as mf  # noqa: PLC0415  (mpiflow.train is imported by mpiflow)
+
+    graph = mf.Graph()
+    with graph.as_default():
+        with graph.device(f"/job:ps/task:{task}"):
+            tiny = mf.zeros([1], name="mode_probe_tiny")
+            pulled = mf.zeros([nbytes // 4], name="mode_probe_pulled")
+        fed = mf.placeholder(mf.float32, [nbytes // 4], name="mode_probe_fed")
+        with graph.device(f"/job:ps/task:{task}"):
+            pushed = mf.reduce_sum(fed, name="mode_probe_pushed")
+        sent = np.zeros(nbytes // 4, np.float32)
+        with mf.Session(target or "mode-probe", graph=graph) as sess:
+            round_trip = _best_of(lambda: sess.run(tiny))
+            pull = _best_of(lambda: sess.run(pulled)) - round_trip
+            push = _best_of(lambda: sess.run(pushed, {fed: sent})) - round_trip
+    return round_trip, max(pull + push, 0.0) / (2 * sent.nbytes)
+
+
 def _update_seconds_per_element() -> float:
-    """An SGD update (``v -= lr * g``) of a million float32 elements, per element."""
-    v, g, t = (np.ones(1 << 20, np.float32) for _ in range(3))
+    """An SGD update (``v -= lr * g``) of 8 Mi float32 elements (more than a cache holds,
+    as a model's variables are), per element."""
+    v, g, t = (np.ones(1 << 23, np.float32) for _ in range(3))
 
     def update():
         np.multiply(g, np.float32(0.1), out=t)
@@ -255,5 +350,5 @@ def _rate(seconds_per_byte: float) -> str:
     return f"{1e-9 / max(seconds_per_byte, 1e-18):.2f} GB/s"
 
 
-__all__ = ["ASSUMED_IDS", "CANDIDATES", "Choice", "Link", "Prediction", "choose",
+__all__ = ["ASSUMED_IDS", "CANDIDATES", "Choice", "Link", "Prediction", "choose", "this_node",
            "measure", "memory_per_worker", "model_shape", "predict_seconds"]

@@ -188,9 +188,12 @@ class TrainingMode:
         service = process.current_service()
         comm = service.groups.get("worker") if service is not None else None
         workers = self.cluster.num_tasks("worker")
-        link = mode_choice.measure(comm, shape.dense_bytes)
+        ps_task = self.task_index % self.num_ps if self.num_ps and service is not None \
+            else None
+        link = mode_choice.measure(comm, shape.dense_bytes, ps_task=ps_task)
         self.choice = mode_choice.choose(shape, workers, self.num_ps, link,
-                                         mode_choice.memory_per_worker(), self.candidates)
+                                         mode_choice.memory_per_worker(), self.candidates,
+                                         mode_choice.this_node())
         self.mode = self.choice.mode
         if self.task_index == 0:
             _LOG.info("TrainingMode('auto') chose %r: %s (measured: %s)", self.mode,

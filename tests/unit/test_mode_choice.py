@@ -26,9 +26,9 @@ def test_a_ps_step_waits_for_the_slower_of_the_worker_and_the_ps_serving_every_w
     four = mode_choice.predict_seconds("ps", shape, 4, 1, LINK, PLENTY)
     assert four.seconds == pytest.approx(4 * one.seconds)
     assert "the ps serving every worker" in four.why
-    # A tiny model: the exchanges' latency, on the worker, is what a step waits for.
+    # A tiny model: the exchange's latency, on the worker, is what a step waits for.
     tiny = mode_choice.predict_seconds("ps", ModelShape(64, 0, 0, 0, 0), 1, 1, LINK, PLENTY)
-    assert tiny.seconds == pytest.approx(2 * 10e-6 + 128 * 1e-9)
+    assert tiny.seconds == pytest.approx(10e-6 + 128 * 1e-9)
 
 
 def test_allreduce_pays_the_allreduce_and_updates_every_variable_on_every_worker():
@@ -92,3 +92,21 @@ def test_a_rank_alone_measures_its_own_copies_and_updates():
     link = mode_choice.measure(None, 1 * MiB)
     assert link.receive_s_per_byte > 0 and link.update_s_per_element > 0
     assert mode_choice.Link.from_array(link.as_array()).describe() == link.describe()
+
+
+def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
+    """5 ranks on 2 cores: the ps's updates no longer wait on their own core, they take
+    their share of the cores like the workers' traffic and updates do."""
+    shape = ModelShape(8 * MiB, 0, 0, 0, slots=1)
+    spread = mode_choice.choose(shape, 4, 1, LINK, PLENTY)
+    assert spread.mode == "allreduce"    # one ps serving four workers is the bottleneck
+    crowded = mode_choice.choose(shape, 4, 1, LINK, PLENTY, node=(5, 2))
+    ps = crowded.predictions["ps"]
+    worker = 10e-6 + 16 * MiB * 1e-9     # a pull and a push (the ps's side counted in it)
+    updates = 2 * 2 * MiB * 1e-9         # 2 Mi elements on the ps, one slot
+    assert ps.seconds == pytest.approx(4 * (worker + updates) * 2.5 / 5)
+    assert "on 2.5 ranks per core" in ps.why
+    # allreduce leaves the ps rank idle: 4 workers on 2 cores
+    assert "on 2.0 ranks per core" in crowded.predictions["allreduce"].why
+    assert "ranks per core" not in mode_choice.choose(shape, 2, 1, LINK, PLENTY, node=(3, 2)
+                                                      ).predictions["allreduce"].why
