@@ -162,7 +162,8 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
         # The ps's side of a transfer is in the time measured through it already (it
         # spans both processes): only the ps's updates are added.
         ps_updates = update * cost.ps_applied if mode != "allreduce" else 0.0
-        seconds = workers * (worker + ps * ps_updates) * crowding / (workers + ps)
+        working = workers if mode == "allreduce" else workers + ps
+        seconds = workers * (worker + ps * ps_updates) * crowding / working
         return Prediction(mode, seconds, f"{parts}; on {crowding:.1f} ranks per core, "
                           "a step waits for every rank's work", fits)
     serving = workers * per_ps

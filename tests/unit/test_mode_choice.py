@@ -106,7 +106,9 @@ def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
     updates = 2 * 2 * MiB * 1e-9         # 2 Mi elements on the ps, one slot
     assert ps.seconds == pytest.approx(4 * (worker + updates) * 2.5 / 5)
     assert "on 2.5 ranks per core" in ps.why
-    # allreduce leaves the ps rank idle: 4 workers on 2 cores
+    # allreduce leaves the ps rank idle: 4 workers on 2 cores, each step's work twice over
     assert "on 2.0 ranks per core" in crowded.predictions["allreduce"].why
+    assert crowded.predictions["allreduce"].seconds == pytest.approx(
+        2 * spread.predictions["allreduce"].seconds)
     assert "ranks per core" not in mode_choice.choose(shape, 2, 1, LINK, PLENTY, node=(3, 2)
                                                       ).predictions["allreduce"].why
