@@ -58,7 +58,7 @@ def _run(cmd, timeout=900, env=None):
 
 def _last_json(text):
     for line in reversed(text.strip().splitlines()):
-        if line.startswith("{"):
+        if line.startswith(("{", "[")):
             return json.loads(line)
     if "SKIPPED" in text:
         return None
