@@ -190,14 +190,16 @@ class TrainingMode:
         workers = self.cluster.num_tasks("worker")
         ps_task = self.task_index % self.num_ps if self.num_ps and service is not None \
             else None
+        started = time.perf_counter()
         link = mode_choice.measure(comm, shape.dense_bytes, ps_task=ps_task)
+        probed = time.perf_counter() - started
         self.choice = mode_choice.choose(shape, workers, self.num_ps, link,
                                          mode_choice.memory_per_worker(), self.candidates,
                                          mode_choice.this_node())
         self.mode = self.choice.mode
         if self.task_index == 0:
-            _LOG.info("TrainingMode('auto') chose %r: %s (measured: %s)", self.mode,
-                      self.choice.reason, link.describe())
+            _LOG.info("TrainingMode('auto') chose %r: %s (measured in %.2f s: %s)",
+                      self.mode, self.choice.reason, probed, link.describe())
         if self.mode == "ps":
             self._place_on_ps(grads_and_vars[0][1].graph)
 

@@ -47,7 +47,7 @@ def test_the_embedding_example_trains_in_the_mode_auto_chooses_and_says_why(run_
     proc = run_mpi(3, EXAMPLES / "embedding_hybrid.py", "--mode", "auto", "--vocab", 20000,
                    "--steps", 40, timeout=180, env={"MPIFLOW_PS": "1"})
     said = re.findall(r"TrainingMode\('auto'\) chose '(\w+)': \1 adds the least to a step: "
-                      r".*\(measured: allreduce .* through a ps .*\)", proc.stderr)
+                      r".*\(measured in [\d.]+ s: allreduce .* through a ps .*\)", proc.stderr)
     assert len(said) == 1, proc.stderr            # worker 0 says it, once
     found = re.search(rf"{said[0]}: [\d.]+ steps/s over 2 workers .*test loss "
                       r"(\d+\.\d+) -> (\d+\.\d+)", proc.stdout)
