@@ -174,21 +174,30 @@ class _ClockOp(OpDef):
 _CLOCK_ATTRS = {"shared_name": REQUIRED, "task": REQUIRED}
 
 
-@register_op("WorkerRoundRead", attrs=dict(_CLOCK_ATTRS))
-class WorkerRoundReadOp(_ClockOp):
-    """Count a step of worker ``task`` as having read the variables (it runs first in the
-    ps's piece of the step, with the reads)."""
+class _ClockCountOp(_ClockOp):
+    """Add a step of worker ``task`` to the clock named ``counter`` (``WorkerClocks``'s
+    ``read`` or ``done``), wake what waits on the clocks, output the new count."""
 
-    schedule_early = True
+    counter = None
     changes_shared_state = True
 
     def infer(self, b):
         return [(dtypes.int64, [])]
 
     def forward(self, xp, ctx):
-        ctx.clocks.read[ctx.task] += 1
+        counts = getattr(ctx.clocks, self.counter)
+        counts[ctx.task] += 1
         ctx.env.notify(ctx.event)
-        return np.asarray(ctx.clocks.read[ctx.task], np.int64)
+        return np.asarray(counts[ctx.task], np.int64)
+
+
+@register_op("WorkerRoundRead", attrs=dict(_CLOCK_ATTRS))
+class WorkerRoundReadOp(_ClockCountOp):
+    """Count a step of worker ``task`` as having read the variables (it runs first in the
+    ps's piece of the step, with the reads)."""
+
+    counter = "read"
+    schedule_early = True
 
 
 @register_op("WorkerRoundAllRead", attrs=dict(_CLOCK_ATTRS))
@@ -209,18 +218,10 @@ class WorkerRoundAllReadOp(_ClockOp):
 
 
 @register_op("WorkerRoundDone", attrs=dict(_CLOCK_ATTRS))
-class WorkerRoundDoneOp(_ClockOp):
+class WorkerRoundDoneOp(_ClockCountOp):
     """Count a step of worker ``task`` as applied."""
 
-    changes_shared_state = True
-
-    def infer(self, b):
-        return [(dtypes.int64, [])]
-
-    def forward(self, xp, ctx):
-        ctx.clocks.done[ctx.task] += 1
-        ctx.env.notify(ctx.event)
-        return np.asarray(ctx.clocks.done[ctx.task], np.int64)
+    counter = "done"
 
 
 @register_op("WorkerRoundBound", attrs=dict(_CLOCK_ATTRS, staleness=REQUIRED))

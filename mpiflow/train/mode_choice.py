@@ -154,19 +154,17 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
             what = "rows to and from the ps"
         worker = dense + rows + applied
         parts = f"allreduce {_ms(dense)}, {what} {_ms(rows)}, updates {_ms(applied)}"
-    # Each ps's work for one worker step: its share of the bytes and updates.
-    per_ps = (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) +
-              update * cost.ps_applied) if mode != "allreduce" else 0.0
+    ps_updates = update * cost.ps_applied       # each ps's, per worker step (allreduce: 0)
     crowding = _crowding(mode, workers, ps, node)
     if crowding is not None:
         # The ps's side of a transfer is in the time measured through it already (it
         # spans both processes): only the ps's updates are added.
-        ps_updates = update * cost.ps_applied if mode != "allreduce" else 0.0
         working = workers if mode == "allreduce" else workers + ps
         seconds = workers * (worker + ps * ps_updates) * crowding / working
         return Prediction(mode, seconds, f"{parts}; on {crowding:.1f} ranks per core, "
                           "a step waits for every rank's work", fits)
-    serving = workers * per_ps
+    # Each ps's work for one worker step: its share of the bytes and its updates.
+    serving = workers * (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) + ps_updates)
     if mode != "allreduce":
         parts += f", the ps serving every worker {_ms(serving)}"
     return Prediction(mode, max(worker, serving), parts, fits)
