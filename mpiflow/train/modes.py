@@ -288,7 +288,8 @@ class _AutoOptimizer(WrappingOptimizer):
         if self._chosen is not None:
             return self._chosen.compute_gradients(loss, *args, **kwargs)
         pairs = self._opt.compute_gradients(loss, *args, **kwargs)
-        self._mode._decide(self._opt, pairs)
+        if self._mode.choice is None:       # the first optimizer's gradients decide
+            self._mode._decide(self._opt, pairs)
         # The chosen mode's optimizer takes these gradients instead of computing them again.
         self._chosen = self._mode._wrap(_Computed(self._opt, pairs))
         return self._chosen.compute_gradients(loss, *args, **kwargs)

@@ -201,6 +201,25 @@ def test_auto_says_what_it_chose_and_why():
     assert set(mode.choice.predictions) == {"ps", "allreduce", "hybrid"}
 
 
+def test_auto_chooses_once_for_every_optimizer_of_the_model(monkeypatch):
+    decisions = []
+    measure = mf.train.mode_choice.measure
+    monkeypatch.setattr(mf.train.mode_choice, "measure",
+                        lambda *a, **k: decisions.append(1) or measure(*a, **k))
+    mode = mf.train.TrainingMode("auto", CLUSTER, 0, candidates=["hybrid"])
+    with mode.scope():
+        ids = mf.placeholder(mf.int64, [None])
+        table = mf.get_variable("emb", [6, 2])
+        w = mf.get_variable("w", [2, 1])
+        loss = mf.reduce_sum(mf.matmul(mf.nn.embedding_lookup(table, ids), w))
+        tables = mode.optimizer(mf.train.AdagradOptimizer(0.1))
+        dense = mode.optimizer(mf.train.GradientDescentOptimizer(0.1))
+        tables.minimize(loss, var_list=[table])
+        dense.minimize(loss, var_list=[w])
+    assert decisions == [1] and mode.mode == "hybrid"
+    assert table.device.startswith("/job:ps") and w.device == "/job:worker/task:0"
+
+
 def test_auto_without_a_ps_task_can_only_allreduce():
     cluster = mf.train.ClusterSpec({"worker": ["w:1", "w:2"]})
     mode = mf.train.TrainingMode("auto", cluster, 0)
