@@ -8,7 +8,7 @@ import ml_dtypes
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mpiflow import errors
@@ -16,7 +16,7 @@ from mpiflow import errors
 pytest.importorskip("mpi4py")
 from mpiflow.comm.transport import decode_header  # noqa: E402  (imports MPI)
 from mpiflow.ops.checkpoint_reader import read_slice  # noqa: E402
-from mpiflow.runtime.messages import check_message  # noqa: E402
+from mpiflow.runtime.messages import STRS, check_message  # noqa: E402
 from mpiflow.runtime.rank_service import KINDS  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)     # the one numeric dtype of kind 'V', sent by name
@@ -68,6 +68,8 @@ def test_random_headers_and_buffer_specs_are_checked(fields, buffers):
        st.dictionaries(st.sampled_from(["c", "s", "e", "h", "n", "msg", "who", "host", "cls",
                                         "rank", "tb"]), plain, max_size=8),
        st.integers(min_value=0, max_value=2))
+@example("t", {"e": [], "c": 0, "s": 0}, 0)           # arrays counted by a list field
+@example("t", {"e": ["a:0"], "c": 0, "s": 1}, 1)
 def test_control_messages_pass_the_schema_or_are_refused(kind, fields, arrays):
     header = dict(fields, k=kind)
     try:
@@ -76,8 +78,14 @@ def test_control_messages_pass_the_schema_or_are_refused(kind, fields, arrays):
         assert "rank 2 (worker:1)" in str(exc)
         return
     kind = KINDS[accepted]
-    assert arrays == kind.arrays
-    assert all(type(header[f]) in types for f, types in kind.fields.items())
+    # a kind's arrays: a number, or one per entry of a list field ("t": one per edge)
+    per_entry = isinstance(kind.arrays, str)
+    assert arrays == (len(header[kind.arrays]) if per_entry else kind.arrays)
+    for f, types in kind.fields.items():
+        if types is STRS:
+            assert type(header[f]) is list and all(type(v) is str for v in header[f])
+        else:
+            assert type(header[f]) in types
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
