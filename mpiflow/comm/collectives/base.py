@@ -26,6 +26,7 @@ from mpiflow.comm.collectives.handle import (
     Stage,
     describe_array,
     describe_call,
+    run_now,
 )
 from mpiflow.comm.collectives.state import comm_state, make_backoff
 from mpiflow.comm.traffic import TRAFFIC, allreduce_bytes
@@ -105,6 +106,12 @@ class Collective:
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
         """
+        return self._issue(*self._allreduce_call(array, op, out, name, check, timeout,
+                                                  half_on_wire))
+
+    def _allreduce_call(self, array, op, out, name, check, timeout, half_on_wire) -> tuple:
+        """An allreduce's checks and closures: ``(describe, build, finish, record,
+        timeout)``, for ``_issue`` or ``_run_now``."""
         describe = ("allreduce", name, self.name, array, self.rank, self.size)
         # Training makes the same calls every step: what a call's signature allows is
         # found out once (the checks raise the first time, and never pass a bad call).
@@ -139,7 +146,7 @@ class Collective:
             if widen:
                 np.copyto(out, work, casting="same_kind")
             return out
-        return self._issue(describe, build, finish, record, timeout)
+        return describe, build, finish, record, timeout
 
     def _allreduce_plan(self, describe, array, op, name, check, half_on_wire=False) -> tuple:
         """Check an allreduce's signature; return (array module, widen, check record, the
@@ -162,9 +169,13 @@ class Collective:
                              array.shape) if check else None
         return _array_module(array), widen, record, wire
 
-    def allreduce(self, array, op: str = "sum", out=None, **options) -> Any:
-        """Blocking ``allreduce_async(...).wait()``; return the result."""
-        return self.allreduce_async(array, op, out, **options).wait()
+    def allreduce(self, array, op: str = "sum", out=None, *, name: str | None = None,
+                  check: bool = True, timeout: float | None = None,
+                  half_on_wire: bool = False) -> Any:
+        """Blocking ``allreduce_async(...).wait()``; return the result. With nothing
+        issued before it still in line, it runs at once (``handle.run_now``)."""
+        return self._run_now(*self._allreduce_call(array, op, out, name, check, timeout,
+                                                   half_on_wire))
 
     # -- broadcast -------------------------------------------------------------------------
     def broadcast_async(self, array, root: int = 0, *, name: str | None = None,
@@ -174,6 +185,9 @@ class Collective:
         Every rank passes an array of the root's shape and dtype; the result is that array,
         overwritten in place on the other ranks.
         """
+        return self._issue(*self._broadcast_call(array, root, name, check, timeout))
+
+    def _broadcast_call(self, array, root, name, check, timeout) -> tuple:
         describe = self._accept("broadcast", name, array)
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or \
                 not 0 <= root < self.size:
@@ -192,12 +206,14 @@ class Collective:
         if self.size > 1:
             TRAFFIC.add("broadcast", sent=array.nbytes if self.rank == root else 0,
                         received=0 if self.rank == root else array.nbytes)
-        return self._issue(describe, lambda seq: self._broadcast_stages(buf, root, seq),
-                           finish, record, timeout)
+        return (describe, lambda seq: self._broadcast_stages(buf, root, seq), finish, record,
+                timeout)
 
-    def broadcast(self, array, root: int = 0, **options) -> Any:
-        """Blocking ``broadcast_async(...).wait()``; return the array."""
-        return self.broadcast_async(array, root, **options).wait()
+    def broadcast(self, array, root: int = 0, *, name: str | None = None,
+                  check: bool = True, timeout: float | None = None) -> Any:
+        """Blocking ``broadcast_async(...).wait()``; return the array (at once where it
+        can, as ``allreduce``)."""
+        return self._run_now(*self._broadcast_call(array, root, name, check, timeout))
 
     # -- allgather -------------------------------------------------------------------------
     def allgather_async(self, array, *, name: str | None = None, check: bool = True,
@@ -208,6 +224,9 @@ class Collective:
         the rest of the shape and the dtype must agree. The result is a new array with the
         ranks' rows in rank order.
         """
+        return self._issue(*self._allgather_call(array, name, check, timeout))
+
+    def _allgather_call(self, array, name, check, timeout) -> tuple:
         describe = self._accept("allgather", name, array)
         if array.ndim == 0:
             raise self._error(describe, "allgather needs an array with a first dimension, "
@@ -221,12 +240,14 @@ class Collective:
             others = box["out"].nbytes - send.nbytes    # what this rank did not have
             TRAFFIC.add("allgather", sent=others, received=others)
             return box["out"]
-        return self._issue(describe, lambda seq: self._allgather_stages(send, box, seq),
-                           finish, record, timeout)
+        return (describe, lambda seq: self._allgather_stages(send, box, seq), finish, record,
+                timeout)
 
-    def allgather(self, array, **options) -> Any:
-        """Blocking ``allgather_async(...).wait()``; return the gathered array."""
-        return self.allgather_async(array, **options).wait()
+    def allgather(self, array, *, name: str | None = None, check: bool = True,
+                  timeout: float | None = None) -> Any:
+        """Blocking ``allgather_async(...).wait()``; return the gathered array (at once
+        where it can, as ``allreduce``)."""
+        return self._run_now(*self._allgather_call(array, name, check, timeout))
 
     # -- strategy hooks --------------------------------------------------------------------
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
@@ -298,6 +319,11 @@ class Collective:
         return Handle(self.state, describe, build, finish, record,
                       self.timeout if timeout is None else timeout,
                       Backoff(*self._backoff_args))
+
+    def _run_now(self, describe, build, finish, record, timeout) -> Any:
+        return run_now(self.state, describe, build, finish, record,
+                       self.timeout if timeout is None else timeout,
+                       Backoff(*self._backoff_args))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}' on {self.size} ranks>"

@@ -132,6 +132,30 @@ class CommState:
         self._queue.append(handle)
         return seq
 
+    def idle(self) -> bool:
+        """Whether an operation issued now could start at once: both duplicates ready and
+        nothing issued before it waiting for its check to be posted or its data to start."""
+        if self._queue or self._unposted or self._dup is None:
+            return False
+        return self.dup_ready() and self._check_dup_ready()
+
+    def next_seq(self) -> int:
+        """Number an operation that starts at once (``idle()``), without queueing it."""
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def requeue_first(self, handle) -> None:
+        """Put ``handle`` (numbered by ``next_seq``, its check posted) at the head of the
+        queue: it starts its data phase when its check passes, before anything issued
+        after it."""
+        self._queue.appendleft(handle)
+
+    def _check_dup_ready(self) -> bool:
+        if self._check_dup_request is not None and self._check_dup_request.Test():
+            self._check_dup_request = None
+        return self._check_dup_request is None
+
     def submit_check(self, check) -> None:
         """Queue ``check`` to be posted after the checks issued before it (at once when
         the check communicator is ready)."""
@@ -139,12 +163,8 @@ class CommState:
         self._post_checks()
 
     def _post_checks(self) -> None:
-        if not self._unposted:
+        if not self._unposted or not self._check_dup_ready():
             return
-        if self._check_dup_request is not None:
-            if not self._check_dup_request.Test():
-                return
-            self._check_dup_request = None
         while self._unposted:
             self._unposted.popleft().post()
 

@@ -12,6 +12,7 @@ runs twice.
 
 import json
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -173,6 +174,31 @@ class Cases:
             self.expect(f"in flight #{i} waited in reverse order", started[i].wait(),
                         self.expected(sizes[i], dtype, "average"), 1e-6)
 
+    def late_rank(self):
+        """Blocking calls that outlast their first quick polls (the last rank comes 20 ms
+        late): one goes on as a handle while at its check, one (unchecked) in its data
+        phase; an async call and a blocking one issued right after it still match the
+        other ranks' calls in order."""
+        xp = self.xp
+        dtype = np.dtype(np.float32)
+        late = self.rank == self.size - 1
+        for n, check in ((1009, True), (1 << 16, False)):
+            mine = xp.asarray(self.contribution(self.rank, n, dtype))
+            if late:
+                time.sleep(0.02)
+            got = self.collective(mine).allreduce(mine, name=f"late/{check}", check=check)
+            self.expect(f"late rank, check={check}", got, self.expected(n, dtype, "sum"))
+        first = xp.asarray(self.contribution(self.rank, 1 << 16, dtype))
+        second = xp.asarray(self.contribution(self.rank, 7, dtype))
+        if late:
+            time.sleep(0.02)
+        handle = self.collective(first).allreduce_async(first, name="late/async")
+        got = self.collective(second).allreduce(second, "average", name="late/after")
+        self.expect("blocking call behind a late async one", got,
+                    self.expected(7, dtype, "average"), 1e-6)
+        self.expect("the late async one", handle.wait(),
+                    self.expected(1 << 16, dtype, "sum"))
+
     def fusion(self):
         xp = self.xp
         if self.algorithm == "nccl":
@@ -223,7 +249,7 @@ def main():
         comm = world.Dup()
         cases = Cases(comm, algorithm, xp, large="--no-large" not in sys.argv)
         for case in (cases.allreduce, cases.broadcast, cases.allgather, cases.handles,
-                     cases.fusion):
+                     cases.late_rank, cases.fusion):
             case()
         total += cases.count
         failures += [f"comm #{attempt}: {f}" for f in cases.failures]
