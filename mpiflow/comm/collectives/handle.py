@@ -119,7 +119,7 @@ class Handle:
 
     @classmethod
     def adopt(cls, state: CommState, describe: tuple, build, finish, timeout: float,
-              backoff: Backoff, seq: int, issued: float, check, stages, stage) -> "Handle":
+              backoff: Backoff, seq: int, issued: float, check, stages, stage) -> Handle:
         """The handle of an operation ``run_now`` started (number ``seq``, its check
         posted): still at its check, it heads the queue; else it is in its data phase,
         at ``stage`` with ``stages`` to follow. The caller holds the state's lock."""
