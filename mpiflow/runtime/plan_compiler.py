@@ -145,6 +145,7 @@ class _Compiler:
                 if not (op.type == "VariableV2" and op not in run_var_ops) and
                 not (op.outputs and not get_op_def(op.type).stateful and
                      all(t in fed for t in op.outputs))]     # fed in full: a placeholder
+        runs = sends_bunched(runs)
         kernel_at = {op: kernel_placement(op, self.device_of) for op in runs}
         fused_root, fused_inner = _fusion_groups(runs, kernel_at, fed, self.fetch_tensors)
         self.donations = _donations(runs, kernel_at, fed, set(self.fetch_tensors),
@@ -251,6 +252,56 @@ class _Compiler:
                         self.labels, [None] * n_tensors + self.refs, self.feed_slots,
                         fetch_slots, min(gpus) if gpus else None, self.has_transfers,
                         self.donations)
+
+
+def sends_bunched(runs) -> list:
+    """``runs`` with each Send moved down past the ops after it that may run first, so
+    that Sends meet and leave as one message per peer (``SendGroup``).
+
+    A ps answering a pull reads each variable and sends it: read, send, read, send. Sent
+    one by one, each is its own message, and a large one moves only when its receiver,
+    busy computing with the first, next looks (MPI's rendezvous). Its applies of a push
+    each send a token back: one message per variable where one would do. An op may run
+    before the Sends held back (``_may_pass``) when it waits for nobody, and either costs
+    nothing (a read, a view, a constant) or everything held back is a token; a Recv, an
+    op that waits, or one that writes a variable a held Send reads from lets them go
+    first. Nothing else moves, so no wait of another rank ever depends on a Send later
+    than it did, and a held Send is late by at most the cost of what passed it.
+    """
+    bunched, held = [], []
+    for op in runs:
+        op_def = get_op_def(op.type)
+        if op_def.transfer == "send":
+            held.append(op)
+        elif held and _may_pass(op, op_def, held):
+            bunched.append(op)
+        else:
+            bunched.extend(held)
+            held.clear()
+            bunched.append(op)
+    return bunched + held
+
+
+_COSTS_NOTHING = frozenset({"Const", "NoOp", "VariableV2"})
+
+
+def _may_pass(op, op_def, held) -> bool:
+    """Whether ``op`` may run before the Sends ``held`` back (see ``sends_bunched``)."""
+    if op_def.transfer is not None or op_def.async_kernel or \
+            any(c in held for c in op._control_inputs):
+        return False
+    free = op.type in _COSTS_NOTHING or op_def.aliases_input or op_def.aliases_state
+    may_write = (op_def.stateful or op_def.ref_inputs) and op.type not in _COSTS_NOTHING
+    if may_write and any(variable_aliased(send.inputs[0]) is not None for send in held):
+        return False
+    return free or all(_is_token(send) for send in held)
+
+
+def _is_token(send) -> bool:
+    """A Send of the token that carries a control edge across ranks (a Const that waits
+    for its op: ``partition``), whose receiver only waits for it."""
+    source = send.inputs[0].op
+    return source.type == "Const" and bool(source._control_inputs)
 
 
 def _gated(kernel, op_def):

@@ -10,7 +10,7 @@ from mpiflow.ops.registry import registered_op_types
 from mpiflow.runtime.executor import Plan, schedule
 from mpiflow.runtime.kernel_env import LocalEnv
 from mpiflow.runtime.partition import partition
-from mpiflow.runtime.plan_compiler import SEND
+from mpiflow.runtime.plan_compiler import RECV, SEND
 from mpiflow.runtime.resources import ResourceStore
 from mpiflow.runtime.transfers import SendGroup, StepIO
 
@@ -94,3 +94,60 @@ def test_sends_split_by_a_kernel_between_them_stay_apart():
         train = mf.train.GradientDescentOptimizer(0.1).minimize(loss)
     groups = _send_groups(_plan(_pieces([], [train]).nodes[WORKER]))
     assert [len(g.edges) for g in groups] == [1, 1], groups
+
+
+def _kinds(plan):
+    return [step.kind for step in plan._steps]
+
+
+def _mlp_like():
+    """A worker computing with two variables of the ps, read through their snapshots."""
+    with mf.device("/job:ps/task:0"):
+        w0, w1 = mf.get_variable("w0", [3, 3]), mf.get_variable("w1", [3, 3])
+    with mf.device("/job:worker/task:0"):
+        x = mf.constant([[1.0, 2.0, 3.0]])
+        loss = mf.reduce_sum(mf.matmul(mf.nn.relu(mf.matmul(x, w0)), w1))
+        train = mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return loss, train
+
+
+def test_variables_read_through_their_snapshots_leave_the_ps_as_one_message():
+    # The ps reads each variable and sends it: read, send, read, send. The reads cost
+    # nothing, so they run first and the sends leave together; sent one by one, a large
+    # one would move only when the worker, busy computing with the first, next looks.
+    loss, _ = _mlp_like()
+    groups = _send_groups(_plan(_pieces([loss]).nodes[PS]))
+    assert [len(g.edges) for g in groups] == [2], groups
+    assert all(groups[0].guards)      # still sent from the variables' own buffers
+
+
+def test_the_tokens_of_a_pushs_applies_go_back_as_one_message_after_every_receive():
+    # A push: the ps receives the gradients, applies each and owes the worker a token per
+    # apply; the tokens pass the applies after them and leave as one message, after the
+    # last receive (a send never waits behind a receive it did not wait behind before).
+    _, train = _mlp_like()
+    plan = _plan(_pieces([], [train]).nodes[PS])
+    groups = _send_groups(plan)
+    kinds = _kinds(plan)
+    pull, tokens = groups
+    assert len(pull.edges) == 2 and len(tokens.edges) == 2 and tokens.last
+    assert kinds.index(SEND) < kinds.index(RECV)
+    assert len(kinds) - 1 - kinds[::-1].index(RECV) < len(kinds) - 1 - kinds[::-1].index(SEND)
+
+
+def test_a_variable_sent_before_a_write_of_it_leaves_before_the_write():
+    # A send of a variable's buffer held back past a write of that variable would carry
+    # the written value: a writer of a variable a held send reads lets the sends go first.
+    with mf.device("/job:ps/task:0"):
+        v = mf.get_variable("v", [2], initializer=mf.zeros_initializer())
+        w = mf.get_variable("w", [2], initializer=mf.zeros_initializer())
+        with mf.control_dependencies([v.value()]):
+            bump = v.assign_add([1.0, 1.0])
+    with mf.device("/job:worker/task:0"):
+        seen = mf.identity(v.value()) + mf.identity(w.value())
+    plan = _plan(_pieces([seen], [bump.op]).nodes[PS])
+    names = [op.name for op in plan.ops]
+    kinds = _kinds(plan)
+    write = next(i for i, op in enumerate(plan.ops) if op.type == "AssignAdd")
+    first_send = kinds.index(SEND)
+    assert first_send < write, names
