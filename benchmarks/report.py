@@ -306,14 +306,24 @@ def markdown(results, files, size, elapsed):
               "cores; rerun there for scaling.", "",
               "ps transfers against the MPI library's own Send/Recv between the same two "
               "ranks (`benchmarks/ps_throughput.py`), MiB/s; the raw push is followed by "
-              "the same SGD update in numpy on the ps, so both sides do the same work:", "",
-              "| MiB | raw pull | mpiflow pull | ratio | raw push | mpiflow push | ratio |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+              "the same SGD update in numpy on the ps, so both sides do the same work. "
+              "The raw side sends all the bytes as one buffer, and again as one buffer per "
+              "variable (4 messages each way, as mpiflow's 4 variables travel):", "",
+              "| MiB | raw pull | mpiflow pull | ratio | per variable | raw push | "
+              "mpiflow push | ratio | per variable |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["transfers"]:
+        per_pull = per_push = "-"
+        if "pull_ratio_per_variable" in r:     # results of an older script lack them
+            per_pull = (f"{r['pull_ratio_per_variable']:.2f} "
+                        f"({_spread(r['pull_ratio_per_variable_range'])})")
+            per_push = (f"{r['push_ratio_per_variable']:.2f} "
+                        f"({_spread(r['push_ratio_per_variable_range'])})")
         lines.append(f"| {r['MiB']} | {r['raw_pull']:.0f} | {r['mpiflow_pull']:.0f} | "
                      f"{r['pull_ratio']:.2f} ({_spread(r['pull_ratio_range'])}) | "
-                     f"{r['raw_push']:.0f} | {r['mpiflow_push']:.0f} | "
-                     f"{r['push_ratio']:.2f} ({_spread(r['push_ratio_range'])}) |")
+                     f"{per_pull} | {r['raw_push']:.0f} | {r['mpiflow_push']:.0f} | "
+                     f"{r['push_ratio']:.2f} ({_spread(r['push_ratio_range'])}) | "
+                     f"{per_push} |")
     lines += ["", "(medians of alternating rounds, the rounds' spread in brackets; "
               "target 0.85)"]
     lines += floor_section(results)
