@@ -5,7 +5,11 @@ by the payload buffers it announces on ``PAYLOAD_TAG``. The receiver probes for 
 from any source, then takes that many payloads from the same source; MPI keeps messages
 of one (source, tag) in order, so concurrent senders cannot interleave. Arrays are sent
 from and received into their own memory (buffer-based uppercase calls): no copy on either
-side. GPU arrays go to MPI as they are where MPI is CUDA-aware, else through pinned host
+side. Host payloads of at most ``INLINE_MAX_BYTES`` in all ride inside the header's
+message instead (an inline frame: a marker byte msgpack never starts with, the header's
+length, the header, the payloads 16-byte aligned): one copy on the sender, the receiver's
+arrays are views of the message, and a message of many small tensors costs one MPI
+message instead of one per tensor (a pull of 4 x 16 KiB: 18 us of MPI against 9). GPU arrays go to MPI as they are where MPI is CUDA-aware, else through pinned host
 memory (``backend``); a message for a GPU consumer says so, and a CUDA-aware receiver lands
 it in device memory. Sends are non-blocking; a buffer that must not change while in flight can be
 guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer runs.
@@ -19,6 +23,7 @@ asked every ``SENDER_CHECK_S`` while a payload is awaited) drops such a message.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -40,6 +45,12 @@ PAYLOAD_TAG = 7102
 _BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
 _TO_GPU_KEY = "_gpu"     # header field: the payloads are wanted in GPU memory
 SENDER_CHECK_S = 0.1     # how often a payload still awaited asks whether its sender lives
+INLINE_MAX_BYTES = 64 << 10   # host payloads up to this many bytes in all ride inline
+_INLINE_MARK = 0xC1      # first byte of an inline frame: a byte msgpack never uses
+_INLINE_ALIGN = 16
+_INLINE_PREFIX = bytes([_INLINE_MARK])
+_PADDING = bytes(_INLINE_ALIGN)
+_BYTE = np.dtype(np.uint8)
 _CANCEL_WAIT_S = 1.0     # how long cancelled receives are given to complete
 
 
@@ -98,6 +109,30 @@ class Message:
 _MAX_PAYLOAD_BYTES = 1 << 40
 
 
+@functools.lru_cache(maxsize=4096)
+def _payload_spec(text: str, shape: tuple) -> tuple:
+    """``(shape, dtype)`` of a payload a header announces as ``[text, dims]``, checked
+    (the same few specs come every step: each is checked once).
+
+    Raises:
+        ValueError, TypeError: not a numeric dtype, a negative dim, too large (the
+            caller checks that every dim is an int).
+    """
+    # Payloads are bool, ints, floats (bfloat16 too) or complex, never objects.
+    dtype = from_wire(text)
+    if not all(d >= 0 for d in shape) or not is_numeric(dtype):
+        raise ValueError(shape)
+    if dtype.itemsize * math.prod(shape) > _MAX_PAYLOAD_BYTES:    # exact: Python ints
+        raise ValueError(shape)
+    return shape, dtype
+
+
+@functools.lru_cache(maxsize=4096)
+def _wire_spec(dtype, shape: tuple) -> list:
+    """The ``[dtype text, dims]`` a header carries for a payload (do not modify)."""
+    return [wire_name(dtype), list(shape)]
+
+
 def decode_header(raw: bytes, source: int, rank: int):
     """Decode a header; return (header dict, [(shape, dtype)] of its payloads).
 
@@ -121,22 +156,75 @@ def decode_header(raw: bytes, source: int, rank: int):
     for spec in raw_specs:
         try:
             text, dims = spec
-            if not isinstance(text, str) or not isinstance(dims, list):
+            # Checked before the cache: True and 1.0 would find the entry of 1.
+            if not isinstance(text, str) or not isinstance(dims, list) or \
+                    not all(type(d) is int for d in dims):
                 raise ValueError(spec)
-            # Payloads are bool, ints, floats (bfloat16 too) or complex, never objects.
-            dtype = from_wire(text)
-            shape = tuple(dims)
-            if not all(type(d) is int and d >= 0 for d in shape) or not is_numeric(dtype):
-                raise ValueError(spec)
-            nbytes = dtype.itemsize * math.prod(shape)   # exact: Python ints
-            if nbytes > _MAX_PAYLOAD_BYTES:
-                raise ValueError(spec)
+            specs.append(_payload_spec(text, tuple(dims)))
         except (TypeError, ValueError):
             raise errors.DataLossError(
                 f"Rank {rank}: bad buffer spec {spec!r} from rank {source}: expected "
                 "[numeric dtype, [non-negative dims]]") from None
-        specs.append((shape, dtype))
     return header, specs
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _INLINE_ALIGN) * _INLINE_ALIGN
+
+
+def inline_frame(packed: bytes, arrays) -> bytes:
+    """One message holding the header ``packed`` and the host ``arrays`` (copied once):
+    the marker, the header's length (4 bytes, little-endian), the header, then each array
+    at the next 16-byte offset; nothing after the last."""
+    parts = [_INLINE_PREFIX, len(packed).to_bytes(4, "little"), packed]
+    end = 5 + len(packed)
+    for a in arrays:
+        start = _aligned(end)
+        if start > end:
+            parts.append(_PADDING[:start - end])
+        parts.append(_bytes_of(a))
+        end = start + a.nbytes
+    return b"".join(parts)
+
+
+def _bytes_of(array):
+    """The bytes of a C-contiguous host array, without a copy."""
+    try:
+        return memoryview(array).cast("B")
+    except (TypeError, ValueError):      # a dtype the buffer protocol cannot name
+        return array.reshape(-1).view(np.uint8)
+
+
+def read_inline_frame(raw, source: int, rank: int):
+    """The header and arrays of an inline frame (``inline_frame``, received into ``raw``,
+    a bytearray or a uint8 array nothing else holds); the arrays are views of ``raw``. A frame whose lengths do not add up is refused
+    with DataLossError naming the sender."""
+    def refuse(why):
+        return errors.DataLossError(
+            f"Rank {rank}: malformed inline message from rank {source}: {why}")
+    if len(raw) < 5:
+        raise refuse(f"{len(raw)} bytes")
+    length = int.from_bytes(bytes(raw[1:5]), "little")
+    if 5 + length > len(raw):
+        raise refuse(f"a header of {length} bytes in a message of {len(raw)}")
+    header, specs = decode_header(bytes(raw[5:5 + length]), source, rank)
+    if header.get(_TO_GPU_KEY) is not None:
+        raise refuse("a GPU payload inline")
+    arrays, end = [], 5 + length
+    for shape, dtype in specs:
+        start = _aligned(end)
+        count = math.prod(shape)
+        end = start + count * dtype.itemsize
+        if end > len(raw):
+            raise refuse(f"payloads past its end ({len(raw)} bytes)")
+        if not count:
+            arrays.append(np.empty(shape, dtype))
+            continue
+        array = np.frombuffer(raw, dtype, count, start)
+        arrays.append(array if len(shape) == 1 else array.reshape(shape))
+    if end != len(raw):
+        raise refuse(f"{len(raw) - end} bytes after its payloads")
+    return header, arrays
 
 
 class Transport:
@@ -175,9 +263,18 @@ class Transport:
         arrays = [_contiguous(a) for a in arrays]
         if arrays:
             header = dict(header)
-            header[_BUFFERS_KEY] = [[wire_name(a.dtype), list(a.shape)] for a in arrays]
+            header[_BUFFERS_KEY] = [_wire_spec(a.dtype, a.shape) for a in arrays]
             if to_gpu:
                 header[_TO_GPU_KEY] = True
+            elif sum(a.nbytes for a in arrays) <= INLINE_MAX_BYTES and \
+                    not any(backend.is_device_array(a) for a in arrays):
+                frame = inline_frame(msgpack.packb(header, use_bin_type=True), arrays)
+                request = self.comm.Isend([frame, MPI.BYTE], dest, HEADER_TAG)
+                TRAFFIC.add("p2p", sent=len(frame))
+                self._pending.append((dest, [request], frame))    # a copy: no guards
+                if len(self._pending) > 64:
+                    self.complete_sends()
+                return
         packed = msgpack.packb(header, use_bin_type=True)
         requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
         sent = len(packed)
@@ -250,9 +347,15 @@ class Transport:
         if not self.comm.Iprobe(MPI.ANY_SOURCE, HEADER_TAG, status):
             return None
         source = status.Get_source()
-        raw = bytearray(status.Get_count(MPI.BYTE))
-        received = len(raw)
+        received = status.Get_count(MPI.BYTE)
+        # Inline payloads are views of it: a large one comes from the pool, warm.
+        raw = self._pool.empty((received,), _BYTE) if received >= self._pool.min_bytes \
+            else bytearray(received)
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
+        if received and raw[0] == _INLINE_MARK:
+            header, arrays = read_inline_frame(raw, source, self.rank)
+            TRAFFIC.add("p2p", received=received)
+            return Message(source, header, arrays)
         header, specs = decode_header(bytes(raw), source, self.rank)
         on_gpu = header.pop(_TO_GPU_KEY, False) is True and cuda_aware_mpi()
         arrays = [backend.device_empty(shape, dtype) if on_gpu else
