@@ -28,6 +28,7 @@ SPECS = ("none", "fp16", "bf16", "topk:0.01")
 
 def job(args):
     import numpy as np
+    from mpi4py import MPI
 
     import mpiflow as mf
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
@@ -62,13 +63,20 @@ def job(args):
         if args.mode == "allreduce":
             broadcast_replicas(sess)        # every replica starts from worker 0's values
         run = sess.make_callable(train, [x, y])
-        for _ in range(20):
+        for _ in range(10):
             run(xb, yb)
+        warm = time.perf_counter()
+        for _ in range(10):
+            run(xb, yb)
+        # Every worker runs the same number of steps (allreduce: a worker that stopped
+        # on its own clock would leave the others waiting in a collective for ever).
+        steps = np.array([args.seconds / ((time.perf_counter() - warm) / 10)])
+        MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, steps, op=MPI.MIN)
+        steps = max(1, int(steps[0]))
         before = traffic.TRAFFIC.totals()
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
+        start = time.perf_counter()
+        for _ in range(steps):
             run(xb, yb)
-            steps += 1
         elapsed = time.perf_counter() - start
         moved = traffic.between(before, traffic.TRAFFIC.totals())
     if task == 0:
