@@ -68,10 +68,11 @@ def job(args):
         warm = time.perf_counter()
         for _ in range(10):
             run(xb, yb)
-        # Every worker runs the same number of steps (allreduce: a worker that stopped
-        # on its own clock would leave the others waiting in a collective for ever).
         steps = np.array([args.seconds / ((time.perf_counter() - warm) / 10)])
-        MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, steps, op=MPI.MIN)
+        if args.mode == "allreduce":
+            # Every worker (here every rank) runs the same number of steps: one that
+            # stopped on its own clock would leave the other waiting in a collective.
+            MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, steps, op=MPI.MIN)
         steps = max(1, int(steps[0]))
         before = traffic.TRAFFIC.totals()
         start = time.perf_counter()
