@@ -13,19 +13,9 @@ from mpiflow.comm import transport as transport_lib
 from mpiflow.comm.transport import (
     INLINE_MAX_BYTES,
     PAYLOAD_TAG,
-    Transport,
     inline_frame,
     read_inline_frame,
 )
-
-MPI = pytest.importorskip("mpi4py.MPI")
-
-
-@pytest.fixture
-def link():
-    comm = MPI.COMM_SELF.Dup()
-    yield Transport(comm)
-    comm.Free()
 
 
 def _poll(link):

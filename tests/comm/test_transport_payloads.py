@@ -9,16 +9,9 @@ import numpy as np
 import pytest
 
 from mpiflow.comm import transport as transport_lib
-from mpiflow.comm.transport import HEADER_TAG, Transport
+from mpiflow.comm.transport import HEADER_TAG
 
 MPI = pytest.importorskip("mpi4py.MPI")
-
-
-@pytest.fixture
-def link():
-    comm = MPI.COMM_SELF.Dup()
-    yield Transport(comm)
-    comm.Free()
 
 
 def _header_without_its_payload(link, nbytes):

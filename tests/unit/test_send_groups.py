@@ -84,14 +84,9 @@ def test_a_message_to_another_rank_than_the_client_does_not_say_done():
 
 
 def test_sends_split_by_a_kernel_between_them_stay_apart():
-    # Backward pass on a worker: each gradient leaves as soon as it exists, not batched
-    # with the next one, so the ps applies it while the worker computes the others.
-    with mf.device("/job:ps/task:0"):
-        w0, w1 = mf.get_variable("w0", [3, 3]), mf.get_variable("w1", [3, 3])
-    with mf.device("/job:worker/task:0"):
-        x = mf.constant([[1.0, 2.0, 3.0]])
-        loss = mf.reduce_sum(mf.matmul(mf.nn.relu(mf.matmul(x, w0)), w1))
-        train = mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    # Backward pass on a worker: each gradient leaves as soon as it exists, not held back
+    # for the next one, so its transfer overlaps the worker computing the others.
+    _, train = _mlp_like()
     groups = _send_groups(_plan(_pieces([], [train]).nodes[WORKER]))
     assert [len(g.edges) for g in groups] == [1, 1], groups
 
