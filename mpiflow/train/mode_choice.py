@@ -310,9 +310,13 @@ def _through_ps(target: str, task: int, nbytes: int) -> tuple[float, float]:
         sent = np.zeros(nbytes // 4, np.float32)
         with mf.Session(target or "mode-probe", graph=graph) as sess:
             round_trip = _best_of(lambda: sess.run(tiny))
-            pull = _best_of(lambda: sess.run(pulled)) - round_trip
-            push = _best_of(lambda: sess.run(pushed, {fed: sent})) - round_trip
-    return round_trip, max(pull + push, 0.0) / (2 * sent.nbytes)
+            pull = _best_of(lambda: sess.run(pulled))
+            push = _best_of(lambda: sess.run(pushed, {fed: sent}))
+    # Both big runs include a tiny one's round trip. A tiny run measured slower than
+    # either met a busy ps: taken as it was, it would leave nothing per byte (a link
+    # of no cost, and ps mode chosen for any size).
+    round_trip = min(round_trip, pull, push)
+    return round_trip, (pull + push - 2 * round_trip) / (2 * sent.nbytes)
 
 
 def _update_seconds_per_element() -> float:

@@ -94,6 +94,43 @@ def test_a_rank_alone_measures_its_own_copies_and_updates():
     assert mode_choice.Link.from_array(link.as_array()).describe() == link.describe()
 
 
+class _AnySession:
+    """Stands in for a session to a ps: its runs take the time ``_best_of`` says."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def run(self, *args, **kwargs):
+        return None
+
+
+def test_a_ps_round_trip_measured_slower_than_the_transfers_leaves_them_a_cost(monkeypatch):
+    # A tiny run that met a busy ps (the others probing it, a step being served) took
+    # longer than the big pull and push: subtracted as it was, the path would cost
+    # nothing per byte and ps mode would look cheapest at any size.
+    monkeypatch.setattr(mf, "Session", _AnySession)
+    times = iter([3e-3, 1e-3, 1.5e-3])            # tiny run, pull, push
+    monkeypatch.setattr(mode_choice, "_best_of", lambda call, repeats=3: next(times))
+    round_trip, per_byte = mode_choice._through_ps("", 0, 1 * MiB)
+    assert round_trip == 1e-3
+    assert per_byte == pytest.approx(0.5e-3 / (2 * MiB))
+
+
+def test_a_ps_path_costs_its_round_trip_once_and_its_bytes_each_way(monkeypatch):
+    monkeypatch.setattr(mf, "Session", _AnySession)
+    times = iter([0.2e-3, 1.2e-3, 1.4e-3])
+    monkeypatch.setattr(mode_choice, "_best_of", lambda call, repeats=3: next(times))
+    round_trip, per_byte = mode_choice._through_ps("", 0, 1 * MiB)
+    assert round_trip == 0.2e-3
+    assert per_byte == pytest.approx(2.2e-3 / (2 * MiB))
+
+
 def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
     """5 ranks on 2 cores: the ps's updates no longer wait on their own core, they take
     their share of the cores like the workers' traffic and updates do."""
