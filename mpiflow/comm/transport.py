@@ -197,8 +197,8 @@ def _bytes_of(array):
 
 def read_inline_frame(raw, source: int, rank: int):
     """The header and arrays of an inline frame (``inline_frame``, received into ``raw``,
-    a bytearray or a uint8 array nothing else holds); the arrays are views of ``raw``. A frame whose lengths do not add up is refused
-    with DataLossError naming the sender."""
+    a bytearray or a uint8 array nothing else holds); the arrays are views of ``raw``. A
+    frame whose lengths do not add up is refused with DataLossError naming the sender."""
     def refuse(why):
         return errors.DataLossError(
             f"Rank {rank}: malformed inline message from rank {source}: {why}")
@@ -261,21 +261,18 @@ class Transport:
         if self.receiver_dead(dest):
             return
         arrays = [_contiguous(a) for a in arrays]
+        inline = False
         if arrays:
             header = dict(header)
             header[_BUFFERS_KEY] = [_wire_spec(a.dtype, a.shape) for a in arrays]
             if to_gpu:
                 header[_TO_GPU_KEY] = True
-            elif sum(a.nbytes for a in arrays) <= INLINE_MAX_BYTES and \
-                    not any(backend.is_device_array(a) for a in arrays):
-                frame = inline_frame(msgpack.packb(header, use_bin_type=True), arrays)
-                request = self.comm.Isend([frame, MPI.BYTE], dest, HEADER_TAG)
-                TRAFFIC.add("p2p", sent=len(frame))
-                self._pending.append((dest, [request], frame))    # a copy: no guards
-                if len(self._pending) > 64:
-                    self.complete_sends()
-                return
+            else:
+                inline = sum(a.nbytes for a in arrays) <= INLINE_MAX_BYTES and \
+                    not any(backend.is_device_array(a) for a in arrays)
         packed = msgpack.packb(header, use_bin_type=True)
+        if inline:      # one message, the arrays copied into it: nothing left to guard
+            packed, arrays, guards = inline_frame(packed, arrays), [], ()
         requests = [self.comm.Isend([packed, MPI.BYTE], dest, HEADER_TAG)]
         sent = len(packed)
         for a in arrays:
