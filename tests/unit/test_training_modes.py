@@ -131,13 +131,19 @@ def test_a_second_minimize_leaves_the_tables_where_the_first_put_them():
     assert [t.device for t in tables] == first
 
 
+def _table_under_a_dense_layer():
+    """``(table, w, loss)``: an embedding table looked up under a dense layer ``w``, built
+    in the current scope (a mode's, to place them)."""
+    ids = mf.placeholder(mf.int64, [None])
+    table = mf.get_variable("emb", [6, 2])
+    w = mf.get_variable("w", [2, 1])
+    return table, w, mf.reduce_sum(mf.matmul(mf.nn.embedding_lookup(table, ids), w))
+
+
 def test_names_may_match_variables_another_optimizer_trains():
     mode = mf.train.TrainingMode("hybrid", CLUSTER, 0, tables=["emb"])
     with mode.scope():
-        ids = mf.placeholder(mf.int64, [None])
-        table = mf.get_variable("emb", [6, 2])
-        w = mf.get_variable("w", [2, 1])
-        loss = mf.reduce_sum(mf.matmul(mf.nn.embedding_lookup(table, ids), w))
+        table, w, loss = _table_under_a_dense_layer()
         mode.optimizer(mf.train.AdagradOptimizer(0.1)).minimize(loss, var_list=list(table))
         mode.optimizer(mf.train.GradientDescentOptimizer(0.1)).minimize(loss, var_list=[w])
     assert [p.device for p in table] == ["/job:ps/task:0", "/job:ps/task:1"]
@@ -208,10 +214,7 @@ def test_auto_chooses_once_for_every_optimizer_of_the_model(monkeypatch):
                         lambda *a, **k: decisions.append(1) or measure(*a, **k))
     mode = mf.train.TrainingMode("auto", CLUSTER, 0, candidates=["hybrid"])
     with mode.scope():
-        ids = mf.placeholder(mf.int64, [None])
-        table = mf.get_variable("emb", [6, 2])
-        w = mf.get_variable("w", [2, 1])
-        loss = mf.reduce_sum(mf.matmul(mf.nn.embedding_lookup(table, ids), w))
+        table, w, loss = _table_under_a_dense_layer()
         tables = mode.optimizer(mf.train.AdagradOptimizer(0.1))
         dense = mode.optimizer(mf.train.GradientDescentOptimizer(0.1))
         tables.minimize(loss, var_list=[table])
