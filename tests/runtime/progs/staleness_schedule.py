@@ -1,6 +1,6 @@
 """A deterministic schedule of stale gradients on a ps: worker 1 reads the variables at
 global step 0 and is held in its step until worker 0 has applied 3 steps, so its gradient
-is applied 3 steps stale. Usage: mpiexec -n 3 python staleness_schedule.py RULE MAX
+is applied 3 steps stale; worker 0 reads the record once worker 1 says its step is done. Usage: mpiexec -n 3 python staleness_schedule.py RULE MAX
 (RULE: none|inverse; MAX: -1 for no bound). Prints the ps's record and the final values."""
 
 import json
@@ -32,6 +32,11 @@ with mf.device(mf.train.replica_device_setter(cluster=cluster,
                           {"shared_name": "schedule"}).outputs[0]
         release = apply_op("SyncTokenRelease", [mf.constant(1, mf.int64)],
                            {"shared_name": "schedule"})
+        # Worker 1 says its step is applied; worker 0 reads the record only after that.
+        applied = apply_op("SyncTokenRelease", [mf.constant(1, mf.int64)],
+                           {"shared_name": "applied"})
+        after_it = apply_op("SyncTokenWait", [mf.constant(0, mf.int64)],
+                            {"shared_name": "applied"}).outputs[0]
     held = mf.square(w) + 0.0 * mf.cast(go, mf.float32)
     opt = mf.train.StalenessAwareOptimizer(mf.train.GradientDescentOptimizer(0.1),
                                            staleness_lr=rule, max_staleness=bound)
@@ -46,8 +51,10 @@ with mf.train.MonitoredTrainingSession(server.target, is_chief=server.is_chief,
             time.sleep(0.01)
         seen = [int(sess.run([train, opt.staleness])[1]) for _ in range(3)]
         sess.run(release)
+        sess.run(after_it)
     else:
         seen = [int(sess.run([train, opt.staleness])[1])]
+        sess.run(applied)
     values, counts, dropped = sess.run(histogram)
     print(json.dumps({"task": task, "seen": seen, "w": float(sess.run(w)),
                       "step": int(sess.run(step)),
