@@ -69,19 +69,22 @@ def _fail_the_job_on_uncaught_errors() -> None:
     launcher sees a failed process and ends the job itself.
     """
     from mpiflow.comm import launch_link, launcher_reaper  # noqa: PLC0415  (launched rank)
-    from mpiflow.runtime.process import report_failure  # noqa: PLC0415  (idem)
+    from mpiflow.runtime.process import (  # noqa: PLC0415  (idem)
+        follow_the_reporter, let_the_followers_speak, report_failure)
 
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):
             sys.__excepthook__(exc_type, exc, tb)
             return
         rank = logger.launch_rank()
-        summary = report_failure(exc_type, exc, tb, logger.line_tag(),
-                                 int(rank) if rank else None)
+        rank = int(rank) if rank else None
+        summary = follow_the_reporter(exc, logger.line_tag(), rank) or report_failure(
+            exc_type, exc, tb, logger.line_tag(), rank)
         launch_link.tell("failed", why=summary)
         mpi = sys.modules.get("mpi4py.MPI")
         if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
             launcher_reaper.end_launcher_later()
+            let_the_followers_speak(exc, rank)
             mpi.COMM_WORLD.Abort(1)
 
     sys.excepthook = hook

@@ -25,7 +25,7 @@ from mpiflow.comm.backoff import Backoff, poll_until
 
 ARRIVE_TAG = 7301
 ANSWER_TAG = 7302
-_POINT_BYTES = 64
+_POINT_BYTES = 128
 # A rank other than 0 waits this much longer than rank 0 does, so that rank 0's answer
 # (which names the missing ranks) comes first whenever rank 0 itself is there.
 _EXTRA_WAIT_S = 2.0
@@ -56,7 +56,7 @@ def meet(comm, point: str, cfg: config_lib.Config | None = None,
     name[:len(raw)] = np.frombuffer(raw, np.uint8)
     if rank != 0:
         comm.Isend(name, 0, ARRIVE_TAG).Wait()     # eager: a few bytes
-        answer = np.empty(size + _POINT_BYTES, np.uint8)
+        answer = np.empty(size + 2 * _POINT_BYTES, np.uint8)
         request = comm.Irecv(answer, 0, ANSWER_TAG)
 
         def rank_0_never_came(waited):
@@ -68,8 +68,7 @@ def meet(comm, point: str, cfg: config_lib.Config | None = None,
                 f"{timeout:g}): it is stuck before it, or runs another program"))
 
         poll_until(request.Test, timeout + _EXTRA_WAIT_S, rank_0_never_came, backoff)
-        _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe,
-                          timeout)
+        _raise_if_missing(answer, size, point, rank, describe, timeout)
         return
     names = np.zeros((size, _POINT_BYTES), np.uint8)
     requests = [comm.Irecv(names[r], r, ARRIVE_TAG) for r in range(1, size)]
@@ -86,13 +85,15 @@ def meet(comm, point: str, cfg: config_lib.Config | None = None,
     # Points that differ: report the first, as if that rank had not arrived.
     elsewhere = next((r for r in range(1, size) if arrived[r] and
                       not np.array_equal(names[r], name)), None)
-    answer = np.concatenate([arrived, names[elsewhere] if elsewhere is not None
+    # The answer: who arrived, rank 0's point, and the point of the first rank elsewhere
+    # (the rank elsewhere knows its own point, but not rank 0's).
+    answer = np.concatenate([arrived, name, names[elsewhere] if elsewhere is not None
                              else np.zeros(_POINT_BYTES, np.uint8)])
     if elsewhere is not None:
         answer[elsewhere] = 2
     sends = [comm.Isend(answer, r, ANSWER_TAG) for r in range(1, size) if arrived[r]]
     MPI.Request.Waitall(sends)
-    _raise_if_missing(answer[:size], bytes(answer[size:]), point, rank, describe, timeout)
+    _raise_if_missing(answer, size, point, rank, describe, timeout)
 
 
 def _brief(error):
@@ -101,21 +102,37 @@ def _brief(error):
     return error
 
 
-def _raise_if_missing(arrived, elsewhere_name: bytes, point, rank, describe, timeout):
+def _said_by_rank_0(error):
+    """An error every arrived rank raises from rank 0's answer: rank 0 reports it (with
+    where the missing ranks are) and ends the job; the others only say their line and
+    wait for that (``runtime.process.follow_the_reporter``). Were each to report and
+    abort, the first abort could end the job before rank 0's report is out."""
+    error.reported_by_rank = 0
+    return error
+
+
+def _point_named(raw) -> str:
+    return bytes(raw).rstrip(b"\0").decode("utf-8", "replace")
+
+
+def _raise_if_missing(answer, size: int, point: str, rank, describe, timeout):
+    arrived = answer[:size]
+    if arrived[rank] == 2:      # this rank is elsewhere: rank 0's point is in the answer
+        point = _point_named(answer[size:size + _POINT_BYTES])
     elsewhere = [r for r, flag in enumerate(arrived) if flag == 2]
     if elsewhere:
-        other = elsewhere_name.rstrip(b"\0").decode("utf-8", "replace")
-        raise _brief(errors.InvalidArgumentError(
+        other = _point_named(answer[size + _POINT_BYTES:])
+        raise _said_by_rank_0(_brief(errors.InvalidArgumentError(
             f"Start-up: {describe(elsewhere[0])} arrived at {other} while {describe(0)} "
             f"arrived at {point}: the ranks run different programs (an MPMD launch?) or "
-            "call mpiflow in a different order"))
+            "call mpiflow in a different order")))
     missing = [r for r, flag in enumerate(arrived) if flag == 0]
     if missing:
         named = ", ".join(describe(r) for r in missing[:_NAMED])
         if len(missing) > _NAMED:
             named += f" and {len(missing) - _NAMED} more (ranks {cluster.rank_ranges(missing)})"
-        raise _brief(errors.DeadlineExceededError(
+        raise _said_by_rank_0(_brief(errors.DeadlineExceededError(
             f"Start-up: {describe(rank)} waited {timeout:g} s at {point} for {named} (of "
             f"{len(arrived)} ranks), which never arrived there "
             f"(MPIFLOW_TIMEOUT={timeout:g}): they are stuck before it, or run another "
-            "program"))
+            "program")))

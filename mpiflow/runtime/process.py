@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import traceback
 
 from mpiflow.comm import arrival, launch_link, launcher_reaper
@@ -82,7 +83,48 @@ def report_failure(exc_type, exc, tb, prefix: str, rank: int | None, describe=No
     text += "\n" + whereabouts.for_timeout(exc, rank, describe, heartbeat)
     sys.stderr.write("".join(prefix + line + "\n" for line in text.splitlines()))
     sys.stderr.flush()
-    return f"{exc_type.__name__}: {exc}".splitlines()[0][:500]
+    return _summary(exc)
+
+
+# How long a rank that follows another's report waits for that rank's abort to end the
+# job: the reporter asks where the missing ranks are (up to a few seconds), prints, then
+# aborts. Past this the follower ends the job itself.
+FOLLOW_WAIT_S = 10.0
+# How long the reporter gives the followers to say their line before its abort ends them.
+FOLLOWERS_GRACE_S = 1.0
+
+
+def follow_the_reporter(exc, prefix: str, rank: int | None) -> str | None:
+    """For an error every rank raised and one of them reports (``exc.reported_by_rank``:
+    a start-up wait rank 0 decided), on the other ranks: say it in one line, tell the
+    launch this rank ends because of the reporter, and wait for the reporter's abort;
+    return the summary when that abort never came (the caller then ends the job itself).
+    None on the reporter and for any other error.
+
+    Every rank that arrived raises the same start-up error at the same moment; were each
+    to report and abort, the first abort could kill rank 0 before its report (where the
+    missing ranks are) is out, and with it every line of the others."""
+    reporter = getattr(exc, "reported_by_rank", None)
+    if reporter is None or reporter == rank:
+        return None
+    summary = _summary(exc)
+    sys.stderr.write(f"{prefix}{summary} (rank {reporter} reports it and ends the job)\n")
+    sys.stderr.flush()
+    launch_link.tell("aborted", why=f"rank {reporter} failed: {summary}")
+    launcher_reaper.end_launcher_later()
+    time.sleep(FOLLOW_WAIT_S)
+    return summary
+
+
+def let_the_followers_speak(exc, rank: int | None) -> None:
+    """On the reporter of an error the other ranks follow: give them a moment to say
+    their line before the abort ends them."""
+    if rank is not None and getattr(exc, "reported_by_rank", None) == rank:
+        time.sleep(FOLLOWERS_GRACE_S)
+
+
+def _summary(exc) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
 def _install_abort_hook(service, world):
@@ -96,8 +138,10 @@ def _install_abort_hook(service, world):
         # the interrupt, not a failure to report.
         if issubclass(exc_type, KeyboardInterrupt) or interrupts.interrupted():
             _leave_interrupted(service)
-        summary = report_failure(exc_type, exc, tb, f"[{service.describe_self()}] ",
-                                 service.rank, service.describe, service.peers.heartbeat)
+        prefix = f"[{service.describe_self()}] "
+        summary = follow_the_reporter(exc, prefix, service.rank) or report_failure(
+            exc_type, exc, tb, prefix, service.rank, service.describe,
+            service.peers.heartbeat)
         if service.peers.expendable(service.rank) and not service.lost_contact:
             # MPIFLOW_ELASTIC: the job goes on without this worker (or, where it cannot,
             # the ranks that need it say so); no MPI_Abort, no finalize with the others.

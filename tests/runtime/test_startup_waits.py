@@ -1,6 +1,8 @@
 """Every start-up wait obeys MPIFLOW_TIMEOUT and names the ranks that did not arrive; a
 wait that times out shows where the ranks it waited for are (their stacks, asked from
-their own threads), under plain mpiexec and under mpiflow launch."""
+their own threads), under plain mpiexec and under mpiflow launch. Rank 0 decides a
+start-up wait and reports it; the other ranks say their line and leave the job's end to
+rank 0, so no abort of theirs cuts rank 0's report short."""
 
 import re
 import subprocess
@@ -48,8 +50,16 @@ def test_a_rank_that_never_arrives_is_named_and_the_job_ends(run_mpi, where):
 def test_ranks_that_run_different_programs_are_told_so(run_mpi):
     result = run_mpi(3, PROG, "elsewhere", env=TIMEOUT, check=False, timeout=60)
     assert result.returncode != 0
-    assert "rank 2 arrived at another program's start while rank 0 arrived at the cluster " \
-           "layout" in result.stderr, result.stderr
+    told = "rank 2 arrived at another program's start while rank 0 arrived at the cluster " \
+           "layout (ClusterSpec.from_mpi, Server)"
+    # Every rank says it, rank 2 too (its own point is not rank 0's), and only rank 0
+    # reports it without leaving the end to another rank.
+    for rank in range(3):
+        line = next((line for line in result.stderr.splitlines()
+                     if line.startswith(f"[r{rank}]")), "")
+        assert told in line, result.stderr
+        assert line.endswith("(rank 0 reports it and ends the job)") == (rank != 0), \
+            result.stderr
 
 
 def test_under_mpiflow_launch_the_report_shows_where_the_missing_rank_is(tmp_path):
@@ -61,7 +71,12 @@ def test_under_mpiflow_launch_the_report_shows_where_the_missing_rank_is(tmp_pat
     report = result.stderr.split("where the ranks it waited for are:")[1]
     assert re.search(r"=== rank 2\n.*in stalled_before_the_meeting\n", report, re.S), \
         result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("mpiflow.launch: the job failed")
+    # Rank 1 raised the same error; it leaves the report, and the blame, to rank 0.
+    assert "[r1] DeadlineExceededError: Start-up: rank 1 waited 3 s" in result.stderr
+    assert "(rank 0 reports it and ends the job)" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"mpiflow\.launch: the job failed .*: rank 0 on \S+: "
+                    r"DeadlineExceededError", last), result.stderr
 
 
 def test_a_wait_that_times_out_shows_the_stack_of_the_rank_it_waited_for(run_mpi):
