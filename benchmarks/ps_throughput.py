@@ -8,7 +8,8 @@ worker pulls the whole set from the ps (``sess.run(variables)``) and pushes a gr
 of the same size (an SGD apply on the ps), and the same bytes go through raw mpi4py
 ``Send``/``Recv`` between the same ranks in the same job, the raw push followed by the
 same SGD update on the ps in numpy (in place, into buffers allocated once), so both sides
-do the same work. The raw side runs twice: with one buffer of all the bytes, and with
+do the same work, its buffers allocated as mpiflow's (``backend.host_empty``: on huge
+pages from 1 MiB). The raw side runs twice: with one buffer of all the bytes, and with
 one buffer per variable (4 messages each way, as mpiflow's variables are 4 buffers; MPI
 moves 4 messages of 4 MiB here more slowly than one of 16 MiB, which no copy-free sender
 of 4 variables avoids). Bandwidth is per worker, all workers at once. The three alternate
@@ -31,6 +32,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpiflow as mf
+from mpiflow import backend
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
 from mlp import build_mlp  # noqa: E402
@@ -55,12 +57,19 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
     ``parts`` buffers (messages) each way."""
     rank, size = comm.Get_rank(), comm.Get_size()
     PULL, PUSH, DATA, ACK, DONE = 11, 12, 13, 14, 15
-    bufs = [np.ones(nbytes // 4 // parts, np.float32) for _ in range(parts)]
+    # Allocated as mpiflow allocates variables and receive buffers (huge pages from
+    # 1 MiB): MPI moves a buffer on 4 KiB pages about three times slower, so a baseline
+    # left to the allocator's luck swings from run to run.
+    bufs = [backend.host_empty((nbytes // 4 // parts,), np.float32) for _ in range(parts)]
+    for buf in bufs:
+        buf.fill(1)
     token = np.zeros(1, np.int64)
     if rank == 0:
         status = MPI.Status()
-        variables = [np.zeros_like(b) for b in bufs]
-        grads = [np.empty_like(b) for b in bufs]
+        variables = [backend.host_empty(b.shape, b.dtype) for b in bufs]
+        grads = [backend.host_empty(b.shape, b.dtype) for b in bufs]
+        for variable in variables:
+            variable.fill(0)
         lr = np.float32(1e-6)
         finished = 0
         while finished < size - 1:
@@ -79,7 +88,7 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
                 comm.Recv([token, MPI.BYTE], src, DONE)
                 finished += 1
         return 0.0, 0.0
-    outs = [np.empty_like(b) for b in bufs]
+    outs = [backend.host_empty(b.shape, b.dtype) for b in bufs]
 
     def pull():
         comm.Send([token, MPI.BYTE], 0, PULL)

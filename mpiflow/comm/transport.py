@@ -78,7 +78,7 @@ class BufferPool:
             # One reference in the list, one as getrefcount's argument, one in ``array``.
             if sys.getrefcount(array) <= 3:
                 return array
-        array = np.empty(shape, dtype)
+        array = backend.host_empty(shape, dtype)     # large ones on huge pages
         if len(held) < self.max_per_key:
             held.append(array)
         return array

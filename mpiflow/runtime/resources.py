@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import backend, errors
 
 # The words of the error for reading a variable before it is set, which sessions
 # recognise (after it crossed ranks as text) to add what to do about it.
@@ -110,7 +110,11 @@ class StateRef:
                 current.dtype == value.dtype:
             current[...] = value        # in place: the buffer stays where it is
             return current
-        fresh = value.astype(self._dtype, copy=True)
+        if backend.is_device_array(value):
+            fresh = value.astype(self._dtype, copy=True)
+        else:           # a large one on huge pages: MPI moves it faster (pulls)
+            fresh = backend.host_empty(np.shape(value), self._dtype)
+            fresh[...] = value
         buffers[self._name] = fresh
         return fresh
 
