@@ -150,8 +150,8 @@ def host_empty(shape, dtype) -> numpy.ndarray:
     a partial one at the end keeps small pages: no memory is left unused there."""
     dtype = numpy.dtype(dtype)
     nbytes = dtype.itemsize * math.prod(shape)
-    if nbytes < HUGE_PAGE_MIN_BYTES or not _HUGE_PAGES_ASKABLE:
-        return numpy.empty(shape, dtype)
+    if nbytes < HUGE_PAGE_MIN_BYTES or dtype.hasobject or not _HUGE_PAGES_ASKABLE:
+        return numpy.empty(shape, dtype)        # (object arrays cannot live in a mapping)
     mapping = mmap.mmap(-1, max(nbytes, HUGE_PAGE_BYTES) + HUGE_PAGE_BYTES,
                         flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     start = numpy.frombuffer(mapping, numpy.uint8, count=1).ctypes.data

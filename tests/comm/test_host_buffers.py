@@ -29,6 +29,12 @@ def test_a_small_buffer_is_a_plain_numpy_array():
     assert array.flags.owndata and array.shape == (1000,)
 
 
+def test_a_large_array_of_python_objects_is_a_plain_numpy_array():
+    # A string variable's buffer: numpy keeps object arrays out of raw mappings.
+    array = backend.host_empty((MiB,), np.dtype(object))
+    assert array.flags.owndata and array.shape == (MiB,)
+
+
 def test_a_view_of_a_large_buffer_keeps_the_buffer_itself_referenced():
     array = backend.host_empty((1024, 1024), np.float32)
     before = sys.getrefcount(array)
