@@ -8,8 +8,9 @@ worker pulls the whole set from the ps (``sess.run(variables)``) and pushes a gr
 of the same size (an SGD apply on the ps), and the same bytes go through raw mpi4py
 ``Send``/``Recv`` between the same ranks in the same job, the raw push followed by the
 same SGD update on the ps in numpy (in place, into buffers allocated once), so both sides
-do the same work, its buffers allocated as mpiflow's (``backend.host_empty``: on huge
-pages from 1 MiB). The raw side runs twice: with one buffer of all the bytes, and with
+do the same work, each of its buffers allocated as its mpiflow counterpart is (the ps's
+variables and every receive buffer by ``backend.host_empty``, on huge pages from 1 MiB;
+the worker's gradients as plain numpy arrays). The raw side runs twice: with one buffer of all the bytes, and with
 one buffer per variable (4 messages each way, as mpiflow's variables are 4 buffers; MPI
 moves 4 messages of 4 MiB here more slowly than one of 16 MiB, which no copy-free sender
 of 4 variables avoids). Bandwidth is per worker, all workers at once. The three alternate
@@ -57,17 +58,17 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
     ``parts`` buffers (messages) each way."""
     rank, size = comm.Get_rank(), comm.Get_size()
     PULL, PUSH, DATA, ACK, DONE = 11, 12, 13, 14, 15
-    # Allocated as mpiflow allocates variables and receive buffers (huge pages from
-    # 1 MiB): MPI moves a buffer on 4 KiB pages about three times slower, so a baseline
-    # left to the allocator's luck swings from run to run.
-    bufs = [backend.host_empty((nbytes // 4 // parts,), np.float32) for _ in range(parts)]
-    for buf in bufs:
-        buf.fill(1)
+    # Each buffer as mpiflow's counterpart is: the worker's gradients are plain numpy
+    # arrays (fed, as the mpiflow side feeds them); the ps's variables and every reused
+    # receive buffer come from backend.host_empty (huge pages from 1 MiB), as mpiflow's
+    # do. MPI moves a buffer on 4 KiB pages about three times slower, so a baseline left
+    # to the allocator's luck would swing from run to run.
+    shape = (nbytes // 4 // parts,)
     token = np.zeros(1, np.int64)
     if rank == 0:
         status = MPI.Status()
-        variables = [backend.host_empty(b.shape, b.dtype) for b in bufs]
-        grads = [backend.host_empty(b.shape, b.dtype) for b in bufs]
+        variables = [backend.host_empty(shape, np.float32) for _ in range(parts)]
+        grads = [backend.host_empty(shape, np.float32) for _ in range(parts)]
         for variable in variables:
             variable.fill(0)
         lr = np.float32(1e-6)
@@ -77,7 +78,8 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
             src, tag = status.Get_source(), status.Get_tag()
             if tag == PULL:
                 comm.Recv([token, MPI.BYTE], src, PULL)
-                MPI.Request.Waitall([comm.Isend([b, MPI.BYTE], src, DATA) for b in bufs])
+                MPI.Request.Waitall([comm.Isend([v, MPI.BYTE], src, DATA)
+                                     for v in variables])
             elif tag == PUSH:
                 MPI.Request.Waitall([comm.Irecv([g, MPI.BYTE], src, PUSH) for g in grads])
                 for variable, grad in zip(variables, grads):
@@ -88,7 +90,8 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
                 comm.Recv([token, MPI.BYTE], src, DONE)
                 finished += 1
         return 0.0, 0.0
-    outs = [backend.host_empty(b.shape, b.dtype) for b in bufs]
+    bufs = [np.ones(shape, np.float32) for _ in range(parts)]
+    outs = [backend.host_empty(shape, np.float32) for _ in range(parts)]
 
     def pull():
         comm.Send([token, MPI.BYTE], 0, PULL)
