@@ -10,12 +10,13 @@ of the same size (an SGD apply on the ps), and the same bytes go through raw mpi
 same SGD update on the ps in numpy (in place, into buffers allocated once), so both sides
 do the same work, each of its buffers allocated as its mpiflow counterpart is (the ps's
 variables and every receive buffer by ``backend.host_empty``, on huge pages from 1 MiB;
-the worker's gradients as plain numpy arrays). The raw side runs twice: with one buffer of all the bytes, and with
-one buffer per variable (4 messages each way, as mpiflow's variables are 4 buffers; MPI
-moves 4 messages of 4 MiB here more slowly than one of 16 MiB, which no copy-free sender
-of 4 variables avoids). Bandwidth is per worker, all workers at once. The three alternate
-in ``--rounds`` rounds, each timed over at least ``--round-seconds``: the ratios printed
-are the medians of the rounds' ratios (mpiflow / raw, target >= 0.85), with their spread.
+the worker's gradients as plain numpy arrays). The raw side runs twice: with one buffer
+of all the bytes, and with one buffer per variable (4 messages each way, as mpiflow's
+variables are 4 buffers; MPI moves 4 messages of 4 MiB here more slowly than one of
+16 MiB, which no copy-free sender of 4 variables avoids). Bandwidth is per worker, all
+workers at once. The three alternate in ``--rounds`` rounds, each timed over at least
+``--round-seconds``: the ratios printed are the medians of the rounds' ratios (mpiflow /
+raw, target >= 0.85), with their spread.
 Part 2: asynchronous SGD on an MLP 784-512-512-10 at batch 128, every worker stepping
 against the ps; steps/s of the whole job, and the CPU seconds each rank used (a ps that
 waits must not take a core from the workers).

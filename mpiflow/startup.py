@@ -70,7 +70,10 @@ def _fail_the_job_on_uncaught_errors() -> None:
     """
     from mpiflow.comm import launch_link, launcher_reaper  # noqa: PLC0415  (launched rank)
     from mpiflow.runtime.process import (  # noqa: PLC0415  (idem)
-        follow_the_reporter, let_the_followers_speak, report_failure)
+        follow_the_reporter,
+        let_the_followers_speak,
+        report_failure,
+    )
 
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):

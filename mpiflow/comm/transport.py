@@ -9,10 +9,12 @@ side. Host payloads of at most ``INLINE_MAX_BYTES`` in all ride inside the heade
 message instead (an inline frame: a marker byte msgpack never starts with, the header's
 length, the header, the payloads 16-byte aligned): one copy on the sender, the receiver's
 arrays are views of the message, and a message of many small tensors costs one MPI
-message instead of one per tensor (a pull of 4 x 16 KiB: 18 us of MPI against 9). GPU arrays go to MPI as they are where MPI is CUDA-aware, else through pinned host
-memory (``backend``); a message for a GPU consumer says so, and a CUDA-aware receiver lands
-it in device memory. Sends are non-blocking; a buffer that must not change while in flight can be
-guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer runs.
+message instead of one per tensor (a pull of 4 x 16 KiB: 18 us of MPI against 9). GPU
+arrays go to MPI as they are where MPI is CUDA-aware, else through pinned host memory
+(``backend``); a message for a GPU consumer says so, and a CUDA-aware receiver lands it
+in device memory. Sends are non-blocking; a buffer that must not change while in flight
+can be guarded by a name, and ``wait_guard(name)`` finishes those sends before a writer
+runs.
 
 Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), so an
 idle rank leaves its core to the ranks beside it. A payload whose header came is received

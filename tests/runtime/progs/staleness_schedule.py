@@ -1,7 +1,8 @@
 """A deterministic schedule of stale gradients on a ps: worker 1 reads the variables at
 global step 0 and is held in its step until worker 0 has applied 3 steps, so its gradient
-is applied 3 steps stale; worker 0 reads the record once worker 1 says its step is done. Usage: mpiexec -n 3 python staleness_schedule.py RULE MAX
-(RULE: none|inverse; MAX: -1 for no bound). Prints the ps's record and the final values."""
+is applied 3 steps stale; worker 0 reads the record once worker 1 says its step is done.
+Usage: mpiexec -n 3 python staleness_schedule.py RULE MAX (RULE: none|inverse; MAX: -1
+for no bound). Prints the ps's record and the final values."""
 
 import json
 import sys
