@@ -166,7 +166,9 @@ def host_empty(shape, dtype) -> numpy.ndarray:
 
 # -- GPU binding -------------------------------------------------------------------------
 
-_local_rank = [0, 1]       # this rank's local rank, and the ranks on its node
+_local_rank = [0, None]    # this rank's local rank, and the ranks on its node once known
+# What MPICH's and Open MPI's mpiexec tell each rank: how many they started on its node.
+_LAUNCHER_LOCAL_SIZE = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def set_local_rank(local_rank: int, local_size: int = 1) -> None:
@@ -178,8 +180,27 @@ def set_local_rank(local_rank: int, local_size: int = 1) -> None:
 
 
 def ranks_on_node() -> int:
-    """How many ranks of the job share this rank's node (1 before the rank service starts)."""
-    return _local_rank[1]
+    """How many ranks of the job share this rank's node: the rank service's count of the
+    layout once it has started; before that (collectives used on their own) what the
+    launcher says, where it says it; else 1."""
+    if _local_rank[1] is not None:
+        return _local_rank[1]
+    for variable in _LAUNCHER_LOCAL_SIZE:
+        try:
+            return max(int(os.environ[variable]), 1)
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
+def node_crowded() -> bool:
+    """Whether this node runs more of the job's ranks than it has processors.
+
+    There a rank that polls without yielding holds a core the rank it waits for needs:
+    waits yield from the first miss. (The node's processors, not this process's affinity:
+    a launcher that binds each rank to a core of its own leaves one core per rank.)
+    """
+    return ranks_on_node() > (os.cpu_count() or 1)
 
 
 def bound_gpu() -> int | None:
@@ -345,7 +366,7 @@ def ranks_share_gpus() -> bool:
     """Whether this node runs more ranks than this process sees GPUs, so that some ranks
     bind the same GPU (NCCL, for one, refuses two ranks on one GPU)."""
     count = gpu_count()
-    return 0 < count < _local_rank[1]
+    return 0 < count < ranks_on_node()
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

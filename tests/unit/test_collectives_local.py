@@ -3,6 +3,8 @@
 Multi-rank behaviour is in tests/comm/test_collectives.py.
 """
 
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -18,6 +20,7 @@ from mpiflow.comm.collectives import (
     get_collective,
     select,
 )
+from mpiflow.comm.collectives.state import TIGHT_POLL_S, CommState
 from mpiflow.errors import FailedPreconditionError, InvalidArgumentError
 from mpiflow.framework import dtypes
 
@@ -199,3 +202,48 @@ def test_collectives_on_one_communicator_share_its_state():
         assert a.allreduce(np.ones(2)).sum() == 2 and b.allreduce(np.ones(2)).sum() == 2
     finally:
         comm.Free()
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"MPI_LOCALNRANKS": "3"}, 3),                       # MPICH's mpiexec
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "5"}, 5),            # Open MPI's
+    ({}, 1),
+    ({"MPI_LOCALNRANKS": "many"}, 1),
+])
+def test_ranks_on_a_node_before_the_rank_service_are_what_the_launcher_says(
+        monkeypatch, variables, expected):
+    monkeypatch.setattr(backend, "_local_rank", [0, None])
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert backend.ranks_on_node() == expected
+    backend.set_local_rank(0, 7)            # the rank service's layout has the last word
+    assert backend.ranks_on_node() == 7
+
+
+@pytest.mark.parametrize("ranks, crowded", [(2, False), (3, True)])
+def test_a_node_with_more_ranks_than_processors_is_crowded_and_waits_yield_at_once(
+        monkeypatch, ranks, crowded):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(backend, "_local_rank", [0, ranks])
+    assert backend.node_crowded() is crowded
+    state = CommState(COMM)
+    assert state.tight_poll_s == (0.0 if crowded else TIGHT_POLL_S)
+
+
+def test_a_blocking_allreduce_of_one_request_runs_without_the_stage_objects():
+    """The plan of an MPI sum is one Iallreduce, posted by the express run itself; an
+    average, or a float16 sum widened to float32, keeps its steps."""
+    collective = MpiCollective(COMM)
+    x = np.arange(6, dtype=np.float32)
+    out = np.empty_like(x)
+    assert collective.allreduce(x, out=out) is out
+    np.testing.assert_array_equal(out, x * COMM.Get_size())
+    plans = list(collective._plans.values())
+    assert plans[-1].request is not None and plans[-1].request_what == "MPI_Iallreduce"
+    collective.allreduce(x, op="average", out=out)
+    collective.allreduce(x.astype(np.float16))
+    assert [plan.request is None for plan in collective._plans.values()] == [
+        False, True, True]
+    np.testing.assert_array_equal(collective.allreduce(x, op="average"), x)

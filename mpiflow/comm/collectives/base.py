@@ -10,7 +10,8 @@ advances, ``wait()`` completes, ``result`` holds the output).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -41,6 +42,18 @@ def _array_module(array):
     return backend.array_module("/device:GPU:0") if backend.is_device_array(array) else np
 
 
+class _Plan(NamedTuple):
+    """What an allreduce signature allows, worked out at its first call."""
+
+    xp: Any                 # numpy or cupy
+    widen: bool             # half floats summed in float32
+    record: np.ndarray | None   # the cross-rank check's record (None: no check)
+    wire: Any               # the dtype chunks cross in, where not the working array's
+    moved: int              # bytes sent (and received) by a bandwidth-optimal algorithm
+    request: Callable | None    # post(send, recv): one request that does it all
+    request_what: str | None    # what that request is, for messages
+
+
 class Collective:
     """A collective strategy over a communicator (the workers' process set).
 
@@ -68,6 +81,7 @@ class Collective:
         self.timeout = self.config.get("MPIFLOW_TIMEOUT")
         model = make_backoff(self.config)
         self._backoff_args = (model.spin_s, model.first_s, model.max_s)
+        self._new_backoff = lambda: Backoff(*self._backoff_args)
         self._plans: dict = {}            # allreduce signature -> what it allows
 
     @classmethod
@@ -111,10 +125,35 @@ class Collective:
 
     def _allreduce_call(self, array, op, out, name, check, timeout, half_on_wire) -> tuple:
         """An allreduce's checks and closures: ``(describe, build, finish, record,
-        timeout)``, for ``_issue`` or ``_run_now``."""
+        timeout)``, for ``_issue`` or ``_run_now``; with it, the one request that does
+        the whole operation where the strategy has one (``_allreduce_request``)."""
         describe = ("allreduce", name, self.name, array, self.rank, self.size)
-        # Training makes the same calls every step: what a call's signature allows is
-        # found out once (the checks raise the first time, and never pass a bad call).
+        plan = self._plan_of(describe, array, op, name, check, half_on_wire)
+        TRAFFIC.add("allreduce", plan.moved, plan.moved)
+        send = array if array.flags.c_contiguous else plan.xp.ascontiguousarray(array)
+        out = self._output(describe, out, plan.xp)
+        if plan.request is not None:
+            def build(seq):
+                return [RequestStage(lambda: plan.request(send, out), plan.request_what)]
+            return describe, build, lambda: out, plan.record, timeout, \
+                lambda: plan.request(send, out)
+        widen, wire = plan.widen, plan.wire
+        work = send.astype(np.float32) if widen else None
+
+        def build(seq):
+            if widen:
+                return self._allreduce_stages(work, work, op, seq, wire)
+            return self._allreduce_stages(send, out, op, seq)
+
+        def finish():
+            if widen:
+                np.copyto(out, work, casting="same_kind")
+            return out
+        return describe, build, finish, plan.record, timeout, None
+
+    def _plan_of(self, describe, array, op, name, check, half_on_wire) -> _Plan:
+        """What a call's signature allows, found out once: training makes the same calls
+        every step (the checks raise the first time, and never pass a bad call)."""
         try:
             signature = (type(array), array.dtype, array.shape, op, name, check, half_on_wire)
             plan = self._plans.get(signature)
@@ -129,28 +168,10 @@ class Collective:
                 if len(self._plans) >= _MAX_PLANS:
                     self._plans.clear()
                 self._plans[signature] = plan
-        xp, widen, record, wire = plan
-        moved = allreduce_bytes(array.size * (4 if widen and wire is None else
-                                              array.dtype.itemsize), self.size)
-        TRAFFIC.add("allreduce", sent=moved, received=moved)
-        send = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
-        out = self._output(describe, out, xp)
-        work = send.astype(np.float32) if widen else None
+        return plan
 
-        def build(seq):
-            if widen:
-                return self._allreduce_stages(work, work, op, seq, wire)
-            return self._allreduce_stages(send, out, op, seq)
-
-        def finish():
-            if widen:
-                np.copyto(out, work, casting="same_kind")
-            return out
-        return describe, build, finish, record, timeout
-
-    def _allreduce_plan(self, describe, array, op, name, check, half_on_wire=False) -> tuple:
-        """Check an allreduce's signature; return (array module, widen, check record, the
-        dtype on the wire where it is not the working array's)."""
+    def _allreduce_plan(self, describe, array, op, name, check, half_on_wire=False) -> _Plan:
+        """Check an allreduce's signature; return its ``_Plan``."""
         self._accept("allreduce", name, array)
         if op not in OPS:
             raise self._error(describe, f"unknown reduction {op!r}, expected one of "
@@ -167,7 +188,11 @@ class Collective:
         widen = half and (not half_on_wire or wire is not None)
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
                              array.shape) if check else None
-        return _array_module(array), widen, record, wire
+        moved = allreduce_bytes(array.size * (4 if widen and wire is None else
+                                              array.dtype.itemsize), self.size)
+        request = None if widen else self._allreduce_request(array.dtype, op, half_on_wire)
+        return _Plan(_array_module(array), widen, record, wire, moved,
+                     *(request or (None, None)))
 
     def allreduce(self, array, op: str = "sum", out=None, *, name: str | None = None,
                   check: bool = True, timeout: float | None = None,
@@ -250,6 +275,13 @@ class Collective:
         return self._run_now(*self._allgather_call(array, name, check, timeout))
 
     # -- strategy hooks --------------------------------------------------------------------
+    def _allreduce_request(self, dtype, op: str, half_on_wire: bool) -> tuple | None:
+        """Where one MPI request does a whole allreduce of ``dtype`` and ``op``: ``(post,
+        what)``, ``post(send, recv)`` posting it (``recv is send``: in place). A blocking
+        call with nothing before it then runs without the steps' objects, the express
+        path's cost per call: None (the default) for a strategy of several steps."""
+        return None
+
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         """Return the steps that leave the sum (or average) of ``send`` in ``recv``.
 
@@ -315,15 +347,14 @@ class Collective:
                                         f"got {type(out).__name__} {got}".rstrip())
         return out
 
-    def _issue(self, describe, build, finish, record, timeout) -> Handle:
+    def _issue(self, describe, build, finish, record, timeout, request=None) -> Handle:
         return Handle(self.state, describe, build, finish, record,
-                      self.timeout if timeout is None else timeout,
-                      Backoff(*self._backoff_args))
+                      self.timeout if timeout is None else timeout, self._new_backoff())
 
-    def _run_now(self, describe, build, finish, record, timeout) -> Any:
+    def _run_now(self, describe, build, finish, record, timeout, request=None) -> Any:
         return run_now(self.state, describe, build, finish, record,
-                       self.timeout if timeout is None else timeout,
-                       Backoff(*self._backoff_args))
+                       self.timeout if timeout is None else timeout, self._new_backoff,
+                       request)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}' on {self.size} ranks>"

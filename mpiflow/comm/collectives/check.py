@@ -135,19 +135,20 @@ class CrossRankCheck:
     """
 
     def __init__(self, state: CommState, record: np.ndarray, seq: int,
-                 label: Callable[[], str]):
+                 label: Callable[[], str], posted: tuple | None = None):
         self.state = state
         self.record = record
         self.seq = seq
         self.label = label
         self.rank, self.size = state.rank, state.size
-        self.passed = self.posted = False
-        self._request = None
-        self._maxima = np.zeros(2, dtype=np.int64)
+        self.passed = False
+        # posted: (request, maxima) of a check already posted by ``post_fingerprint``
+        # (a blocking call's express run hands over the one it could not finish).
+        self.posted = posted is not None
+        self._request, self._maxima = posted or (None, np.zeros(2, dtype=np.int64))
 
     def post(self) -> None:
-        self._request = self.state.check_comm.Iallreduce(
-            [self.record[FIELDS_LEN:], MPI.INT64_T], [self._maxima, MPI.INT64_T], MPI.MAX)
+        self._request = post_fingerprint(self.state, self.record, self._maxima)
         self.posted = True
 
     def test(self) -> bool:
@@ -160,7 +161,7 @@ class CrossRankCheck:
             return True
         if not self.posted or not self._request.Test():
             return False
-        if self._maxima[0] == -self._maxima[1]:
+        if agreed(self._maxima):
             self.passed = True
             return True
         raise self._mismatch_error(describe_mismatch(self._gather_records()))
@@ -266,6 +267,19 @@ class CrossRankCheck:
             f"{self.label()}: cross-rank check failed, {problem}. Every rank must issue the "
             f"same collectives in the same order, with the same algorithm, dtype and "
             f"shape (allgather: the same shape after the first dimension)")
+
+
+def post_fingerprint(state: CommState, record: np.ndarray, maxima: np.ndarray) -> MPI.Request:
+    """Post the check's allreduce: the maxima of ``record``'s fingerprint pair into
+    ``maxima`` (2 int64), on the state's check communicator."""
+    return state.check_comm.Iallreduce([record[FIELDS_LEN:], MPI.INT64_T],
+                                       [maxima, MPI.INT64_T], MPI.MAX)
+
+
+def agreed(maxima: np.ndarray) -> bool:
+    """Whether a completed check's maxima say that every rank made the same call."""
+    high, low = maxima.tolist()
+    return high == -low
 
 
 def _roll_call_s(timeout: float) -> float:

@@ -9,6 +9,8 @@ queue: its check and stages run at once, polled tightly, and only an operation t
 longer than ``_EXPRESS_S`` becomes a ``Handle`` (adopted where it stands) and waits with
 the back-off and the deadline. Small collectives spend most of their time in that
 bookkeeping otherwise (4 KiB on 2 ranks: 3 us in MPI, 7 more in the queue and handle).
+A wait polls without yielding for ``CommState.tight_poll_s`` first (not at all on a
+crowded node).
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ from mpi4py import MPI
 
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
-from mpiflow.comm.collectives.check import CrossRankCheck, format_ranks
+from mpiflow.comm.collectives.check import (
+    CrossRankCheck,
+    agreed,
+    format_ranks,
+    post_fingerprint,
+)
 from mpiflow.comm.collectives.state import CommState
 
 _MISSING = object()
-_EAGER_POLL_S = 10e-6    # how long wait() polls without pausing before its back-off
 _EXPRESS_S = 200e-6      # how long run_now polls a step before handing it to a Handle
-_EXPRESS_TIGHT_S = 10e-6  # ... the first part of it without yielding the core
 
 
 class Stage:
@@ -57,11 +62,23 @@ class RequestStage(Stage):
         self.what = what
         self._requests: list[MPI.Request] = []
 
+    @classmethod
+    def of(cls, request: MPI.Request, what: str) -> RequestStage:
+        """The stage of a request already posted (started: only tested from now on)."""
+        stage = cls(None, what)
+        stage._requests = [request]
+        stage.test = request.Test
+        return stage
+
     def start(self) -> None:
         posted = self._post()
-        self._requests = list(posted) if isinstance(posted, (list, tuple)) else [posted]
+        if isinstance(posted, MPI.Request):
+            self._requests = [posted]
+            self.test = posted.Test                 # one request: test it directly
+            return
+        self._requests = list(posted)
         if len(self._requests) == 1:
-            self.test = self._requests[0].Test      # one request: test it directly
+            self.test = self._requests[0].Test
 
     def test(self) -> bool:
         return MPI.Request.Testall(self._requests)
@@ -198,10 +215,12 @@ class Handle:
         """
         # Most small operations complete within microseconds of their issue: poll at
         # once for a few, before the back-off's bookkeeping and yields.
-        eager_until = time.perf_counter() + _EAGER_POLL_S
-        while time.perf_counter() < eager_until:
+        eager_until = time.perf_counter() + self._state.tight_poll_s
+        while True:
             if self.test():
                 return self._result
+            if time.perf_counter() >= eager_until:
+                break
         state, seen = self._state, self._state.transfers_done
 
         def done():
@@ -272,9 +291,9 @@ class Handle:
 _ADOPTED = object()      # Handle's record argument when ``adopt`` builds it
 
 
-def _settles(test) -> bool:
-    """Poll ``test()`` for up to ``_EXPRESS_S`` (tightly, then yielding the core to the
-    ranks beside this one); return whether it returned True."""
+def _settles(test, tight_s: float) -> bool:
+    """Poll ``test()`` for up to ``_EXPRESS_S`` (tightly for ``tight_s``, then yielding the
+    core to the ranks beside this one); return whether it returned True."""
     if test():
         return True
     start = time.perf_counter()
@@ -284,50 +303,68 @@ def _settles(test) -> bool:
         waited = time.perf_counter() - start
         if waited > _EXPRESS_S:
             return False
-        if waited > _EXPRESS_TIGHT_S:
+        if waited >= tight_s:
             os.sched_yield()
 
 
 def run_now(state: CommState, describe: tuple, build, finish, record, timeout: float,
-            backoff: Backoff) -> Any:
+            new_backoff: Callable[[], Backoff], request=None) -> Any:
     """Run a blocking collective; return its result.
 
     With no operation of the communicator queued or unposted (nothing issued before it
     still waits for its turn), it starts at once: the check, then each stage, each polled
     for up to ``_EXPRESS_S``; one that takes longer makes the operation a ``Handle``,
     adopted where it stands, whose ``wait()`` goes on with the back-off and the deadline.
-    Otherwise it is issued as a Handle and waited for. Either way it takes its number in
-    issue order, as on every other rank.
+    ``request``: posts the one MPI request that does the whole operation (what ``build``
+    would wrap in a stage), which the express run posts itself. Otherwise it is issued as
+    a Handle and waited for. Either way it takes its number in issue order, as on every
+    other rank.
     """
     with state.lock:
         if not state.idle():
-            handle = Handle(state, describe, build, finish, record, timeout, backoff)
+            handle = Handle(state, describe, build, finish, record, timeout, new_backoff())
         else:
-            handle = _express(state, describe, build, finish, record, timeout, backoff)
+            handle = _express(state, describe, build, finish, record, timeout, new_backoff,
+                              request)
             if handle is None:
                 return finish()
     return handle.wait()
 
 
-def _express(state, describe, build, finish, record, timeout, backoff):
+def _express(state, describe, build, finish, record, timeout, new_backoff, request=None):
     """``run_now``'s direct run, under the state's lock: None when it completed, else the
     Handle that goes on with it. A failed check raises here, as ``test()`` would."""
     issued = time.monotonic()
     seq = state.next_seq()
+    tight = state.tight_poll_s
     check = None
     if record is not None and state.size > 1:
-        check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe))
-        check.post()
-        if not _settles(check.test):
-            return Handle.adopt(state, describe, build, finish, timeout, backoff, seq,
+        # The check object is made only where it is needed: a check still in flight
+        # (adopted with its request and buffer), or one that failed (it says how).
+        maxima = state.check_maxima
+        checking = post_fingerprint(state, record, maxima)
+        if not _settles(checking.Test, tight):
+            state.check_maxima = np.zeros(2, dtype=np.int64)
+            check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
+                                   posted=(checking, maxima))
+            return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                                 issued, check, None, None)
-    stages = collections.deque(build(seq))
-    while stages:
-        stage = stages.popleft()
+        if not agreed(maxima):
+            CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
+                           posted=(checking, maxima.copy())).test()     # raises
+    if request is not None:
+        posted = request()
+        if _settles(posted.Test, tight):
+            return None
+        stage = RequestStage.of(posted, build(seq)[0].what)
+        return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
+                            issued, check, collections.deque(), stage)
+    stages = build(seq)
+    for i, stage in enumerate(stages):
         stage.start()
-        if not _settles(stage.test):
-            return Handle.adopt(state, describe, build, finish, timeout, backoff, seq,
-                                issued, check, stages, stage)
+        if not _settles(stage.test, tight):
+            return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
+                                issued, check, collections.deque(stages[i + 1:]), stage)
     return None
 
 

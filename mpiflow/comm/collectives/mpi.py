@@ -55,6 +55,18 @@ class MpiCollective(Collective):
                            "(staging through host memory is not implemented); use 'nccl'")
         return True, ""
 
+    def _allreduce_request(self, dtype, op: str, half_on_wire: bool) -> tuple | None:
+        if op != "sum":
+            return None     # an average divides after the sum
+        datatype, reduction = _reduction_for(dtype)
+        state = self.state
+
+        def post(send, recv):
+            return state.data_comm.Iallreduce(
+                MPI.IN_PLACE if send is recv else [send, datatype], [recv, datatype],
+                reduction)
+        return post, "MPI_Iallreduce"
+
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         datatype, reduction = _reduction_for(send.dtype)
         source = MPI.IN_PLACE if send is recv else [send, datatype]
