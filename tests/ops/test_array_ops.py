@@ -306,6 +306,33 @@ def test_gather_gradient_is_indexed_slices_that_densifies_like_add_at():
     np.testing.assert_allclose(dense, expected)
 
 
+@pytest.mark.parametrize("shape, indices", [
+    ((50, 7), R.integers(-50, 50, 300)),                       # negative ids count back
+    ((20, 3, 4), R.integers(0, 20, (10, 6)).astype(np.int32)),  # ids of several dims
+    ((3000, 64), R.integers(0, 40, 5000)),                    # many blocks, many repeats
+])
+def test_add_at_of_rows_adds_every_duplicate_in_order_as_numpy_does(shape, indices):
+    """The rows' fast path (flat indices through numpy's 1-D loop) sums to the bit what
+    ``np.add.at`` sums: the same elements in the same order."""
+    from mpiflow.ops.registry import add_at
+    target = R.standard_normal(shape).astype(np.float32)
+    values = R.standard_normal(indices.shape + shape[1:]).astype(np.float32)
+    expected = target.copy()
+    np.add.at(expected, indices, values)
+    add_at(np, target, indices, values)
+    np.testing.assert_array_equal(target, expected)
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_add_at_of_rows_refuses_a_row_out_of_range_as_numpy_does(bad):
+    from mpiflow.ops.registry import add_at
+    target = np.zeros((5, 2), np.float32)
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 with "
+                                         "size 5"):
+        add_at(np, target, np.array([bad]), np.ones((1, 2), np.float32))
+    assert not target.any()
+
+
 def test_two_gathers_of_one_table_stay_sparse():
     p = mf.placeholder(mf.float64, [4, 2])
     loss = mf.reduce_sum(mf.gather(p, [0, 1])) + mf.reduce_sum(mf.gather(p, [1, 3]))
