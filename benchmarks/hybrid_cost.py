@@ -94,7 +94,8 @@ def job(args):
         moved = traffic.between(before, traffic.TRAFFIC.totals())
     else:
         task = server.task_index
-        mode = mf.train.TrainingMode(args.mode, cluster, task, shard_rows=args.rows)
+        mode = mf.train.TrainingMode(args.mode, cluster, task, shard_rows=args.rows,
+                                     ids_per_step=args.batch * args.fields)
         mf.set_random_seed(0)
         with mode.scope():
             ids = mf.placeholder(mf.int64, [None, args.fields], name="ids")

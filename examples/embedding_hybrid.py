@@ -92,7 +92,10 @@ def main(argv=None):
         return None
     task, workers = server.task_index, cluster.num_tasks("worker")
 
-    mode = mf.train.TrainingMode(args.mode, cluster, task, shard_rows=args.vocab)
+    # ids_per_step: what "auto" prices a step's table traffic by (the placeholders' batch
+    # dimension is None: evaluation feeds a larger batch than training).
+    mode = mf.train.TrainingMode(args.mode, cluster, task, shard_rows=args.vocab,
+                                 ids_per_step=args.batch_size * args.fields)
     mf.set_random_seed(0)
     with mode.scope():
         ids = mf.placeholder(mf.int64, [None, args.fields], name="ids")

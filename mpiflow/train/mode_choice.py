@@ -52,18 +52,25 @@ class Link:
     among the workers; message_latency_s + receive_s_per_byte * bytes: a worker's
     point-to-point exchange (with the other workers, or a pull or push with a ps);
     update_s_per_element: an optimizer's update of one element with no slot (each slot
-    adds as much again). ps_round_trip_s + ps_s_per_byte * bytes: a step's exchange with
-    a ps through mpiflow's own ps path (a session's run, the ps's service; every worker
-    asking at once), where there is a ps (else the point-to-point figures stand in).
+    adds as much again). row_update_s_per_element: a sparse update's, per element of the
+    rows a batch touches, with the model's slots (the duplicates summed, the rows of the
+    table and of each slot gathered, updated and scattered back: several times a dense
+    element's). ps_round_trip_s + ps_s_per_byte * bytes: a step's exchange with a ps
+    through mpiflow's own ps path (a session's run, the ps's service; every worker asking
+    at once), where there is a ps (else the point-to-point figures stand in).
+    ps_busy_round_trip_s: the same round trip while every worker computes, as in
+    training: where the ps shares cores with the workers it must first get one back
+    (3 ranks on 2 cores: 0.7-2 ms, against 50-200 us with the workers idle).
     """
 
     FIELDS = ("allreduce_latency_s", "allreduce_s_per_byte", "message_latency_s",
               "receive_s_per_byte", "update_s_per_element", "ps_round_trip_s",
-              "ps_s_per_byte")
+              "ps_s_per_byte", "row_update_s_per_element", "ps_busy_round_trip_s")
 
     def __init__(self, allreduce_latency_s, allreduce_s_per_byte, message_latency_s,
                  receive_s_per_byte, update_s_per_element, ps_round_trip_s=None,
-                 ps_s_per_byte=None):
+                 ps_s_per_byte=None, row_update_s_per_element=None,
+                 ps_busy_round_trip_s=None):
         self.allreduce_latency_s = float(allreduce_latency_s)
         self.allreduce_s_per_byte = float(allreduce_s_per_byte)
         self.message_latency_s = float(message_latency_s)
@@ -73,6 +80,12 @@ class Link:
                                      else ps_round_trip_s)
         self.ps_s_per_byte = float(receive_s_per_byte if ps_s_per_byte is None
                                    else ps_s_per_byte)
+        # Not measured: taken as a dense update's with no slot, and as the idle round trip.
+        self.row_update_s_per_element = float(
+            update_s_per_element if row_update_s_per_element is None
+            else row_update_s_per_element)
+        self.ps_busy_round_trip_s = float(
+            self.ps_round_trip_s if ps_busy_round_trip_s is None else ps_busy_round_trip_s)
 
     def as_array(self) -> np.ndarray:
         return np.array([getattr(self, f) for f in self.FIELDS], np.float64)
@@ -89,8 +102,12 @@ class Link:
                 f"{_rate(self.allreduce_s_per_byte)}, point-to-point "
                 f"{self.message_latency_s * 1e6:.0f} us + "
                 f"{_rate(self.receive_s_per_byte)}, through a ps "
-                f"{self.ps_round_trip_s * 1e6:.0f} us + {_rate(self.ps_s_per_byte)}, updates "
-                f"{1e-6 / max(self.update_s_per_element, 1e-15):.0f} M elements/s")
+                f"{self.ps_round_trip_s * 1e6:.0f} us + {_rate(self.ps_s_per_byte)} "
+                f"({self.ps_busy_round_trip_s * 1e6:.0f} us while the workers compute), "
+                f"updates "
+                f"{1e-6 / max(self.update_s_per_element, 1e-15):.0f} M elements/s, "
+                f"{1e-6 / max(self.row_update_s_per_element, 1e-15):.0f} M row "
+                f"elements/s")
 
 
 class Prediction(NamedTuple):
@@ -106,10 +123,12 @@ class Choice(NamedTuple):
     predictions: dict       # mode -> Prediction
 
 
-def model_shape(grads_and_vars, slots: int) -> ModelShape:
+def model_shape(grads_and_vars, slots: int, ids_per_step: int | None = None) -> ModelShape:
     """The ``ModelShape`` of a model from its (gradient, variable) pairs: a variable with
     a sparse gradient is a table, and its lookups' batch says how many ids a step takes
-    (``ASSUMED_IDS`` per lookup where that is not static)."""
+    (``ASSUMED_IDS`` per lookup where that is not static). ``ids_per_step``: the ids a
+    step looks up in every table together, as the user knows them (a batch dimension of
+    None says nothing); it takes the place of the lookups' count."""
     dense = table = row = ids = 0
     for grad, var in grads_and_vars:
         nbytes = var.shape.num_elements() * var.dtype.np_dtype.itemsize
@@ -120,6 +139,8 @@ def model_shape(grads_and_vars, slots: int) -> ModelShape:
             ids += looked_up[0] if looked_up and looked_up[0] is not None else ASSUMED_IDS
         else:
             dense += nbytes
+    if ids_per_step is not None and table:
+        ids = int(ids_per_step)
     return ModelShape(dense, table, row, ids, slots)
 
 
@@ -133,41 +154,50 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
     instead of the slower of worker and ps.
     """
     cost = predict(mode, shape, workers, ps if mode != "allreduce" else 0)
-    update = link.update_s_per_element * (1 + shape.slots)
     fits = cost.worker_state <= memory_per_worker
-    # A step's exchange with each ps (ps mode), or with each ps a table is on.
-    exchanges = ps * link.ps_round_trip_s if mode == "ps" or shape.table_bytes else 0
+    # A step's two exchanges (pull and push; hybrid: lookup and push) with each ps (ps
+    # mode), or with each ps a table is on: round trips taken while the workers compute.
+    waits = 2 * ps * link.ps_busy_round_trip_s if mode == "ps" or (
+        mode == "hybrid" and shape.table_bytes) else 0.0
     dense_share = allreduce_bytes(shape.dense_bytes, workers)
     if mode == "ps":
-        worker = exchanges + link.ps_s_per_byte * (cost.worker_sent + cost.worker_received)
-        parts = f"pulls and pushes {_ms(worker)}"
+        work = link.ps_s_per_byte * (cost.worker_sent + cost.worker_received)
+        parts = f"round trips to the ps {_ms(waits)}, pulls and pushes {_ms(work)}"
     else:
         dense = link.allreduce_s(shape.dense_bytes)
-        applied = update * cost.worker_applied
+        applied = _update_s(link, shape, cost.worker_applied, cost.worker_rows_applied)
         if mode == "allreduce":     # the other workers' rows come in an allgather
             rows = link.receive_s_per_byte * (cost.worker_received - dense_share) + \
                 (link.message_latency_s if shape.table_bytes else 0.0)
             what = "others' rows"
         else:
-            rows = exchanges + link.ps_s_per_byte * (
+            rows = link.ps_s_per_byte * (
                 cost.worker_sent + cost.worker_received - 2 * dense_share)
-            what = "rows to and from the ps"
-        worker = dense + rows + applied
+            what = f"round trips to the ps {_ms(waits)}, rows to and from it"
+        work = dense + rows + applied
         parts = f"allreduce {_ms(dense)}, {what} {_ms(rows)}, updates {_ms(applied)}"
-    ps_updates = update * cost.ps_applied       # each ps's, per worker step (allreduce: 0)
+    # each ps's, per worker step (allreduce: 0)
+    ps_updates = _update_s(link, shape, cost.ps_applied, cost.ps_rows_applied)
     crowding = _crowding(mode, workers, ps, node)
     if crowding is not None:
         # The ps's side of a transfer is in the time measured through it already (it
-        # spans both processes): only the ps's updates are added.
+        # spans both processes): only the ps's updates are added. A round trip's wait
+        # is no work: the cores go on with the others' meanwhile.
         working = workers if mode == "allreduce" else workers + ps
-        seconds = workers * (worker + ps * ps_updates) * crowding / working
+        seconds = workers * (work + ps * ps_updates) * crowding / working + waits
         return Prediction(mode, seconds, f"{parts}; on {crowding:.1f} ranks per core, "
                           "a step waits for every rank's work", fits)
     # Each ps's work for one worker step: its share of the bytes and its updates.
     serving = workers * (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) + ps_updates)
     if mode != "allreduce":
         parts += f", the ps serving every worker {_ms(serving)}"
-    return Prediction(mode, max(worker, serving), parts, fits)
+    return Prediction(mode, max(work + waits, serving), parts, fits)
+
+
+def _update_s(link: Link, shape: ModelShape, applied: int, rows_applied: int) -> float:
+    """Seconds to update ``applied`` elements, ``rows_applied`` of them in table rows."""
+    dense = (applied - rows_applied) * link.update_s_per_element * (1 + shape.slots)
+    return dense + rows_applied * link.row_update_s_per_element
 
 
 def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_worker: float,
@@ -193,6 +223,10 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
     if left_out:
         reason.append(f"{', '.join(left_out)} left out: a worker's state would not fit "
                       f"its {memory_per_worker / 2 ** 20:.0f} MiB share of memory")
+    if shape.table_bytes:
+        reason.append(f"{shape.ids_per_step} ids a step looked up in the tables (a lookup "
+                      f"of unknown batch counts {ASSUMED_IDS}: TrainingMode's ids_per_step "
+                      f"says how many)")
     if ps == 0:
         reason.append("the launch made no ps task")
     if not shape.table_bytes and "hybrid" in candidates and ps:
@@ -202,18 +236,20 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
 
 
 def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None = None,
-            target: str = "") -> Link:
+            target: str = "", shape: ModelShape | None = None) -> Link:
     """Measure a ``Link`` among the ranks of ``comm`` (every rank calls it; rank 0's
     figures are returned on all of them, so every rank decides alike), and with
-    ``ps_task``, the path to that ps through this process's server (``target``)."""
+    ``ps_task``, the path to that ps through this process's server (``target``). With a
+    ``shape`` that has tables, its sparse update is timed (its rows' width, its ids per
+    step, its slots)."""
     from mpiflow.comm.collectives import MpiCollective, get_collective  # noqa: PLC0415
 
     nbytes = int(min(max(nbytes, _SMALL_BYTES), _PROBE_CAP_BYTES))
     size = comm.Get_size() if comm is not None else 1
-    update = _update_seconds_per_element()
+    pairs = None
     if size == 1:
         copy = _copy_seconds_per_byte(nbytes)
-        link = Link(0.0, copy, 0.0, copy, update)
+        link = Link(0.0, copy, 0.0, copy, _update_seconds_per_element())
     else:
         small = np.zeros(_SMALL_BYTES // 4, np.float32)
         big = np.zeros(nbytes // 4, np.float32)
@@ -223,15 +259,23 @@ def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None
         whole = _best_of(lambda: reduce.allreduce(big, out=big, name="mode_probe",
                                                   timeout=timeout))
         pairs = comm.Dup()      # every rank is here: the allreduces above returned
-        try:
-            message = _exchange_seconds(pairs, 8, timeout)
-            exchanged = _exchange_seconds(pairs, nbytes, timeout)
-        finally:
-            pairs.Free()
+        message = _exchange_seconds(pairs, 8, timeout)
+        exchanged = _exchange_seconds(pairs, nbytes, timeout)
+        update = _on_rank_0_alone(pairs, _update_seconds_per_element, timeout)
         link = Link(latency, max(whole - latency, 0.0) / nbytes, message,
-                    max(exchanged - message, 0.0) / nbytes, update)
-    if ps_task is not None:
-        link.ps_round_trip_s, link.ps_s_per_byte = _through_ps(target, ps_task, nbytes)
+                    max(exchanged - message, 0.0) / nbytes, update or 0.0)
+    try:
+        if ps_task is not None:
+            link.ps_round_trip_s, link.ps_s_per_byte, link.ps_busy_round_trip_s = \
+                _through_ps(target, ps_task, nbytes, pairs, timeout)
+        if shape is not None and shape.table_bytes and shape.row_bytes:
+            link.row_update_s_per_element = _on_rank_0_alone(
+                pairs, lambda: _row_update_seconds_per_element(
+                    shape.row_bytes // 4, shape.ids_per_step, shape.slots),
+                timeout) or 0.0
+    finally:
+        if pairs is not None:
+            pairs.Free()
     if size > 1:
         figures = link.as_array()
         MpiCollective(comm).broadcast(figures, root=0, name="mode_probe_figures",
@@ -294,9 +338,43 @@ def _exchange_seconds(comm, nbytes: int, timeout: float | None) -> float:
     return _best_of(once)
 
 
-def _through_ps(target: str, task: int, nbytes: int) -> tuple[float, float]:
+# The busy round trip: a burst of numpy work (as a step's compute) before each of a few.
+_BUSY_BURST_S = 2e-3
+_BUSY_ROUND_TRIPS = 5
+
+
+def _on_rank_0_alone(comm, measure, timeout: float | None):
+    """``measure()`` on rank 0 of ``comm`` while the other ranks sleep; its result there,
+    None on the others. A rate measured on every rank at once would be of ranks sharing
+    the cores (half of one each, 4 ranks on 2), which the model prices itself."""
+    result = measure() if comm is None or comm.Get_rank() == 0 else None
+    if comm is not None:
+        _sleep_at_barrier(comm, timeout)
+    return result
+
+
+def _sleep_at_barrier(comm, timeout: float | None) -> None:
+    """Every rank of ``comm`` here, each sleeping meanwhile (not polling a core away)."""
+    from mpiflow import config  # noqa: PLC0415
+
+    limit = timeout if timeout is not None else config.get("MPIFLOW_TIMEOUT")
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + limit
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise errors.DeadlineExceededError(
+                f"TrainingMode('auto'): worker {comm.Get_rank()} waited {limit} s for the "
+                f"other workers between the probe's measurements")
+        time.sleep(2e-4)
+
+
+def _through_ps(target: str, task: int, nbytes: int, workers=None,
+                timeout: float | None = None) -> tuple[float, float, float]:
     """A session's run that reads a tensor from ps ``task`` (and one that sends it one),
-    as a ps step's pull (and push) does: (seconds of a tiny one, seconds per byte)."""
+    as a ps step's pull (and push) does: (seconds of a tiny one, seconds per byte, the
+    median seconds of a tiny one right after a burst of work). The first two are timed
+    by the first of the ``workers`` (a communicator) alone, the ps serving only it; the
+    last by every worker at once, each bursting as their steps' compute does."""
     import mpiflow as mf  # noqa: PLC0415  (mpiflow.train is imported by mpiflow)
 
     graph = mf.Graph()
@@ -309,14 +387,31 @@ def _through_ps(target: str, task: int, nbytes: int) -> tuple[float, float]:
             pushed = mf.reduce_sum(fed, name="mode_probe_pushed")
         sent = np.zeros(nbytes // 4, np.float32)
         with mf.Session(target or "mode-probe", graph=graph) as sess:
-            round_trip = _best_of(lambda: sess.run(tiny))
-            pull = _best_of(lambda: sess.run(pulled))
-            push = _best_of(lambda: sess.run(pushed, {fed: sent}))
+            def alone():
+                return (_best_of(lambda: sess.run(tiny)), _best_of(lambda: sess.run(pulled)),
+                        _best_of(lambda: sess.run(pushed, {fed: sent})))
+            round_trip, pull, push = _on_rank_0_alone(workers, alone, timeout) or (0, 0, 0)
+            busy = _after_work(lambda: sess.run(tiny))
     # Both big runs include a tiny one's round trip. A tiny run measured slower than
     # either met a busy ps: taken as it was, it would leave nothing per byte (a link
     # of no cost, and ps mode chosen for any size).
     round_trip = min(round_trip, pull, push)
-    return round_trip, (pull + push - 2 * round_trip) / (2 * sent.nbytes)
+    return (round_trip, (pull + push - 2 * round_trip) / (2 * sent.nbytes),
+            max(busy, round_trip))
+
+
+def _after_work(call) -> float:
+    """The median seconds of ``call`` right after ``_BUSY_BURST_S`` of numpy work."""
+    work = np.ones((128, 128), np.float32)
+    times = []
+    for _ in range(_BUSY_ROUND_TRIPS):
+        until = time.perf_counter() + _BUSY_BURST_S
+        while time.perf_counter() < until:
+            work @ work
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def _update_seconds_per_element() -> float:
@@ -328,6 +423,39 @@ def _update_seconds_per_element() -> float:
         np.multiply(g, np.float32(0.1), out=t)
         np.subtract(v, t, out=v)
     return _best_of(update) / v.size
+
+
+# The sparse update probe's table: large enough to leave the caches as a model's does.
+_ROW_PROBE_TABLE_BYTES = 32 << 20
+_ROW_PROBE_MAX_IDS = 1 << 16
+_ROW_PROBE_SKEW = 1.2
+
+
+def _row_update_seconds_per_element(row_elements: int, ids: int, slots: int) -> float:
+    """A sparse update as the optimizers run it (``SparseApply*``: duplicates summed, the
+    touched rows of the table and of each slot gathered, updated, scattered back) of
+    ``ids`` ids into float32 rows of ``row_elements``, per element of its gradient
+    (``ids x row_elements``). The ids are skewed as lookups of an embedding usually are
+    (Zipf, exponent ``_ROW_PROBE_SKEW``: a few rows take most of them), which sets how
+    many rows the gather and scatter touch; evenly spread ids cost about twice as much."""
+    from mpiflow.ops.training_ops import sum_duplicates  # noqa: PLC0415
+
+    row_elements = max(int(row_elements), 1)
+    ids = int(min(max(ids, 1), _ROW_PROBE_MAX_IDS))
+    rows = max(ids, _ROW_PROBE_TABLE_BYTES // (4 * row_elements))
+    tables = [np.ones((rows, row_elements), np.float32) for _ in range(1 + slots)]
+    picked = (np.random.default_rng(0).zipf(_ROW_PROBE_SKEW, ids) - 1) % rows
+    grad = np.ones((ids, row_elements), np.float32)
+
+    def update():
+        summed, unique = sum_duplicates(np, grad, picked)
+        touched = [table[unique] for table in tables]
+        for slot in touched[1:]:
+            slot += summed
+        touched[0] -= np.float32(0.1) * summed
+        for table, values in zip(tables, touched):
+            table[unique] = values
+    return _best_of(update) / grad.size
 
 
 def _copy_seconds_per_byte(nbytes: int) -> float:

@@ -58,6 +58,10 @@ class StepCost(NamedTuple):
     ps_state: int           # variables + slots each ps holds
     worker_applied: int     # elements one worker updates per step
     ps_applied: int         # elements each ps updates for one worker step
+    # Of those, the table rows' elements: a sparse update (duplicates summed, rows
+    # gathered and scattered back) costs more per element than a dense one.
+    worker_rows_applied: int = 0
+    ps_rows_applied: int = 0
 
 
 def predict(mode: str, shape: ModelShape, workers: int, ps: int) -> StepCost:
@@ -77,31 +81,33 @@ def predict(mode: str, shape: ModelShape, workers: int, ps: int) -> StepCost:
         worker_state, ps_state = 0, (d + shape.table_bytes) * kept // ps
         worker_applied, ps_applied = 0, (d + rows_pulled) // 4 // ps
         return _with_ps(sent, received, workers, ps, worker_state, ps_state,
-                        worker_applied, ps_applied)
+                        worker_applied, ps_applied, ps_rows=rows_pulled // 4 // ps)
     dense = allreduce_bytes(d, workers)
     if mode == "allreduce":
         gathered = (workers - 1) * rows_pushed
         moved = dense + gathered
         return StepCost(moved, moved, 0, 0, 0, (d + shape.table_bytes) * kept, 0,
-                        (d + workers * rows_pulled) // 4, 0)
+                        (d + workers * rows_pulled) // 4, 0,
+                        worker_rows_applied=workers * rows_pulled // 4)
     if mode == "hybrid":
         sent, received = dense + ids_sent + rows_pushed, dense + rows_pulled
         return _with_ps(sent, received, workers, ps, d * kept,
                         shape.table_bytes * kept // ps, d // 4, rows_pulled // 4 // ps,
-                        through_ps=(ids_sent + rows_pushed, rows_pulled))
+                        through_ps=(ids_sent + rows_pushed, rows_pulled),
+                        ps_rows=rows_pulled // 4 // ps)
     raise errors.InvalidArgumentError(
         f"mode_cost.predict: unknown mode {mode!r}, expected ps, allreduce or hybrid")
 
 
 def _with_ps(sent, received, workers, ps, worker_state, ps_state, worker_applied,
-             ps_applied, through_ps=None) -> StepCost:
+             ps_applied, through_ps=None, ps_rows=0) -> StepCost:
     """A cost whose ps traffic is what the workers send to and get from the ps tasks
     (``through_ps``: (to, from) the ps; default everything)."""
     to_ps, from_ps = through_ps or (sent, received)
     ps_received, ps_sent = to_ps // ps, from_ps // ps
     return StepCost(sent, received, ps_sent, ps_received,
                     workers * (ps_sent + ps_received), worker_state, ps_state,
-                    worker_applied, ps_applied)
+                    worker_applied, ps_applied, ps_rows_applied=ps_rows)
 
 
 __all__ = ["ModelShape", "StepCost", "predict"]

@@ -76,11 +76,15 @@ class TrainingMode:
             model's table rows cross as they are).
         candidates: the modes "auto" chooses from (default all three; allreduce alone
             where the launch made no ps task).
+        ids_per_step: "auto": the ids one worker's step looks up in all its tables
+            together (its batch times the fields). Without it, the lookups' static shapes
+            say, and a lookup whose batch dimension is None counts as
+            ``mode_choice.ASSUMED_IDS`` ids.
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
                  tables=(), replicated=(), staleness=None, compression=None,
-                 candidates=MODES):
+                 candidates=MODES, ids_per_step=None):
         if mode not in (*MODES, "auto"):
             raise errors.InvalidArgumentError(
                 f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)} or "
@@ -110,9 +114,16 @@ class TrainingMode:
                 "launch made %d ps task(s) (rank(s) %s), which will only wait: launch with "
                 "--ps 0 (or MPIFLOW_PS=0) to make them workers", num_ps,
                 ", ".join(str(cluster.rank_of("ps", t)) for t in range(num_ps)))
+        if ids_per_step is not None and (isinstance(ids_per_step, bool) or
+                                         not isinstance(ids_per_step, int) or
+                                         ids_per_step < 1):
+            raise errors.InvalidArgumentError(
+                f"TrainingMode(ids_per_step={ids_per_step!r}): expected a positive int, the "
+                f"ids one worker's step looks up in its tables")
         self.mode = mode
         self.requested = mode
         self.candidates = candidates
+        self.ids_per_step = ids_per_step
         self.choice = None          # auto: the mode_choice.Choice made at minimize()
         self.cluster = cluster
         self.task_index = task_index
@@ -184,14 +195,15 @@ class TrainingMode:
     def _decide(self, opt, grads_and_vars) -> None:
         """Auto mode: choose the mode for these gradients (``mode_choice``) and place the
         variables as it wants them (hybrid's tables move when its optimizer sees them)."""
-        shape = mode_choice.model_shape(grads_and_vars, opt.slots_per_variable)
+        shape = mode_choice.model_shape(grads_and_vars, opt.slots_per_variable,
+                                        self.ids_per_step)
         service = process.current_service()
         comm = service.groups.get("worker") if service is not None else None
         workers = self.cluster.num_tasks("worker")
         ps_task = self.task_index % self.num_ps if self.num_ps and service is not None \
             else None
         started = time.perf_counter()
-        link = mode_choice.measure(comm, shape.dense_bytes, ps_task=ps_task)
+        link = mode_choice.measure(comm, shape.dense_bytes, ps_task=ps_task, shape=shape)
         probed = time.perf_counter() - started
         self.choice = mode_choice.choose(shape, workers, self.num_ps, link,
                                          mode_choice.memory_per_worker(), self.candidates,

@@ -26,9 +26,10 @@ def test_a_ps_step_waits_for_the_slower_of_the_worker_and_the_ps_serving_every_w
     four = mode_choice.predict_seconds("ps", shape, 4, 1, LINK, PLENTY)
     assert four.seconds == pytest.approx(4 * one.seconds)
     assert "the ps serving every worker" in four.why
-    # A tiny model: the exchange's latency, on the worker, is what a step waits for.
+    # A tiny model: the latency of its two exchanges (a pull and a push), on the worker,
+    # is what a step waits for.
     tiny = mode_choice.predict_seconds("ps", ModelShape(64, 0, 0, 0, 0), 1, 1, LINK, PLENTY)
-    assert tiny.seconds == pytest.approx(10e-6 + 128 * 1e-9)
+    assert tiny.seconds == pytest.approx(2 * 10e-6 + 128 * 1e-9)
 
 
 def test_allreduce_pays_the_allreduce_and_updates_every_variable_on_every_worker():
@@ -117,18 +118,22 @@ def test_a_ps_round_trip_measured_slower_than_the_transfers_leaves_them_a_cost(m
     monkeypatch.setattr(mf, "Session", _AnySession)
     times = iter([3e-3, 1e-3, 1.5e-3])            # tiny run, pull, push
     monkeypatch.setattr(mode_choice, "_best_of", lambda call, repeats=3: next(times))
-    round_trip, per_byte = mode_choice._through_ps("", 0, 1 * MiB)
+    monkeypatch.setattr(mode_choice, "_after_work", lambda call: 0.5e-3)
+    round_trip, per_byte, busy = mode_choice._through_ps("", 0, 1 * MiB)
     assert round_trip == 1e-3
     assert per_byte == pytest.approx(0.5e-3 / (2 * MiB))
+    assert busy == 1e-3         # never less than the idle round trip
 
 
 def test_a_ps_path_costs_its_round_trip_once_and_its_bytes_each_way(monkeypatch):
     monkeypatch.setattr(mf, "Session", _AnySession)
     times = iter([0.2e-3, 1.2e-3, 1.4e-3])
     monkeypatch.setattr(mode_choice, "_best_of", lambda call, repeats=3: next(times))
-    round_trip, per_byte = mode_choice._through_ps("", 0, 1 * MiB)
+    monkeypatch.setattr(mode_choice, "_after_work", lambda call: 1.5e-3)
+    round_trip, per_byte, busy = mode_choice._through_ps("", 0, 1 * MiB)
     assert round_trip == 0.2e-3
     assert per_byte == pytest.approx(2.2e-3 / (2 * MiB))
+    assert busy == 1.5e-3
 
 
 def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
@@ -139,9 +144,10 @@ def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
     assert spread.mode == "allreduce"    # one ps serving four workers is the bottleneck
     crowded = mode_choice.choose(shape, 4, 1, LINK, PLENTY, node=(5, 2))
     ps = crowded.predictions["ps"]
-    worker = 10e-6 + 16 * MiB * 1e-9     # a pull and a push (the ps's side counted in it)
+    worker = 16 * MiB * 1e-9             # a pull and a push (the ps's side counted in it)
     updates = 2 * 2 * MiB * 1e-9         # 2 Mi elements on the ps, one slot
-    assert ps.seconds == pytest.approx(4 * (worker + updates) * 2.5 / 5)
+    waits = 2 * 10e-6                    # their round trips: no work, the cores go on
+    assert ps.seconds == pytest.approx(4 * (worker + updates) * 2.5 / 5 + waits)
     assert "on 2.5 ranks per core" in ps.why
     # allreduce leaves the ps rank idle: 4 workers on 2 cores, each step's work twice over
     assert "on 2.0 ranks per core" in crowded.predictions["allreduce"].why
@@ -149,3 +155,56 @@ def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
         2 * spread.predictions["allreduce"].seconds)
     assert "ranks per core" not in mode_choice.choose(shape, 2, 1, LINK, PLENTY, node=(3, 2)
                                                       ).predictions["allreduce"].why
+
+
+def test_ids_per_step_given_by_the_user_replace_the_lookups_unknown_batch():
+    with mf.Graph().as_default():
+        ids = mf.placeholder(mf.int64, [None])
+        table = mf.get_variable("emb", [100, 8])
+        loss = mf.reduce_sum(mf.nn.embedding_lookup(table, ids))
+        pairs = mf.train.AdagradOptimizer(0.1).compute_gradients(loss)
+    assumed = mode_choice.model_shape(pairs, 1)
+    assert assumed.ids_per_step == mode_choice.ASSUMED_IDS
+    assert mode_choice.model_shape(pairs, 1, ids_per_step=8192).ids_per_step == 8192
+    choice = mode_choice.choose(mode_choice.model_shape(pairs, 1, 8192), 2, 1, LINK, PLENTY)
+    assert "8192 ids a step looked up in the tables" in choice.reason
+
+
+def test_rows_are_priced_at_the_sparse_update_rate_and_allreduce_applies_every_workers():
+    """A sparse update costs more per element than a dense one; allreduce mode has every
+    worker apply all workers' rows, ps and hybrid mode the ps each worker's once."""
+    shape = ModelShape(dense_bytes=1 * MiB, table_bytes=256 * MiB, row_bytes=256,
+                       ids_per_step=4096, slots=0)
+    slow_rows = mode_choice.Link(10e-6, 0.5e-9, 10e-6, 1e-9, update_s_per_element=1e-9,
+                                 row_update_s_per_element=10e-9)
+    rows = 4096 * 256 // 4
+    allreduce = mode_choice.predict_seconds("allreduce", shape, 4, 0, slow_rows, PLENTY)
+    flat = mode_choice.predict_seconds("allreduce", shape, 4, 0, LINK, PLENTY)
+    assert allreduce.seconds - flat.seconds == pytest.approx(4 * rows * 9e-9)
+    hybrid = mode_choice.predict_seconds("hybrid", shape, 4, 1, slow_rows, PLENTY)
+    assert hybrid.seconds - mode_choice.predict_seconds(
+        "hybrid", shape, 4, 1, LINK, PLENTY).seconds == pytest.approx(4 * rows * 9e-9)
+
+
+def test_with_a_table_the_probe_times_the_sparse_update_of_its_rows():
+    shape = ModelShape(1 * MiB, 64 * MiB, row_bytes=128, ids_per_step=512, slots=1)
+    link = mode_choice.measure(None, 1 * MiB, shape=shape)
+    assert link.row_update_s_per_element > 0
+    untimed = mode_choice.measure(None, 1 * MiB)       # no table: a dense update's rate
+    assert untimed.row_update_s_per_element == untimed.update_s_per_element
+    assert mode_choice.Link.from_array(link.as_array()).row_update_s_per_element == \
+        link.row_update_s_per_element                    # broadcast to the other workers
+
+
+def test_a_ps_step_waits_for_two_round_trips_taken_while_the_workers_compute():
+    """A pull and a push each wait for the ps; where it shares the cores, it must first
+    get one back from the workers' compute, which the busy round trip measures."""
+    shape = ModelShape(64, 0, 0, 0, 0)
+    busy = mode_choice.Link(10e-6, 0.5e-9, 10e-6, 1e-9, 1e-9, ps_busy_round_trip_s=1e-3)
+    for node in (None, (3, 2)):
+        quiet = mode_choice.predict_seconds("ps", shape, 2, 1, LINK, PLENTY, node)
+        loaded = mode_choice.predict_seconds("ps", shape, 2, 1, busy, PLENTY, node)
+        assert loaded.seconds - quiet.seconds == pytest.approx(2 * (1e-3 - 10e-6))
+        assert "round trips to the ps 2.00 ms" in loaded.why
+    assert mode_choice.predict_seconds("allreduce", shape, 2, 1, busy, PLENTY).seconds == \
+        mode_choice.predict_seconds("allreduce", shape, 2, 1, LINK, PLENTY).seconds
