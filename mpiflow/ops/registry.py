@@ -198,9 +198,7 @@ def add_at(xp, target, indices, values) -> None:
         xp.add.at(sums, inverse.reshape(indices.shape), values.astype(np.float32))
         target[rows] = (target[rows].astype(np.float32) + sums).astype(target.dtype)
         return
-    if xp is np and target.ndim > 1 and target.flags.c_contiguous and \
-            values.dtype == target.dtype and \
-            values.shape == indices.shape + target.shape[1:]:
+    if _rows_at_applies(xp, target, indices, values):
         _add_rows_at(target, indices, values)
         return
     xp.add.at(target, indices, values)
@@ -209,6 +207,18 @@ def add_at(xp, target, indices, values) -> None:
 # Elements of values ``_add_rows_at`` indexes at a time: its flat indices (8 bytes each)
 # stay a few hundred KiB whatever the batch.
 _ROWS_AT_BLOCK = 1 << 15
+
+
+def _rows_at_applies(xp, target, indices, values) -> bool:
+    """Whether ``_add_rows_at`` does exactly what ``add.at`` would: numpy arrays, integer
+    row indices (a mask or a float index means something else to numpy), values of the
+    target's dtype and shape (no broadcasting), not a view of the target (numpy reads
+    them once, before any add)."""
+    return xp is np and type(target) is np.ndarray and type(indices) is np.ndarray and \
+        type(values) is np.ndarray and indices.dtype.kind in "iu" and target.ndim > 1 and \
+        target.flags.c_contiguous and values.dtype == target.dtype and \
+        values.shape == indices.shape + target.shape[1:] and \
+        not np.may_share_memory(values, target)
 
 
 def _add_rows_at(target, indices, values) -> None:

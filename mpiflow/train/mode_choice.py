@@ -259,12 +259,13 @@ def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None
         whole = _best_of(lambda: reduce.allreduce(big, out=big, name="mode_probe",
                                                   timeout=timeout))
         pairs = comm.Dup()      # every rank is here: the allreduces above returned
-        message = _exchange_seconds(pairs, 8, timeout)
-        exchanged = _exchange_seconds(pairs, nbytes, timeout)
-        update = _on_rank_0_alone(pairs, _update_seconds_per_element, timeout)
-        link = Link(latency, max(whole - latency, 0.0) / nbytes, message,
-                    max(exchanged - message, 0.0) / nbytes, update or 0.0)
     try:
+        if pairs is not None:
+            message = _exchange_seconds(pairs, 8, timeout)
+            exchanged = _exchange_seconds(pairs, nbytes, timeout)
+            update = _on_rank_0_alone(pairs, _update_seconds_per_element, timeout)
+            link = Link(latency, max(whole - latency, 0.0) / nbytes, message,
+                        max(exchanged - message, 0.0) / nbytes, update or 0.0)
         if ps_task is not None:
             link.ps_round_trip_s, link.ps_s_per_byte, link.ps_busy_round_trip_s = \
                 _through_ps(target, ps_task, nbytes, pairs, timeout)
@@ -347,6 +348,8 @@ def _on_rank_0_alone(comm, measure, timeout: float | None):
     """``measure()`` on rank 0 of ``comm`` while the other ranks sleep; its result there,
     None on the others. A rate measured on every rank at once would be of ranks sharing
     the cores (half of one each, 4 ranks on 2), which the model prices itself."""
+    if comm is not None:        # the others done with what they did before
+        _sleep_at_barrier(comm, timeout)
     result = measure() if comm is None or comm.Get_rank() == 0 else None
     if comm is not None:
         _sleep_at_barrier(comm, timeout)

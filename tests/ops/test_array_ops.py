@@ -323,6 +323,32 @@ def test_add_at_of_rows_adds_every_duplicate_in_order_as_numpy_does(shape, indic
     np.testing.assert_array_equal(target, expected)
 
 
+@pytest.mark.parametrize("indices, values", [
+    (np.array([True, True, True, True]), np.ones((4, 3), np.float32)),   # a mask
+    ([0, 2, 2], np.ones((3, 3), np.float32)),                           # a list
+    (np.array([1, 3]), 2.0),                                            # a scalar
+    (np.array([0, 1, 1]), np.ones((3, 3), np.float64)),                 # another dtype
+])
+def test_add_at_leaves_what_is_not_a_row_index_with_its_values_to_numpy(indices, values):
+    """Masks, lists, broadcast or converted values mean what numpy says they mean."""
+    from mpiflow.ops.registry import add_at
+    target = np.arange(12, dtype=np.float32).reshape(4, 3)
+    expected = target.copy()
+    np.add.at(expected, indices, values)
+    add_at(np, target, indices, values)
+    np.testing.assert_array_equal(target, expected)
+
+
+def test_add_at_of_rows_reads_values_that_are_a_view_of_the_target_before_adding():
+    from mpiflow.ops.registry import add_at
+    target = R.standard_normal((4000, 16)).astype(np.float32)
+    indices = np.arange(4000)[::-1].copy()
+    expected = target.copy()
+    np.add.at(expected, indices, expected)
+    add_at(np, target, indices, target)
+    np.testing.assert_array_equal(target, expected)
+
+
 @pytest.mark.parametrize("bad", [5, -6])
 def test_add_at_of_rows_refuses_a_row_out_of_range_as_numpy_does(bad):
     from mpiflow.ops.registry import add_at
