@@ -229,6 +229,9 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
                       f"says how many)")
     if ps == 0:
         reason.append("the launch made no ps task")
+    elif best.mode == "allreduce":
+        reason.append(f"the launch's {ps} ps task(s) will only wait: launch with --ps 0 "
+                      f"(MPIFLOW_PS=0) to make them workers")
     if not shape.table_bytes and "hybrid" in candidates and ps:
         reason.append("no table (no variable with a sparse gradient): hybrid would be "
                       "allreduce")

@@ -44,6 +44,8 @@ def test_a_dense_model_on_many_workers_allreduces_rather_than_crowd_one_ps():
     assert choice.mode == "allreduce"
     assert "hybrid" not in choice.predictions       # no table: hybrid would be allreduce
     assert "no table" in choice.reason
+    # the launch's ps rank is left idle: the reason says how to make it a worker
+    assert "the launch's 1 ps task(s) will only wait: launch with --ps 0" in choice.reason
 
 
 def test_a_big_table_touched_in_few_rows_goes_to_the_ps_and_the_dense_part_is_allreduced():
