@@ -4,6 +4,7 @@ runs them)."""
 
 import re
 
+import numpy as np
 import pytest
 
 import mpiflow as mf
@@ -240,3 +241,11 @@ def test_auto_rejects_what_it_cannot_choose_from():
     with pytest.raises(errors.FailedPreconditionError, match="the mode is chosen from the "
                                                               "gradients"):
         mode.optimizer(mf.train.GradientDescentOptimizer(0.1)).apply_gradients([])
+
+
+@pytest.mark.parametrize("bad", [0, -4, 2.5, True, "8192"])
+def test_auto_takes_ids_per_step_as_a_positive_integer(bad):
+    with pytest.raises(mf.errors.InvalidArgumentError, match="ids_per_step"):
+        mf.train.TrainingMode("auto", CLUSTER, 0, ids_per_step=bad)
+    mode = mf.train.TrainingMode("auto", CLUSTER, 0, ids_per_step=np.int64(8192))
+    assert mode.ids_per_step == 8192 and type(mode.ids_per_step) is int
