@@ -1,11 +1,14 @@
 """Exception classes of mpiflow, named after TensorFlow's so users' habits carry over.
 
-Owns the error hierarchy and the one message template every layer uses:
-``"<what> in op 'name' (Type) on <device>: expected <X>, got <Y>"``.
+Owns the error hierarchy, the one message template every layer uses:
+``"<what> in op 'name' (Type) on <device>: expected <X>, got <Y>"``, and the one check
+of an integer argument with a lower bound (``integer_at_least``).
 Imports nothing of mpiflow.
 """
 
 from __future__ import annotations
+
+import numbers
 
 
 class MpiflowError(Exception):
@@ -122,6 +125,15 @@ class RemoteError(MpiflowError):
         self.host = host
         self.remote_traceback = remote_traceback
         super().__init__(message)
+
+
+def integer_at_least(value, minimum: int, what: str, hint: str = "") -> int:
+    """``value`` as an int, where it is an integer (numpy's too, never a bool) of at least
+    ``minimum``; else InvalidArgumentError: "``what`` must be an int >= ``minimum``
+    ``hint``, got ...". The one check of every integer argument with a lower bound."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InvalidArgumentError(f"{what} must be an int >= {minimum}{hint}, got {value!r}")
+    return int(value)
 
 
 def describe_op(op) -> str:

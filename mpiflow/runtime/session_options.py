@@ -94,10 +94,7 @@ class ConfigProto(_Options):
 
 
 def _check_int(config, field):
-    value = getattr(config, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise errors.InvalidArgumentError(
-            f"ConfigProto: {field} must be an int >= 0, got {value!r}")
+    errors.integer_at_least(getattr(config, field), 0, f"ConfigProto: {field}")
 
 
 def _gpu_settings(options) -> dict:

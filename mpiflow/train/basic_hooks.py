@@ -123,9 +123,8 @@ class StopAtStepHook(SessionRunHook):
                 f"StopAtStepHook: exactly one of num_steps and last_step must be given, got "
                 f"num_steps={num_steps!r} and last_step={last_step!r}")
         for name, value in (("num_steps", num_steps), ("last_step", last_step)):
-            if value is not None and (not isinstance(value, (int, np.integer)) or value < 0):
-                raise errors.InvalidArgumentError(
-                    f"StopAtStepHook: {name} must be an int >= 0, got {value!r}")
+            if value is not None:
+                errors.integer_at_least(value, 0, f"StopAtStepHook: {name}")
         self._num_steps = num_steps
         self._last_step = last_step
 

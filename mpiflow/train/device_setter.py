@@ -214,13 +214,8 @@ def _device_string(device, what) -> str:
 
 
 def _non_negative_int(value, what) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise errors.InvalidArgumentError(
-            f"replica_device_setter: {what} must be an integer >= 0, got {value!r}")
-    return int(value)
+    return errors.integer_at_least(value, 0, f"replica_device_setter: {what}")
 
 
 def _positive_int(value, what) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise errors.InvalidArgumentError(f"{what} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return errors.integer_at_least(value, 1, what)

@@ -27,7 +27,6 @@ says what became of each variable.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import time
 
 from mpiflow import config, errors
@@ -115,16 +114,14 @@ class TrainingMode:
                 "launch made %d ps task(s) (rank(s) %s), which will only wait: launch with "
                 "--ps 0 (or MPIFLOW_PS=0) to make them workers", num_ps,
                 ", ".join(str(cluster.rank_of("ps", t)) for t in range(num_ps)))
-        if ids_per_step is not None and (isinstance(ids_per_step, bool) or
-                                         not isinstance(ids_per_step, numbers.Integral) or
-                                         ids_per_step < 1):
-            raise errors.InvalidArgumentError(
-                f"TrainingMode(ids_per_step={ids_per_step!r}): expected a positive int, the "
-                f"ids one worker's step looks up in its tables")
+        if ids_per_step is not None:
+            ids_per_step = errors.integer_at_least(
+                ids_per_step, 1, "TrainingMode: ids_per_step",
+                " (the ids one worker's step looks up in its tables)")
         self.mode = mode
         self.requested = mode
         self.candidates = candidates
-        self.ids_per_step = None if ids_per_step is None else int(ids_per_step)
+        self.ids_per_step = ids_per_step
         self.choice = None          # auto: the mode_choice.Choice made at minimize()
         self.cluster = cluster
         self.task_index = task_index

@@ -17,7 +17,6 @@ complete and named by the state file, even when both saves use one prefix.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import threading
 import time
@@ -139,12 +138,9 @@ class Saver:
             raise errors.UnimplementedError(
                 "Saver(reshape=True) is not supported: a checkpoint restores into variables "
                 "of the same full shape (any partitioning)")
-        if max_to_keep is not None and (isinstance(max_to_keep, bool) or
-                                        not isinstance(max_to_keep, numbers.Integral) or
-                                        max_to_keep < 0):
-            raise errors.InvalidArgumentError(
-                f"Saver: max_to_keep must be an int >= 0 (0 or None keeps every checkpoint), "
-                f"got {max_to_keep!r}")
+        if max_to_keep is not None:
+            errors.integer_at_least(max_to_keep, 0, "Saver: max_to_keep",
+                                    " (0 or None keeps every checkpoint)")
         self._var_list = var_list
         self._sharded = bool(sharded)
         self._max_to_keep = max_to_keep

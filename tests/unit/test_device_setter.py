@@ -224,9 +224,9 @@ def test_partitioned_variable_parts_spread_over_ps_and_lookups_run_next_to_them(
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"ps_tasks": -1}, "ps_tasks must be an integer >= 0"),
-    ({"ps_tasks": 2.5}, "ps_tasks must be an integer >= 0"),
-    ({"ps_tasks": "3"}, "ps_tasks must be an integer >= 0"),
+    ({"ps_tasks": -1}, "ps_tasks must be an int >= 0"),
+    ({"ps_tasks": 2.5}, "ps_tasks must be an int >= 0"),
+    ({"ps_tasks": "3"}, "ps_tasks must be an int >= 0"),
     ({"ps_tasks": 2, "ps_strategy": 5}, "ps_strategy must be callable"),
     ({"ps_tasks": 2, "ps_ops": "VariableV2"}, "ps_ops must be a list of op type names"),
     ({"cluster": 42}, "cluster must be a ClusterSpec or a dict"),
