@@ -60,7 +60,7 @@ class Link:
     at once), where there is a ps (else the point-to-point figures stand in).
     ps_busy_round_trip_s: the same round trip while every worker computes, as in
     training: where the ps shares cores with the workers it must first get one back
-    (3 ranks on 2 cores: 0.7-2 ms, against 50-200 us with the workers idle).
+    (2 cores: 0.3-0.9 ms with 2 workers and 1-5 ms with 4, against 70 us idle).
     """
 
     FIELDS = ("allreduce_latency_s", "allreduce_s_per_byte", "message_latency_s",

@@ -133,10 +133,10 @@ class Collective:
         send = array if array.flags.c_contiguous else plan.xp.ascontiguousarray(array)
         out = self._output(describe, out, plan.xp)
         if plan.request is not None:
-            def build(seq):
-                return [RequestStage(lambda: plan.request(send, out), plan.request_what)]
-            return describe, build, lambda: out, plan.record, timeout, \
-                lambda: plan.request(send, out)
+            def post():
+                return plan.request(send, out)
+            return (describe, lambda seq: [RequestStage(post, plan.request_what)],
+                    lambda: out, plan.record, timeout, (post, plan.request_what))
         widen, wire = plan.widen, plan.wire
         work = send.astype(np.float32) if widen else None
 

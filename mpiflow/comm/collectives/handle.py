@@ -315,8 +315,8 @@ def run_now(state: CommState, describe: tuple, build, finish, record, timeout: f
     still waits for its turn), it starts at once: the check, then each stage, each polled
     for up to ``_EXPRESS_S``; one that takes longer makes the operation a ``Handle``,
     adopted where it stands, whose ``wait()`` goes on with the back-off and the deadline.
-    ``request``: posts the one MPI request that does the whole operation (what ``build``
-    would wrap in a stage), which the express run posts itself. Otherwise it is issued as
+    ``request``: ``(post, what)`` of the one MPI request that does the whole operation
+    (what ``build`` would wrap in a stage), which the express run posts itself. Otherwise it is issued as
     a Handle and waited for. Either way it takes its number in issue order, as on every
     other rank.
     """
@@ -353,10 +353,11 @@ def _express(state, describe, build, finish, record, timeout, new_backoff, reque
             CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
                            posted=(checking, maxima.copy())).test()     # raises
     if request is not None:
-        posted = request()
+        post, what = request
+        posted = post()
         if _settles(posted.Test, tight):
             return None
-        stage = RequestStage.of(posted, build(seq)[0].what)
+        stage = RequestStage.of(posted, what)
         return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                             issued, check, collections.deque(), stage)
     stages = build(seq)
