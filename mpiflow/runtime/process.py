@@ -155,6 +155,7 @@ def _install_abort_hook(service, world):
         service.announce_failure(summary)
         if service.lost_contact:
             os._exit(1)     # MPI_Abort could wait forever for the rank it cannot reach
+        let_the_followers_speak(exc, service.rank)
         world.Abort(1)
 
     sys.excepthook = hook
