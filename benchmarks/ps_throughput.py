@@ -9,8 +9,8 @@ of the same size (an SGD apply on the ps), and the same bytes go through raw mpi
 ``Send``/``Recv`` between the same ranks in the same job, the raw push followed by the
 same SGD update on the ps in numpy (in place, into buffers allocated once), so both sides
 do the same work, each of its buffers allocated as its mpiflow counterpart is (the ps's
-variables and every receive buffer by ``backend.host_empty``, on huge pages from 1 MiB;
-the worker's gradients as plain numpy arrays). The raw side runs twice: with one buffer
+variables and every receive buffer by ``backend.lasting_host_empty``, on huge pages from
+64 KiB; the worker's gradients as plain numpy arrays). The raw side runs twice: with one buffer
 of all the bytes, and with one buffer per variable (4 messages each way, as mpiflow's
 variables are 4 buffers; MPI moves 4 messages of 4 MiB here more slowly than one of
 16 MiB, which no copy-free sender of 4 variables avoids). Bandwidth is per worker, all
@@ -61,15 +61,15 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
     PULL, PUSH, DATA, ACK, DONE = 11, 12, 13, 14, 15
     # Each buffer as mpiflow's counterpart is: the worker's gradients are plain numpy
     # arrays (fed, as the mpiflow side feeds them); the ps's variables and every reused
-    # receive buffer come from backend.host_empty (huge pages from 1 MiB), as mpiflow's
-    # do. MPI moves a buffer on 4 KiB pages about three times slower, so a baseline left
-    # to the allocator's luck would swing from run to run.
+    # receive buffer come from backend.lasting_host_empty (huge pages from 64 KiB), as
+    # mpiflow's do. MPI sends a buffer on 4 KiB pages 1.6-3 times slower, so a baseline
+    # left to the allocator's luck would swing from run to run.
     shape = (nbytes // 4 // parts,)
     token = np.zeros(1, np.int64)
     if rank == 0:
         status = MPI.Status()
-        variables = [backend.host_empty(shape, np.float32) for _ in range(parts)]
-        grads = [backend.host_empty(shape, np.float32) for _ in range(parts)]
+        variables = [backend.lasting_host_empty(shape, np.float32) for _ in range(parts)]
+        grads = [backend.lasting_host_empty(shape, np.float32) for _ in range(parts)]
         for variable in variables:
             variable.fill(0)
         lr = np.float32(1e-6)
@@ -92,7 +92,7 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
                 finished += 1
         return 0.0, 0.0
     bufs = [np.ones(shape, np.float32) for _ in range(parts)]
-    outs = [backend.host_empty(shape, np.float32) for _ in range(parts)]
+    outs = [backend.lasting_host_empty(shape, np.float32) for _ in range(parts)]
 
     def pull():
         comm.Send([token, MPI.BYTE], 0, PULL)

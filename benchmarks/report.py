@@ -308,8 +308,8 @@ def markdown(results, files, size, elapsed):
               "ranks (`benchmarks/ps_throughput.py`), MiB/s; the raw push is followed by "
               "the same SGD update in numpy on the ps, so both sides do the same work, "
               "and each raw buffer is allocated as its mpiflow counterpart is (the ps's "
-              "variables and every receive buffer on huge pages from 1 MiB, "
-              "`backend.host_empty`; the pushed gradients plain numpy arrays). "
+              "variables and every receive buffer on huge pages from 64 KiB, "
+              "`backend.lasting_host_empty`; the pushed gradients plain numpy arrays). "
               "The raw side sends all the bytes as one buffer, and again as one buffer per "
               "variable (4 messages each way, as mpiflow's 4 variables travel):", "",
               "| MiB | raw pull | mpiflow pull | ratio | per variable | raw push | "

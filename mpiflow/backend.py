@@ -19,6 +19,8 @@ import ctypes
 import math
 import mmap
 import os
+import sys
+import threading
 
 import numpy
 
@@ -137,21 +139,19 @@ def unchanged(array, copy) -> bool:
 HUGE_PAGE_BYTES = 2 << 20
 HUGE_PAGE_MIN_BYTES = HUGE_PAGE_BYTES // 2
 _HUGE_PAGES_ASKABLE = hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE")
+# What decides the speed is the sender's pages (MPICH reads them from the other process):
+# a 256 KiB message leaves huge pages about 2.5 times as fast as 4 KiB pages, a 64 KiB one
+# 1.6 times (MPICH 5, mpi4py alone; the raw columns of benchmarks/ps_throughput.py at
+# 1 MiB in 4 variables). So a buffer that lasts (a variable's, a pooled one) from
+# SHARED_HUGE_PAGE_MIN_BYTES to half a huge page is carved out of a huge page it shares
+# with others. Smaller payloads ride inline (copied into a frame): pages do not matter.
+SHARED_HUGE_PAGE_MIN_BYTES = 64 << 10
+_CARVE_ALIGN = 4096
 
 
-def host_empty(shape, dtype) -> numpy.ndarray:
-    """Return an uninitialised host array for data that stays (a variable's buffer, a
-    reused receive buffer): from ``HUGE_PAGE_MIN_BYTES`` on, aligned to a huge page and on
-    huge pages where the kernel allows them.
-
-    The array owns its mapping directly (its ``base`` is the mapping, not another array),
-    so every view of it references it, as views of ``numpy.empty`` arrays do: reference
-    counts of it stay true (the receive pool relies on that). Past the first huge page,
-    a partial one at the end keeps small pages: no memory is left unused there."""
-    dtype = numpy.dtype(dtype)
-    nbytes = dtype.itemsize * math.prod(shape)
-    if nbytes < HUGE_PAGE_MIN_BYTES or dtype.hasobject or not _HUGE_PAGES_ASKABLE:
-        return numpy.empty(shape, dtype)        # (object arrays cannot live in a mapping)
+def _huge_page_mapping(nbytes: int):
+    """``(mapping, offset)``: an anonymous mapping with ``nbytes`` from ``offset`` on, the
+    offset on a huge-page boundary and the whole huge pages from there asked to be huge."""
     mapping = mmap.mmap(-1, max(nbytes, HUGE_PAGE_BYTES) + HUGE_PAGE_BYTES,
                         flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     start = numpy.frombuffer(mapping, numpy.uint8, count=1).ctypes.data
@@ -161,7 +161,114 @@ def host_empty(shape, dtype) -> numpy.ndarray:
         mapping.madvise(mmap.MADV_HUGEPAGE, offset, huge)
     except OSError:
         pass                # huge pages off in this kernel: aligned all the same
+    return mapping, offset
+
+
+class _SharedHugePage:
+    """Carves mid-sized buffers out of one huge page after another, page-aligned.
+
+    Only buffers that stay are carved (variables): space is never handed out twice, and a
+    huge page is unmapped when the last array carved from it is gone (each holds the
+    mapping). What a process can leave unused is the rest of the page it carves from now,
+    plus what dead arrays left in pages that live ones still hold.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._mapping = None
+        self._next = self._end = 0
+
+    def carve(self, nbytes: int):
+        """``(mapping, offset)`` of ``nbytes`` (less than half a huge page) of its own."""
+        size = -(-nbytes // _CARVE_ALIGN) * _CARVE_ALIGN
+        with self._lock:
+            if self._mapping is None or self._next + size > self._end:
+                self._mapping, self._next = _huge_page_mapping(HUGE_PAGE_BYTES)
+                self._end = self._next + HUGE_PAGE_BYTES
+            offset = self._next
+            self._next += size
+            return self._mapping, offset
+
+
+_shared_huge_page = _SharedHugePage()
+
+
+def host_empty(shape, dtype) -> numpy.ndarray:
+    """Return an uninitialised host array for data that stays (a reused receive buffer):
+    from ``HUGE_PAGE_MIN_BYTES`` on, aligned to a huge page and on huge pages where the
+    kernel allows them.
+
+    The array owns its mapping directly (its ``base`` is the mapping, not another array),
+    so every view of it references it, as views of ``numpy.empty`` arrays do: reference
+    counts of it stay true (the receive pool relies on that). Past the first huge page,
+    a partial one at the end keeps small pages: no memory is left unused there."""
+    dtype = numpy.dtype(dtype)
+    nbytes = dtype.itemsize * math.prod(shape)
+    if nbytes < HUGE_PAGE_MIN_BYTES or dtype.hasobject or not _HUGE_PAGES_ASKABLE:
+        return numpy.empty(shape, dtype)        # (object arrays cannot live in a mapping)
+    mapping, offset = _huge_page_mapping(nbytes)
     return numpy.ndarray(shape, dtype, buffer=mapping, offset=offset)
+
+
+def lasting_host_empty(shape, dtype) -> numpy.ndarray:
+    """Return an uninitialised host array for a buffer that lasts (a variable's, which
+    pulls send from; a pooled one): on huge pages as ``host_empty``'s from half a huge
+    page on, and from ``SHARED_HUGE_PAGE_MIN_BYTES`` below that in a huge page shared with
+    other lasting buffers (its ``base`` is that page's mapping, so views of it count as
+    they do for ``host_empty``'s arrays)."""
+    dtype = numpy.dtype(dtype)
+    nbytes = dtype.itemsize * math.prod(shape)
+    if SHARED_HUGE_PAGE_MIN_BYTES <= nbytes < HUGE_PAGE_MIN_BYTES and \
+            not dtype.hasobject and _HUGE_PAGES_ASKABLE:
+        mapping, offset = _shared_huge_page.carve(nbytes)
+        return numpy.ndarray(shape, dtype, buffer=mapping, offset=offset)
+    return host_empty(shape, dtype)
+
+
+class HostBufferPool:
+    """Host buffers reused once nobody holds them any more: warm memory on huge pages.
+
+    An array handed out goes to the graph, to MPI and maybe to the user; the pool keeps a
+    reference and gives the array out again only when its reference count shows that the
+    pool's own reference is the last one, so nothing still in use is ever overwritten.
+    At most ``max_per_key`` arrays of one shape and dtype are kept (on huge pages); more
+    at once are plain arrays that go when their users do.
+    """
+
+    def __init__(self, max_per_key=4, min_bytes=SHARED_HUGE_PAGE_MIN_BYTES):
+        self.max_per_key = max_per_key
+        self.min_bytes = min_bytes
+        self._free = {}
+
+    def empty(self, shape, dtype):
+        """Return an array of ``shape`` and ``dtype`` that nobody else references."""
+        dtype = numpy.dtype(dtype)
+        nbytes = dtype.itemsize * math.prod(shape)
+        if nbytes < self.min_bytes:
+            return numpy.empty(shape, dtype)
+        key = (shape, dtype)
+        held = self._free.setdefault(key, [])
+        for array in held:
+            # One reference in the list, one as getrefcount's argument, one in ``array``:
+            # a thread looking at the same array at once holds a fourth, so two threads
+            # never both take it.
+            if sys.getrefcount(array) <= 3:
+                return array
+        if len(held) >= self.max_per_key:
+            return host_empty(shape, dtype)
+        array = lasting_host_empty(shape, dtype)
+        held.append(array)
+        return array
+
+
+# Kernel results that leave the rank in a message (gradients pushed to a ps, rows a ps
+# sends back): MPI sends them from huge pages, and the next step finds them warm.
+_outgoing = HostBufferPool()
+
+
+def outgoing_empty(shape, dtype) -> numpy.ndarray:
+    """Return an array for a kernel result that a Send takes from this rank."""
+    return _outgoing.empty(tuple(shape), dtype)
 
 
 # -- GPU binding -------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 import time
 from typing import Callable
 
@@ -54,36 +53,6 @@ _INLINE_PREFIX = bytes([_INLINE_MARK])
 _PADDING = bytes(_INLINE_ALIGN)
 _BYTE = np.dtype(np.uint8)
 _CANCEL_WAIT_S = 1.0     # how long cancelled receives are given to complete
-
-
-class BufferPool:
-    """Receive buffers reused once nobody holds them any more (warm memory, no page faults).
-
-    A received array is handed to the graph and maybe to the user; the pool keeps a
-    reference and gives the array out again only when its reference count shows that the
-    pool's own reference is the last one, so nothing still in use is ever overwritten.
-    """
-
-    def __init__(self, max_per_key=4, min_bytes=1 << 16):
-        self.max_per_key = max_per_key
-        self.min_bytes = min_bytes
-        self._free = {}
-
-    def empty(self, shape, dtype):
-        """Return an array of ``shape`` and ``dtype`` that nobody else references."""
-        nbytes = dtype.itemsize * math.prod(shape)
-        if nbytes < self.min_bytes:
-            return np.empty(shape, dtype)
-        key = (shape, dtype)
-        held = self._free.setdefault(key, [])
-        for array in held:
-            # One reference in the list, one as getrefcount's argument, one in ``array``.
-            if sys.getrefcount(array) <= 3:
-                return array
-        array = backend.host_empty(shape, dtype)     # large ones on huge pages
-        if len(held) < self.max_per_key:
-            held.append(array)
-        return array
 
 
 def _contiguous(value):
@@ -242,7 +211,7 @@ class Transport:
         self._abandoned = []         # sends to dead ranks: never waited for again
         self._abandoned_receives = []   # (requests, buffers) of payloads never to come
         self._status = MPI.Status()
-        self._pool = BufferPool()
+        self._pool = backend.HostBufferPool()   # receive buffers, reused warm
         # Whether a rank was lost (its owner's liveness check; it may raise for a loss
         # the job cannot go on without). Asked only while a payload is awaited.
         self.sender_lost: Callable[[int], bool] = lambda rank: False

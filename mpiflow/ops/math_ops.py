@@ -554,6 +554,9 @@ class MatMulOp(OpDef):
             b = xp.swapaxes(b, -1, -2)
         acc = accumulating_dtype(xp, a.dtype, batched=a.ndim > 2 or b.ndim > 2)
         if acc == a.dtype:
+            if ctx.outgoing is not None and a.ndim == 2 and b.ndim == 2 and \
+                    a.shape[1] == b.shape[0]:       # a gradient pushed to a ps
+                return xp.matmul(a, b, out=ctx.outgoing((a.shape[0], b.shape[1]), a.dtype))
             return xp.matmul(a, b)
         return xp.matmul(a.astype(acc), b.astype(acc)).astype(a.dtype)
 

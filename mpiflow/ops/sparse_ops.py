@@ -45,6 +45,11 @@ class GatherOp(OpDef):
         # build time): indexing params.shape validates it against the runtime rank.
         axis = ctx.attrs["axis"]
         _check_indices(ctx, indices, params.shape[axis])
+        if ctx.outgoing is not None and axis in (0, -params.ndim):     # rows a ps sends
+            out = ctx.outgoing(indices.shape + params.shape[1:], params.dtype)
+            # Indices are checked: 'clip' changes none, and numpy writes into ``out``
+            # directly (with 'raise' it goes through a temporary).
+            return xp.take(params, indices, axis=0, out=out, mode="clip")
         return xp.take(params, indices, axis=axis)
 
     def gradient(self, op, g):

@@ -97,6 +97,7 @@ class Plan:
         self.gpu = compiled.gpu
         self.has_transfers = compiled.has_transfers
         self.donated = compiled.donated
+        self.outgoing = compiled.outgoing
 
     def partition_graphs(self) -> list:
         """The ops this plan runs, as one GraphDef dict (``RunMetadata.partition_graphs``)."""

@@ -112,8 +112,8 @@ class StateRef:
             return current
         if backend.is_device_array(value):
             fresh = value.astype(self._dtype, copy=True)
-        else:           # a large one on huge pages: MPI moves it faster (pulls)
-            fresh = backend.host_empty(np.shape(value), self._dtype)
+        else:           # on huge pages from 64 KiB: MPI sends it faster (pulls)
+            fresh = backend.lasting_host_empty(np.shape(value), self._dtype)
             fresh[...] = value
         buffers[self._name] = fresh
         return fresh
