@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import errors, half_floats
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
@@ -390,6 +390,9 @@ class CastOp(OpDef):
         ctx.target = ctx.attrs["DstT"].np_dtype
 
     def forward(self, xp, ctx, x):
+        if half_floats.applies(x, ctx.target):     # float32 <-> float16 at one speed
+            # (a compressed gradient pushed to a ps: into a send buffer)
+            return half_floats.astype(x, ctx.target, ctx.outgoing)
         return xp.asarray(x).astype(ctx.target, copy=False)
 
     def gradient(self, op, g):

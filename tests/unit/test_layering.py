@@ -11,16 +11,18 @@ PACKAGE = Path(__file__).resolve().parents[2] / "mpiflow"
 # layer (module path prefix) -> mpiflow modules it may import (prefixes)
 ALLOWED = {
     "mpiflow.framework": ("mpiflow.framework", "mpiflow.dtype_table", "mpiflow.errors"),
-    "mpiflow.ops": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors"),
+    "mpiflow.ops": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors",
+                    "mpiflow.half_floats"),
     "mpiflow.gradients": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors"),
     "mpiflow.comm": ("mpiflow.comm", "mpiflow.dtype_table", "mpiflow.backend", "mpiflow.errors",
-                     "mpiflow.config"),
+                     "mpiflow.config", "mpiflow.half_floats"),
     "mpiflow.runtime": ("mpiflow.framework", "mpiflow.ops", "mpiflow.gradients",
                         "mpiflow.comm", "mpiflow.runtime", "mpiflow.backend",
                         "mpiflow.errors", "mpiflow.config", "mpiflow.logger"),
     "mpiflow.backend": ("mpiflow.errors", "mpiflow.config"),
     "mpiflow.errors": (),
     "mpiflow.dtype_table": (),
+    "mpiflow.half_floats": (),
     # The loaders need no graph; tf.data's Dataset is only re-exported from mpiflow.dataset.
     "mpiflow.data": ("mpiflow.errors", "mpiflow.unsupported", "mpiflow.dataset"),
     "mpiflow.unsupported": ("mpiflow.errors",),

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from mpiflow import backend, dtype_table, errors
+from mpiflow import backend, dtype_table, errors, half_floats
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
 from mpiflow.comm.collectives.check import OPS, make_record
@@ -138,7 +138,7 @@ class Collective:
             return (describe, lambda seq: [RequestStage(post, plan.request_what)],
                     lambda: out, plan.record, timeout, (post, plan.request_what))
         widen, wire = plan.widen, plan.wire
-        work = send.astype(np.float32) if widen else None
+        work = half_floats.astype(send, np.float32) if widen else None
 
         def build(seq):
             if widen:
@@ -147,7 +147,7 @@ class Collective:
 
         def finish():
             if widen:
-                np.copyto(out, work, casting="same_kind")
+                half_floats.copyto(out, work)
             return out
         return describe, build, finish, plan.record, timeout, None
 

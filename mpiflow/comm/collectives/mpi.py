@@ -8,7 +8,7 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from mpiflow import backend, dtype_table, errors
+from mpiflow import backend, dtype_table, errors, half_floats
 from mpiflow.comm.collectives.base import CallStage, Collective, RequestStage, Stage
 from mpiflow.comm.wire_dtypes import HALF_FLOATS
 
@@ -32,8 +32,7 @@ def _half_sum(dtype) -> MPI.Op:
     dtype = np.dtype(dtype)
 
     def add(incoming, inout, datatype):
-        np.add(np.frombuffer(inout, dtype), np.frombuffer(incoming, dtype),
-               out=np.frombuffer(inout, dtype))
+        half_floats.add_into(np.frombuffer(inout, dtype), np.frombuffer(incoming, dtype))
     return MPI.Op.Create(add, commute=True)
 
 

@@ -25,7 +25,7 @@ import collections
 import numpy as np
 from mpi4py import MPI
 
-from mpiflow import backend
+from mpiflow import backend, half_floats
 from mpiflow.comm.collectives.base import CallStage, Collective, Stage
 from mpiflow.comm.collectives.state import CommState
 
@@ -107,7 +107,7 @@ class _Ring(Stage):
                 a, b = self._bounds((self.r - t) % n, c)
                 buf = (self.src if t == 0 else self.dst)[a:b]
                 if self.wire is not None:
-                    buf = buf.astype(self.wire)     # kept by the request until it is done
+                    buf = half_floats.astype(buf, self.wire)   # kept by the request
                 self.sends.append(self.comm.Isend([buf, MPI.BYTE], self.right, self.tag))
                 self.next_send += 1
                 progressed = True
@@ -129,10 +129,14 @@ class _Ring(Stage):
         a, b = self._bounds((self.r - t - 1) % self.n, c)
         if t >= self.n - 1:
             if self.wire is not None:   # allgather: the half-float chunk, widened
-                self.dst[a:b] = self.scratch[m % self.W, :b - a]
+                self.dst[a:b] = half_floats.astype(self.scratch[m % self.W, :b - a],
+                                                   self.dst.dtype)
             return  # allgather: the chunk arrived in place
         out = self.dst[a:b]
-        np.add(self.src[a:b], self.scratch[m % self.W, :b - a], out=out)
+        chunk = self.scratch[m % self.W, :b - a]
+        if self.wire is not None:
+            chunk = half_floats.astype(chunk, self.src.dtype)
+        np.add(self.src[a:b], chunk, out=out)
         if self.average and t == self.n - 2:
             # The last addition completes the segment: divide while it is in cache.
             np.divide(out, self.n, out=out)
