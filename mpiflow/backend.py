@@ -167,10 +167,10 @@ def _huge_page_mapping(nbytes: int):
 class _SharedHugePage:
     """Carves mid-sized buffers out of one huge page after another, page-aligned.
 
-    Only buffers that stay are carved (variables): space is never handed out twice, and a
-    huge page is unmapped when the last array carved from it is gone (each holds the
-    mapping). What a process can leave unused is the rest of the page it carves from now,
-    plus what dead arrays left in pages that live ones still hold.
+    Only buffers that last are carved (variables', pooled ones): space is never handed
+    out twice, and a huge page is unmapped when the last array carved from it is gone
+    (each holds the mapping). What a process can leave unused is the rest of the page it
+    carves from now, plus what dead arrays left in pages that live ones still hold.
     """
 
     def __init__(self):
@@ -225,40 +225,54 @@ def lasting_host_empty(shape, dtype) -> numpy.ndarray:
     return host_empty(shape, dtype)
 
 
+def _size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to its pool size class: eight classes between two powers of
+    two (at most 1/8 more memory than asked), so sizes that vary from step to step (the
+    rows of a lookup) share a few buffers instead of keeping one each."""
+    step = max((1 << (nbytes.bit_length() - 1)) // 8, 4096)
+    return -(-nbytes // step) * step
+
+
 class HostBufferPool:
     """Host buffers reused once nobody holds them any more: warm memory on huge pages.
 
-    An array handed out goes to the graph, to MPI and maybe to the user; the pool keeps a
-    reference and gives the array out again only when its reference count shows that the
-    pool's own reference is the last one, so nothing still in use is ever overwritten.
-    At most ``max_per_key`` arrays of one shape and dtype are kept (on huge pages); more
-    at once are plain arrays that go when their users do.
+    An array handed out goes to the graph, to MPI and maybe to the user; the pool keeps
+    the buffer under it and gives it out again only when its reference count shows that
+    the pool's own reference is the last one (a view of it, the array handed out among
+    them, holds a reference), so nothing still in use is ever overwritten. Buffers are
+    kept by size class, at most ``max_per_class`` of one class and ``max_bytes`` in all;
+    beyond that an array is allocated as ``host_empty`` makes it and goes when its users
+    do.
     """
 
-    def __init__(self, max_per_key=4, min_bytes=SHARED_HUGE_PAGE_MIN_BYTES):
-        self.max_per_key = max_per_key
+    def __init__(self, max_per_class=4, min_bytes=SHARED_HUGE_PAGE_MIN_BYTES,
+                 max_bytes=1 << 30):
+        self.max_per_class = max_per_class
         self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
         self._free = {}
 
     def empty(self, shape, dtype):
         """Return an array of ``shape`` and ``dtype`` that nobody else references."""
         dtype = numpy.dtype(dtype)
         nbytes = dtype.itemsize * math.prod(shape)
-        if nbytes < self.min_bytes:
+        if nbytes < self.min_bytes or dtype.hasobject:
             return numpy.empty(shape, dtype)
-        key = (shape, dtype)
-        held = self._free.setdefault(key, [])
-        for array in held:
-            # One reference in the list, one as getrefcount's argument, one in ``array``:
-            # a thread looking at the same array at once holds a fourth, so two threads
+        size = _size_class(nbytes)
+        held = self._free.setdefault(size, [])
+        for buffer in held:
+            # One reference in the list, one as getrefcount's argument, one in ``buffer``:
+            # a thread looking at the same buffer at once holds a fourth, so two threads
             # never both take it.
-            if sys.getrefcount(array) <= 3:
-                return array
-        if len(held) >= self.max_per_key:
+            if sys.getrefcount(buffer) <= 3:
+                return buffer[:nbytes].view(dtype).reshape(shape)
+        if len(held) >= self.max_per_class or self.held_bytes + size > self.max_bytes:
             return host_empty(shape, dtype)
-        array = lasting_host_empty(shape, dtype)
-        held.append(array)
-        return array
+        buffer = lasting_host_empty((size,), numpy.uint8)
+        held.append(buffer)
+        self.held_bytes += size
+        return buffer[:nbytes].view(dtype).reshape(shape)
 
 
 # Kernel results that leave the rank in a message (gradients pushed to a ps, rows a ps

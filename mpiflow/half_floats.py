@@ -66,8 +66,8 @@ def add_into(inout, incoming) -> None:
     """``inout += incoming`` for float16 arrays, rounded once from float32 as numpy's
     float16 add does, fast."""
     if applies(inout, _F32) and inout.flags.c_contiguous:
-        total = astype(inout, _F32)
-        total += astype(incoming, _F32)
+        total = astype(incoming, _F32)      # this order: a NaN + NaN keeps numpy's payload
+        total += astype(inout, _F32)
         copyto(inout, total)
         return
     np.add(inout, incoming, out=inout)

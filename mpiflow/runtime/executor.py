@@ -96,7 +96,7 @@ class Plan:
         self.fetch_slots = compiled.fetch_slots
         self.gpu = compiled.gpu
         self.has_transfers = compiled.has_transfers
-        self.donated = compiled.donated
+        self.donated = compiled.donated       # (both for inspection: tests, debugging)
         self.outgoing = compiled.outgoing
 
     def partition_graphs(self) -> list:

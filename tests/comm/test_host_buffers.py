@@ -137,3 +137,34 @@ def test_outgoing_buffers_are_pooled_on_huge_pages():
     address = first.ctypes.data
     del first
     assert backend.outgoing_empty([512, 512], np.float32).ctypes.data == address
+
+
+def test_sizes_that_vary_from_step_to_step_share_a_few_pooled_buffers():
+    # The rows of a lookup: a different count each step, never one buffer kept per count.
+    pool = backend.HostBufferPool()
+    for rows in range(300, 400):
+        rows_array = pool.empty((rows, 64), np.float32)
+        assert rows_array.shape == (rows, 64) and rows_array.dtype == np.float32
+        rows_array.fill(rows)
+        del rows_array
+    # 100 shapes, 4 size classes (eight between two powers of two): one buffer each.
+    assert pool.held_bytes <= 4 * 400 * 64 * 4 * 9 // 8
+
+
+def test_a_pooled_buffer_is_handed_out_again_as_any_shape_of_its_size_class():
+    pool = backend.HostBufferPool()
+    first = pool.empty((300, 64), np.float32)
+    address = first.ctypes.data
+    kept = first.reshape(-1)[:5]
+    del first
+    assert pool.empty((301, 64), np.float32).ctypes.data != address    # a view lives
+    del kept
+    again = pool.empty((150, 128), np.int32)
+    assert again.ctypes.data == address and again.shape == (150, 128)
+
+
+def test_the_pool_keeps_no_more_than_its_byte_budget():
+    pool = backend.HostBufferPool(max_bytes=1 << 20)
+    live = [pool.empty((64 << 10,), np.float32) for _ in range(8)]      # 256 KiB each
+    assert pool.held_bytes <= 1 << 20
+    assert all(a.shape == (64 << 10,) for a in live)
