@@ -233,6 +233,24 @@ def _size_class(nbytes: int) -> int:
     return -(-nbytes // step) * step
 
 
+def _reference_counts_tell_owners() -> bool:
+    """Whether ``sys.getrefcount`` counts what the pool's rule assumes (CPython counts a
+    loop variable and a call's argument): a buffer somebody else holds reads above 3, one
+    only the pool holds reads 3 or less. An interpreter that borrows references counts
+    less, and the pool would hand out a buffer still in use: there it keeps nothing."""
+    held = [numpy.empty(1)]
+    user = held[0]
+    for buffer in held:
+        with_user = sys.getrefcount(buffer)
+    del user
+    for buffer in held:
+        alone = sys.getrefcount(buffer)
+    return with_user > 3 >= alone
+
+
+_POOLS_REUSE = _reference_counts_tell_owners()
+
+
 class HostBufferPool:
     """Host buffers reused once nobody holds them any more: warm memory on huge pages.
 
@@ -259,6 +277,8 @@ class HostBufferPool:
         nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.min_bytes or dtype.hasobject:
             return numpy.empty(shape, dtype)
+        if not _POOLS_REUSE:
+            return host_empty(shape, dtype)
         size = _size_class(nbytes)
         held = self._free.setdefault(size, [])
         for buffer in held:

@@ -60,7 +60,7 @@ def test_the_receive_pool_hands_out_again_only_what_nobody_references(nbytes):
     del second
     del kept
     third = pool.empty(shape, dtype)       # nobody holds the first one any more
-    assert third.ctypes.data == address
+    assert third.ctypes.data == address and _pooled(pool, third)
     assert pool.empty(shape, dtype).ctypes.data != address
 
 
@@ -134,9 +134,17 @@ def test_a_shared_huge_page_goes_when_the_last_array_carved_from_it_does():
 def test_outgoing_buffers_are_pooled_on_huge_pages():
     first = backend.outgoing_empty((512, 512), np.float32)      # 1 MiB
     assert first.ctypes.data % backend.HUGE_PAGE_BYTES == 0
+    assert _pooled(backend._outgoing, first)
     address = first.ctypes.data
     del first
-    assert backend.outgoing_empty([512, 512], np.float32).ctypes.data == address
+    again = backend.outgoing_empty([512, 512], np.float32)
+    assert again.ctypes.data == address and _pooled(backend._outgoing, again)
+
+
+def _pooled(pool, array) -> bool:
+    """Whether ``array`` is a view of a buffer ``pool`` keeps (not a fresh allocation that
+    the allocator happened to place where a freed one was)."""
+    return any(array.base is buffer for held in pool._free.values() for buffer in held)
 
 
 def test_sizes_that_vary_from_step_to_step_share_a_few_pooled_buffers():
@@ -161,6 +169,7 @@ def test_a_pooled_buffer_is_handed_out_again_as_any_shape_of_its_size_class():
     del kept
     again = pool.empty((150, 128), np.int32)
     assert again.ctypes.data == address and again.shape == (150, 128)
+    assert _pooled(pool, again)
 
 
 def test_the_pool_keeps_no_more_than_its_byte_budget():
@@ -168,3 +177,15 @@ def test_the_pool_keeps_no_more_than_its_byte_budget():
     live = [pool.empty((64 << 10,), np.float32) for _ in range(8)]      # 256 KiB each
     assert pool.held_bytes <= 1 << 20
     assert all(a.shape == (64 << 10,) for a in live)
+
+
+def test_reference_counts_tell_the_pool_who_holds_a_buffer_here():
+    assert backend._reference_counts_tell_owners()
+
+
+def test_where_reference_counts_would_mislead_the_pool_it_reuses_nothing(monkeypatch):
+    monkeypatch.setattr(backend, "_POOLS_REUSE", False)
+    pool = backend.HostBufferPool()
+    arrays = [pool.empty((MiB // 4,), np.float32) for _ in range(3)]
+    assert all(a.shape == (MiB // 4,) for a in arrays)
+    assert pool.held_bytes == 0 and not any(pool._free.values())    # nothing kept
