@@ -374,8 +374,8 @@ def compression_section(rows) -> list:
              "(`GradientCompressionOptimizer`), allreduce = 2 workers "
              "(`AllreduceOptimizer(compression=...)`); the bytes worker 0 sent per step and "
              "its steps/s. Every rank shares the machine's memory here, so fewer bytes save "
-             "little time, and the encoding costs CPU: numpy's float32 to float16 "
-             "conversion most.", "",
+             "little time, and the encoding costs CPU: converting to and from float16 "
+             "most (`mpiflow/half_floats.py`).", "",
              "| mode | compression | steps/s | KiB sent per step | of none |",
              "| --- | --- | --- | --- | --- |"]
     base = {}
