@@ -56,6 +56,8 @@ _CANCEL_WAIT_S = 1.0     # how long cancelled receives are given to complete
 
 
 def _contiguous(value):
+    if type(value) is np.ndarray and value.flags.c_contiguous:     # the common case, first
+        return value
     if backend.is_device_array(value):
         return backend.ready_for_mpi(value) if cuda_aware_mpi() else \
             backend.staged_for_send(value)
@@ -104,8 +106,9 @@ def _wire_spec(dtype, shape: tuple) -> list:
     return [wire_name(dtype), list(shape)]
 
 
-def decode_header(raw: bytes, source: int, rank: int):
-    """Decode a header; return (header dict, [(shape, dtype)] of its payloads).
+def decode_header(raw, source: int, rank: int):
+    """Decode a header (bytes, or a view of them); return (header dict, [(shape, dtype)]
+    of its payloads).
 
     Anything that is not a msgpack map with well-formed buffer specs (numeric dtypes,
     non-negative dims, a sane size) is refused with DataLossError naming the sender;
@@ -128,9 +131,11 @@ def decode_header(raw: bytes, source: int, rank: int):
         try:
             text, dims = spec
             # Checked before the cache: True and 1.0 would find the entry of 1.
-            if not isinstance(text, str) or not isinstance(dims, list) or \
-                    not all(type(d) is int for d in dims):
-                raise ValueError(spec)
+            if not isinstance(text, str) or not isinstance(dims, list):
+                raise TypeError(spec)
+            for d in dims:
+                if type(d) is not int:
+                    raise TypeError(spec)
             specs.append(_payload_spec(text, tuple(dims)))
         except (TypeError, ValueError):
             raise errors.DataLossError(
@@ -175,26 +180,28 @@ def read_inline_frame(raw, source: int, rank: int):
             f"Rank {rank}: malformed inline message from rank {source}: {why}")
     if len(raw) < 5:
         raise refuse(f"{len(raw)} bytes")
-    length = int.from_bytes(bytes(raw[1:5]), "little")
-    if 5 + length > len(raw):
-        raise refuse(f"a header of {length} bytes in a message of {len(raw)}")
-    header, specs = decode_header(bytes(raw[5:5 + length]), source, rank)
+    size = len(raw)
+    view = memoryview(raw)
+    length = int.from_bytes(view[1:5], "little")
+    if 5 + length > size:
+        raise refuse(f"a header of {length} bytes in a message of {size}")
+    header, specs = decode_header(view[5:5 + length], source, rank)
     if header.get(_TO_GPU_KEY) is not None:
         raise refuse("a GPU payload inline")
     arrays, end = [], 5 + length
     for shape, dtype in specs:
-        start = _aligned(end)
+        start = -(-end // _INLINE_ALIGN) * _INLINE_ALIGN
         count = math.prod(shape)
         end = start + count * dtype.itemsize
-        if end > len(raw):
-            raise refuse(f"payloads past its end ({len(raw)} bytes)")
+        if end > size:
+            raise refuse(f"payloads past its end ({size} bytes)")
         if not count:
             arrays.append(np.empty(shape, dtype))
             continue
         array = np.frombuffer(raw, dtype, count, start)
         arrays.append(array if len(shape) == 1 else array.reshape(shape))
-    if end != len(raw):
-        raise refuse(f"{len(raw) - end} bytes after its payloads")
+    if end != size:
+        raise refuse(f"{size - end} bytes after its payloads")
     return header, arrays
 
 
@@ -231,16 +238,21 @@ class Transport:
         """
         if self.receiver_dead(dest):
             return
-        arrays = [_contiguous(a) for a in arrays]
         inline = False
         if arrays:
+            arrays = [_contiguous(a) for a in arrays]
             header = dict(header)
             header[_BUFFERS_KEY] = [_wire_spec(a.dtype, a.shape) for a in arrays]
             if to_gpu:
                 header[_TO_GPU_KEY] = True
             else:
-                inline = sum(a.nbytes for a in arrays) <= INLINE_MAX_BYTES and \
-                    not any(backend.is_device_array(a) for a in arrays)
+                nbytes = 0
+                for a in arrays:
+                    if type(a) is not np.ndarray:       # a GPU array never rides inline
+                        nbytes = INLINE_MAX_BYTES + 1
+                        break
+                    nbytes += a.nbytes
+                inline = nbytes <= INLINE_MAX_BYTES
         packed = msgpack.packb(header, use_bin_type=True)
         if inline:      # one message, the arrays copied into it: nothing left to guard
             packed, arrays, guards = inline_frame(packed, arrays), [], ()

@@ -68,6 +68,20 @@ class TensorShape:
             return False
         return all(a is None or b is None or a == b for a, b in zip(self._dims, other._dims))
 
+    def admits(self, array_shape: tuple) -> bool:
+        """Whether an array of ``array_shape`` (an array's own shape: a tuple of ints >= 0)
+        fits this shape: ``is_compatible_with`` without building a TensorShape of it, for
+        the checks every step makes (each feed, each assignment)."""
+        dims = self._dims
+        if dims is None:
+            return True
+        if len(dims) != len(array_shape):
+            return False
+        for want, have in zip(dims, array_shape):
+            if want is not None and want != have:
+                return False
+        return True
+
     def merge_with(self, other) -> "TensorShape":
         """Return the most specific shape compatible with both; raise if incompatible."""
         other = as_shape(other)

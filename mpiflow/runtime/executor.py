@@ -151,8 +151,10 @@ class Plan:
         The driver resumes it with ``send(value)`` (the received tensor, or None after an
         event); Send steps call ``io.send(send_group, values)``. Returns the fetched values.
         The driver may resume it from another thread, so numpy's error state (quiet, as
-        kernels want it) is set per stretch between waits. With a ``trace`` list, every
-        kernel, send and receive appends its span to it.
+        kernels want it) is set per stretch between waits, and only where a kernel runs:
+        a worker's pull resumes the step once per received variable, and setting numpy's
+        state costs a microsecond each time. With a ``trace`` list, every kernel, send and
+        receive appends its span to it.
         """
         vals = self._template.copy()
         for slot, value in zip(self.feed_slots, feed_values):
@@ -163,12 +165,15 @@ class Plan:
         env = self._env
         gpu = self.gpu
         quiet = _QuietNumpy()
-        quiet.enter()
+        loud = True             # numpy's own error state: no kernel since the last wait
         try:
             if gpu is not None:
                 backend.activate_gpu(gpu)
             for index, (fn, ins, out, kind, frees) in enumerate(
                     self._loop if trace is None else self._traced_steps(trace)):
+                if loud and kind not in _NO_KERNEL:
+                    quiet.enter()
+                    loud = False
                 if kind == SINGLE:
                     vals[out] = fn(*[vals[i] for i in ins])
                 elif kind == MULTI:
@@ -186,6 +191,7 @@ class Plan:
                                                    bytes=sum(map(_nbytes, values))))
                 elif kind == RECV:
                     quiet.exit()
+                    loud = True
                     t0 = tracing.now_ns() if trace is not None else 0
                     value = yield RecvWait(fn.edge, fn.peer)
                     if gpu is not None:     # resumed maybe by another thread
@@ -195,7 +201,6 @@ class Plan:
                         trace.append(tracing.event("recv", f"Recv {fn.edge}", t0,
                                                    tracing.now_ns(), peer=fn.peer,
                                                    bytes=_nbytes(vals[out])))
-                    quiet.enter()
                 else:
                     args = [vals[i] for i in ins]
                     result = fn(*args)
@@ -215,6 +220,9 @@ class Plan:
                     for s in frees:
                         vals[s] = None
                 if env.tracking:
+                    if loud:            # collectives sum in numpy, quietly as kernels
+                        quiet.enter()
+                        loud = False
                     env.poll()
         except errors.OpError:
             raise
@@ -236,6 +244,9 @@ class Plan:
                     on_gpu=place is not None, op_type=label))
             traced.append(step)
         return traced
+
+
+_NO_KERNEL = frozenset((SEND, RECV))     # steps that run no numpy kernel
 
 
 def _nbytes(value):
@@ -262,6 +273,8 @@ class _QuietNumpy:
 
 
 def _fetch_value(value):
+    if type(value) is np.ndarray and value.ndim:      # the common case, first
+        return value
     value = backend.to_host(value)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]            # a numpy scalar, as TensorFlow returns

@@ -53,7 +53,7 @@ def check_feed(tensor, value):
         if array.size and not np.can_cast(array.dtype, target, casting="safe"):
             check_fits(tensor, array)
         array = array.astype(target)
-    if not tensor.shape.is_compatible_with(array.shape):
+    if not tensor.shape.admits(array.shape):
         raise errors.InvalidArgumentError(
             f"Cannot feed value of shape {array.shape} for Tensor '{tensor.name}', which has "
             f"shape {tensor.shape}", tensor.op)

@@ -282,8 +282,7 @@ class RankService(JobMembership):
     def _on_tensor(self, source, h, arrays):
         if h.get("d") == 1:         # the last message of the sender's partition
             self._on_done(source, h, ())
-        for edge, array in zip(h["e"], arrays):
-            self.steps.deliver(h["c"], h["s"], edge, array)
+        self.steps.deliver(h["c"], h["s"], h["e"], arrays)
 
     def _on_register(self, source, h, arrays):
         client, handle = h["c"], h["h"]

@@ -90,8 +90,7 @@ class StateRef:
     def set(self, value, validate_shape: bool = True):
         """Store ``value`` (copied: the variable never aliases a constant or a feed)."""
         value = np.asarray(value) if isinstance(value, (list, tuple, float, int)) else value
-        if validate_shape and self._static_shape.ndims is not None and \
-                not self._static_shape.is_compatible_with(value.shape):
+        if validate_shape and not self._static_shape.admits(value.shape):
             raise errors.op_error(errors.InvalidArgumentError,
                                   "Assigned value does not match the variable's shape",
                                   self._op, expected=self._static_shape, got=list(value.shape))

@@ -87,13 +87,20 @@ class Steps:
                 return
             st.waiting = None
 
-    def deliver(self, client: int, step: int, edge: str, value) -> None:
-        """A tensor of (``client``, ``step``) arrived on ``edge``: resume its step, or keep
-        it until the step asks."""
+    def deliver(self, client: int, step: int, edges, values) -> None:
+        """Tensors of (``client``, ``step``) arrived, one per edge of ``edges`` (a
+        message's): keep them all, then resume the step parked on one of them, which takes
+        the others as it reaches their Recvs (a pull of many variables resumes its step
+        once, not once per variable)."""
         if (client, step) in self._aborted:
             return
-        waiter = self.rendezvous.put((client, step, edge), value)
-        if waiter is not None:
+        parked = None
+        for edge, value in zip(edges, values):
+            waiter = self.rendezvous.put((client, step, edge), value)
+            if waiter is not None:
+                parked = waiter, value
+        if parked is not None:
+            waiter, value = parked
             waiter.waiting = None
             self.advance(waiter, value)
 
