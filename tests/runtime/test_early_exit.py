@@ -55,5 +55,7 @@ def test_a_worker_that_vanishes_is_named_when_the_launcher_keeps_the_others(run_
 def test_with_backup_workers_the_others_train_on_when_one_leaves(run_mpi):
     proc = run_mpi(4, PROG, "return", "backup", timeout=90, env=LIVENESS)
     assert "LEAVING return" in proc.stdout
-    assert sorted(re.findall(r"DONE worker (\d) at step 2\d", proc.stdout)) == ["0", "2"], \
-        proc.stdout + proc.stderr
+    # The step a worker prints is the one its own last run fetched, read beside the
+    # update: it may lag the stop at step 20 by one (the hook reads the step again).
+    assert sorted(re.findall(r"DONE worker (\d) at step (?:19|2\d)", proc.stdout)) == \
+        ["0", "2"], proc.stdout + proc.stderr
