@@ -190,7 +190,7 @@ def read_inline_frame(raw, source: int, rank: int):
         raise refuse("a GPU payload inline")
     arrays, end = [], 5 + length
     for shape, dtype in specs:
-        start = -(-end // _INLINE_ALIGN) * _INLINE_ALIGN
+        start = _aligned(end)
         count = math.prod(shape)
         end = start + count * dtype.itemsize
         if end > size:
@@ -249,10 +249,10 @@ class Transport:
                 nbytes = 0
                 for a in arrays:
                     if type(a) is not np.ndarray:       # a GPU array never rides inline
-                        nbytes = INLINE_MAX_BYTES + 1
                         break
                     nbytes += a.nbytes
-                inline = nbytes <= INLINE_MAX_BYTES
+                else:
+                    inline = nbytes <= INLINE_MAX_BYTES
         packed = msgpack.packb(header, use_bin_type=True)
         if inline:      # one message, the arrays copied into it: nothing left to guard
             packed, arrays, guards = inline_frame(packed, arrays), [], ()
