@@ -2,7 +2,8 @@
 
 Each tensor that a task needs from another task crosses once (one _Send/_Recv pair per
 (tensor, destination task), keyed by a unique edge name); a control dependency that
-crosses tasks becomes a tiny token sent the same way (``transfers`` builds the nodes).
+crosses tasks becomes a tiny token sent the same way, one per (op, task it waits on) however
+many of that task's ops it waits for (``transfers`` builds the nodes).
 Every piece lists its nodes in the order of one global topological order of the whole
 step, which is what lets each rank run its piece front to back without deadlock. A
 Send/Recv pair sits in both pieces where its tensor is produced in that order (not where
@@ -126,7 +127,7 @@ class _Builder:
         node = node_def(op)
         node["device"] = self._op_device(op, task)
         node["input"] = [self.tensor_on(t, task, node["device"]) for t in op.inputs] + \
-            ["^" + self._control_on(c, task) for c in op.control_inputs]
+            ["^" + name for name in self._controls_on(op.control_inputs, task)]
         self._append(task, node)
         for t in op.outputs:
             self.located.setdefault(t, (task, t.name))
@@ -147,16 +148,31 @@ class _Builder:
                 self.produced_at[tensor] if at is None else at, device)
         return self.received[key]
 
-    def _control_on(self, op, task) -> str:
-        src_task = self.task_of(op)
-        if src_task == task:
-            return op.name
-        key = ("^" + op.name, task)
+    def _controls_on(self, ops, task) -> list:
+        """Names on ``task`` to wait for before an op with control inputs ``ops``: the ops
+        of ``task`` itself, and one token per other task for all of that task's ops."""
+        names, elsewhere = [], {}
+        for op in ops:
+            src_task = self.task_of(op)
+            if src_task == task:
+                names.append(op.name)
+            else:
+                elsewhere.setdefault(src_task, []).append(op)
+        for src_task, src_ops in elsewhere.items():
+            names.append(self._token_on(src_task, src_ops, task))
+        return names
+
+    def _token_on(self, src_task, ops, task) -> str:
+        """A token sent from ``src_task`` to ``task`` once all of ``ops`` (on
+        ``src_task``) have run: one scalar however many ops, sent where the last of them
+        is in the global order (a push's applies owe their worker one token, not one
+        each)."""
+        key = ("^", tuple(sorted(op.name for op in ops)), task)
         if key not in self.received:
             token = self._fresh("token")
-            at = self.produced_at[op]
+            at = max(self.produced_at[op] for op in ops)
             self._append(src_task, {
-                "name": token, "op": "Const", "input": ["^" + op.name],
+                "name": token, "op": "Const", "input": ["^" + op.name for op in ops],
                 "device": self._device(src_task),
                 "attr": {"value": encode_attr(np.zeros((), np.int32)),
                          "dtype": encode_attr(_INT32)},

@@ -116,18 +116,43 @@ def test_variables_read_through_their_snapshots_leave_the_ps_as_one_message():
     assert all(groups[0].guards)      # still sent from the variables' own buffers
 
 
-def test_the_tokens_of_a_pushs_applies_go_back_as_one_message_after_every_receive():
-    # A push: the ps receives the gradients, applies each and owes the worker a token per
-    # apply; the tokens pass the applies after them and leave as one message, after the
-    # last receive (a send never waits behind a receive it did not wait behind before).
+def test_a_pushs_applies_owe_the_worker_one_token_sent_after_every_receive():
+    # A push: the ps receives the gradients and applies each; the worker's train op waits
+    # for all the applies, so the ps owes it one token (however many applies), sent when
+    # the last apply has run and after the last receive (a send never waits behind a
+    # receive it did not wait behind before).
     _, train = _mlp_like()
     plan = _plan(_pieces([], [train]).nodes[PS])
     groups = _send_groups(plan)
     kinds = _kinds(plan)
     pull, tokens = groups
-    assert len(pull.edges) == 2 and len(tokens.edges) == 2 and tokens.last
+    assert len(pull.edges) == 2 and len(tokens.edges) == 1 and tokens.last
     assert kinds.index(SEND) < kinds.index(RECV)
     assert len(kinds) - 1 - kinds[::-1].index(RECV) < len(kinds) - 1 - kinds[::-1].index(SEND)
+
+
+def test_an_op_waiting_on_several_ops_of_another_task_gets_one_token_sent_after_the_last():
+    # Control inputs on ps 0 (two) and ps 1 (one): one token per task, each depending on
+    # all of that task's ops, so the worker's op still waits for every one of them.
+    with mf.device("/job:ps/task:0"):
+        a = mf.get_variable("a", [2]).assign([1.0, 1.0]).op
+        b = mf.get_variable("b", [2]).assign([2.0, 2.0]).op
+    with mf.device("/job:ps/task:1"):
+        c = mf.get_variable("c", [2]).assign([3.0, 3.0]).op
+    with mf.device("/job:worker/task:0"), mf.control_dependencies([a, b, c]):
+        done = mf.no_op(name="done")
+    order = schedule(mf.get_default_graph(), [], [done], set())
+    pieces = partition(order, lambda op: next(
+        (("ps", i) for i in (0, 1) if f"/job:ps/task:{i}" in op.device), WORKER),
+        [], [], WORKER, {PS: 0, ("ps", 1): 2, WORKER: 1}.__getitem__).nodes
+    for task, waited in ((PS, {"^" + a.name, "^" + b.name}), (("ps", 1), {"^" + c.name})):
+        piece = pieces[task]
+        (token,) = [n for n in piece if n["op"] == "Const" and "token" in n["name"]]
+        assert set(token["input"]) == waited
+        names = [n["name"] for n in piece]
+        assert all(names.index(w[1:]) < names.index(token["name"]) for w in waited)
+    (worker_done,) = [n for n in pieces[WORKER] if n["name"] == "done"]
+    assert len(worker_done["input"]) == 2 and all(i.startswith("^") for i in worker_done["input"])
 
 
 def test_a_variable_sent_before_a_write_of_it_leaves_before_the_write():
