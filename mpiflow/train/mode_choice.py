@@ -43,6 +43,9 @@ ASSUMED_IDS = 1024
 MEMORY_SHARE = 0.5
 _PROBE_CAP_BYTES = 16 << 20      # the largest allreduce the probe times
 _SMALL_BYTES = 4096
+# What another number of ps tasks must save of a step's added time to be suggested.
+PS_ADVICE_GAIN = 0.1
+_PS_ADVICE_MAX = 256        # the most ps tasks weighed
 
 
 class Link:
@@ -121,6 +124,9 @@ class Choice(NamedTuple):
     mode: str
     reason: str
     predictions: dict       # mode -> Prediction
+    # the number of ps tasks that would serve the chosen mode best, where it differs
+    # enough from the launch's (``better_ps_count``); None: the launch's count will do
+    ps_advice: int | None = None
 
 
 def model_shape(grads_and_vars, slots: int, ids_per_step: int | None = None) -> ModelShape:
@@ -235,7 +241,38 @@ def choose(shape: ModelShape, workers: int, ps: int, link: Link, memory_per_work
     if not shape.table_bytes and "hybrid" in candidates and ps:
         reason.append("no table (no variable with a sparse gradient): hybrid would be "
                       "allreduce")
-    return Choice(best.mode, "; ".join(reason), predictions)
+    better = better_ps_count(best, shape, workers, ps, link, memory_per_worker, node)
+    if better is not None:
+        count, seconds = better
+        reason.append(f"with {count} ps task(s) instead of the launch's {ps}, {best.mode} "
+                      f"would add {_ms(seconds)} a step: the ps tasks are fixed at launch, "
+                      f"before the model exists, so launch with --ps {count} "
+                      f"(MPIFLOW_PS={count}) to have them")
+    return Choice(best.mode, "; ".join(reason), predictions,
+                  None if better is None else better[0])
+
+
+def better_ps_count(chosen: Prediction, shape: ModelShape, workers: int, ps: int,
+                    link: Link, memory_per_worker: float, node: tuple | None = None):
+    """``(ps tasks, seconds)``: the number of ps tasks (1 up to one per worker) with which
+    the ``chosen`` mode (ps or hybrid) would add least to a step, and that time, where it
+    saves at least PS_ADVICE_GAIN of the launch's ``ps``; else None.
+
+    More ps tasks split the serving of every worker (a step waits for the slower of the
+    worker and its ps) but add a round trip each; fewer free ranks for work. On a node
+    with more working ranks than cores there is no advice: ps ranks added there share
+    the same cores, and what they cost the workers' compute is not in the model.
+    """
+    if chosen.mode == "allreduce" or not ps or \
+            _crowding(chosen.mode, workers, ps, node) is not None:
+        return None
+    seconds = {count: predict_seconds(chosen.mode, shape, workers, count, link,
+                                      memory_per_worker).seconds
+               for count in range(1, min(max(workers, ps), _PS_ADVICE_MAX) + 1)}
+    count = min(seconds, key=lambda c: (seconds[c], c))
+    if count == ps or seconds[count] > (1 - PS_ADVICE_GAIN) * chosen.seconds:
+        return None
+    return count, seconds[count]
 
 
 def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None = None,
@@ -487,5 +524,6 @@ def _rate(seconds_per_byte: float) -> str:
     return f"{1e-9 / max(seconds_per_byte, 1e-18):.2f} GB/s"
 
 
-__all__ = ["ASSUMED_IDS", "CANDIDATES", "Choice", "Link", "Prediction", "choose", "this_node",
+__all__ = ["ASSUMED_IDS", "CANDIDATES", "Choice", "Link", "PS_ADVICE_GAIN", "Prediction",
+           "better_ps_count", "choose", "this_node",
            "measure", "memory_per_worker", "model_shape", "predict_seconds"]

@@ -210,3 +210,51 @@ def test_a_ps_step_waits_for_two_round_trips_taken_while_the_workers_compute():
         assert "round trips to the ps 2.00 ms" in loaded.why
     assert mode_choice.predict_seconds("allreduce", shape, 2, 1, busy, PLENTY).seconds == \
         mode_choice.predict_seconds("allreduce", shape, 2, 1, LINK, PLENTY).seconds
+
+
+def test_where_one_ps_serving_every_worker_bounds_the_step_the_reason_says_how_many_would_not():
+    # 8 workers pull and push 4 MiB each through one ps: the ps's serving (8 x 9 MiB of
+    # traffic and updates) is the step; with one ps a worker it is no more than a worker's
+    # own 8 MiB. The ps tasks are fixed at launch, so auto can only say so.
+    shape = ModelShape(4 * MiB, 0, 0, 0, slots=0)
+    choice = mode_choice.choose(shape, 8, 1, LINK, PLENTY, candidates=("ps",))
+    assert choice.mode == "ps" and choice.ps_advice == 8
+    one, eight = (mode_choice.predict_seconds("ps", shape, 8, ps, LINK, PLENTY).seconds
+                  for ps in (1, 8))
+    assert eight < one / 4
+    assert (f"with 8 ps task(s) instead of the launch's 1, ps would add "
+            f"{eight * 1e3:.2f} ms a step") in choice.reason
+    assert "launch with --ps 8 (MPIFLOW_PS=8)" in choice.reason
+
+
+def test_a_tiny_model_needs_one_ps_and_the_reason_says_so_where_the_launch_made_more():
+    # Every ps adds a round trip each way and has next to nothing to serve.
+    tiny = ModelShape(64, 0, 0, 0, slots=0)
+    four = mode_choice.choose(tiny, 2, 4, LINK, PLENTY, candidates=("ps",))
+    assert four.ps_advice == 1
+    assert "with 1 ps task(s) instead of the launch's 4" in four.reason
+    one = mode_choice.choose(tiny, 2, 1, LINK, PLENTY, candidates=("ps",))
+    assert one.ps_advice is None and "--ps" not in one.reason
+
+
+def test_no_ps_count_is_suggested_on_a_crowded_node_or_for_allreduce():
+    shape = ModelShape(4 * MiB, 0, 0, 0, slots=0)
+    # 9 ranks on 2 cores: more ps ranks would share the same cores
+    crowded = mode_choice.choose(shape, 8, 1, LINK, PLENTY, candidates=("ps",), node=(9, 2))
+    assert crowded.ps_advice is None and "--ps 8" not in crowded.reason
+    dense = mode_choice.choose(ModelShape(40 * MiB, 0, 0, 0, slots=2), 8, 1, LINK, PLENTY)
+    assert dense.mode == "allreduce" and dense.ps_advice is None
+    assert "ps task(s) instead of" not in dense.reason
+
+
+def test_another_ps_count_must_save_a_tenth_of_the_step_to_be_suggested():
+    shape = ModelShape(4 * MiB, 0, 0, 0, slots=0)
+    best = mode_choice.predict_seconds("ps", shape, 8, 8, LINK, PLENTY).seconds
+    gain = mode_choice.PS_ADVICE_GAIN
+
+    def advice(launch_seconds):
+        launched = mode_choice.Prediction("ps", launch_seconds, "", True)
+        return mode_choice.better_ps_count(launched, shape, 8, 1, LINK, PLENTY)
+
+    assert advice(best / (1 - gain) * 0.99) is None
+    assert advice(best / (1 - gain) * 1.01) == (8, best)
