@@ -138,9 +138,10 @@ _declare(
            doc="level of mpiflow's logger"),
     Option("MPIFLOW_POLL_MAX_SLEEP_US", "int", 200, minimum=0,
            doc="cap, in microseconds, of the sleep a waiting rank backs off to between polls"),
-    Option("MPIFLOW_POLL_SPIN_US", "int", 2000, minimum=0,
+    Option("MPIFLOW_POLL_SPIN_US", "int", None, minimum=0,
            doc="microseconds a waiting rank keeps polling (yielding the CPU to any rank "
-               "that needs it) before it starts to sleep"),
+               "that needs it) before it starts to sleep; unset: 20000 where each rank "
+               "of the node has a core, 2000 where the node runs more ranks than cores"),
     Option("MPIFLOW_CPU_THREADS", "int", 0, minimum=0,
            doc="threads each rank's numpy (BLAS) kernels may use; 0 = the node's cores "
                "divided by the ranks on the node, unless OMP_NUM_THREADS or a BLAS "

@@ -49,6 +49,20 @@ from mpiflow.runtime.resources import ResourceStore
 from mpiflow.runtime.steps import ClientStep, Step, Steps
 from mpiflow.runtime.transfers import StepIO
 
+# How long a waiting rank polls before it sleeps, unless MPIFLOW_POLL_SPIN_US says.
+CROWDED_SPIN_US = 2000          # more ranks on the node than cores
+OWN_CORE_SPIN_US = 20000        # a core for every rank
+
+
+def poll_spin_us() -> int:
+    """Microseconds a waiting rank polls before it sleeps: MPIFLOW_POLL_SPIN_US, else
+    by whether the node has a core for each of the job's ranks on it (known once the
+    layout is, ``backend.set_local_rank``)."""
+    spin_us = config.get("MPIFLOW_POLL_SPIN_US")
+    if spin_us is not None:
+        return spin_us
+    return CROWDED_SPIN_US if backend.node_crowded() else OWN_CORE_SPIN_US
+
 
 class RankService(JobMembership):
     """The per-process server loop and client driver (one per MPI process)."""
@@ -65,8 +79,13 @@ class RankService(JobMembership):
         # Yielding polls keep replies at microseconds and give the core to any rank that
         # needs it, even on a crowded node: 3-4 ranks on 2 cores stepped a small model
         # 2.6x faster with 2000 us than with 50 us, and a big one no slower
-        # (benchmarks/peers/ps_mlp.py). An idle rank still backs off to sleeps.
-        spin_us = config.get("MPIFLOW_POLL_SPIN_US")
+        # (benchmarks/peers/ps_mlp.py). A rank with a core of its own polls longer: it
+        # takes that core from nobody, while a sleep ends late (100 us for 20 us asked
+        # on a VM), so a worker waiting 3 ms for a ps's apply of 16 MiB saw the reply
+        # about 0.5 ms late after 2000 us (pushes of 16 MiB: 0.71-0.75 of raw MPI with
+        # 2000 us, 0.84-0.91 with 20000; on a crowded node longer polls did not help).
+        # An idle rank still backs off to sleeps.
+        spin_us = poll_spin_us()
         self._new_backoff = lambda: Backoff(spin_s=spin_us * 1e-6, max_s=max_sleep)
         self.transport = Transport(comm, self._new_backoff())
         self.rank = self.transport.rank
