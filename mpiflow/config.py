@@ -156,10 +156,11 @@ _declare(
     Option("MPIFLOW_RING_WINDOW", "int", 4, minimum=1,
            doc="chunks of the ring allreduce in flight per rank (receives posted ahead, "
                "each with a scratch buffer of MPIFLOW_RING_CHUNK_BYTES)"),
-    Option("MPIFLOW_RING_MIN_BYTES", "int", 1 << 20, minimum=0,
+    Option("MPIFLOW_RING_MIN_BYTES", "int", None, minimum=0,
            doc="algorithm='auto' uses mpiflow's ring for host arrays of at least this many "
-               "bytes and MPI's Iallreduce below; 0 = never the ring (the measurements "
-               "behind the default are in mpiflow/comm/collectives/__init__.py)"),
+               "bytes and MPI's Iallreduce below; 0 = never the ring; unset: 256 KiB "
+               "between 2 ranks, 1 MiB among more (the measurements behind it are in "
+               "mpiflow/comm/collectives/__init__.py)"),
     Option("MPIFLOW_COLLECTIVE_SPIN_US", "int", 2000, minimum=0,
            doc="microseconds a rank waiting in a collective keeps polling (yielding the "
                "CPU) before it starts to sleep; longer than the server loop's spin even on "

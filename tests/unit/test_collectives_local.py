@@ -68,6 +68,39 @@ def test_auto_takes_the_ring_for_host_arrays_from_its_threshold(threshold, nbyte
     assert isinstance(get_collective("auto", COMM, array, cfg), expected)
 
 
+class _Ranks:
+    """A communicator's size, all that auto's ring threshold asks of it."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def Get_size(self):
+        return self.size
+
+
+@pytest.mark.parametrize("ranks,nbytes,takes_ring", [
+    (2, (256 << 10) - 4, False),
+    (2, 256 << 10, True),               # a pair: the ring's two steps win from 256 KiB
+    (3, 256 << 10, False),
+    (4, (1 << 20) - 4, False),
+    (4, 1 << 20, True),                 # more ranks: from 1 MiB
+    (1, 1 << 20, True),
+])
+def test_unset_the_rings_threshold_is_256_kib_between_two_ranks_and_1_mib_among_more(
+        ranks, nbytes, takes_ring):
+    unset = config.Config(env={})
+    array = np.empty(nbytes // 4, np.float32)
+    ok, why = RingCollective.preferred(_Ranks(ranks), array, unset)
+    assert ok is takes_ring
+    if not takes_ring:
+        assert why == (f"{nbytes} bytes is below the ring's "
+                       f"{collectives.ring.ring_min_bytes(ranks)} on {ranks} ranks "
+                       "(MPIFLOW_RING_MIN_BYTES unset)")
+    # a threshold that is set holds whatever the ranks
+    assert RingCollective.preferred(_Ranks(ranks), array, config.Config(
+        env={"MPIFLOW_RING_MIN_BYTES": str(4 << 20)}))[0] is False
+
+
 def test_auto_takes_nccl_first_for_gpu_arrays(monkeypatch):
     _fake_gpu_with_nccl(monkeypatch)
     assert select("auto", COMM, np.zeros(4, np.float32)) is NcclCollective

@@ -142,6 +142,19 @@ class _Ring(Stage):
             np.divide(out, self.n, out=out)
 
 
+# Where auto's ring starts when MPIFLOW_RING_MIN_BYTES is unset (the measurements are in
+# the package's docstring): two ranks make a ring of two steps, each a half-exchange, and
+# it beats MPI from 256 KiB; more ranks add dependent steps, and MPI keeps up to 1 MiB.
+PAIR_RING_MIN_BYTES = 256 << 10
+RING_MIN_BYTES = 1 << 20
+
+
+def ring_min_bytes(ranks: int) -> int:
+    """The smallest host array auto sends around the ring on ``ranks`` ranks, unless
+    MPIFLOW_RING_MIN_BYTES says."""
+    return PAIR_RING_MIN_BYTES if ranks == 2 else RING_MIN_BYTES
+
+
 class RingCollective(Collective):
     """Allreduce by mpiflow's ring (module docstring); broadcast/allgather by MPI."""
 
@@ -168,7 +181,12 @@ class RingCollective(Collective):
         threshold = config.get("MPIFLOW_RING_MIN_BYTES")
         if threshold == 0:
             return False, "MPIFLOW_RING_MIN_BYTES=0: auto never takes the ring"
-        if array.nbytes < threshold:
+        if threshold is None:
+            threshold = ring_min_bytes(comm.Get_size())
+            if array.nbytes < threshold:
+                return False, (f"{array.nbytes} bytes is below the ring's {threshold} on "
+                               f"{comm.Get_size()} ranks (MPIFLOW_RING_MIN_BYTES unset)")
+        elif array.nbytes < threshold:
             return False, (f"{array.nbytes} bytes is below MPIFLOW_RING_MIN_BYTES="
                            f"{threshold}")
         return True, ""
