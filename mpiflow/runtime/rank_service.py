@@ -83,7 +83,7 @@ class RankService(JobMembership):
         # takes that core from nobody, while a sleep ends late (100 us for 20 us asked
         # on a VM), so a worker waiting 3 ms for a ps's apply of 16 MiB saw the reply
         # about 0.5 ms late after 2000 us (pushes of 16 MiB: 0.71-0.75 of raw MPI with
-        # 2000 us, 0.84-0.91 with 20000; on a crowded node longer polls did not help).
+        # 2000 us, 0.81-0.91 with 20000; on a crowded node longer polls did not help).
         # An idle rank still backs off to sleeps.
         spin_us = poll_spin_us()
         self._new_backoff = lambda: Backoff(spin_s=spin_us * 1e-6, max_s=max_sleep)

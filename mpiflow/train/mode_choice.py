@@ -259,9 +259,10 @@ def better_ps_count(chosen: Prediction, shape: ModelShape, workers: int, ps: int
     saves at least PS_ADVICE_GAIN of the launch's ``ps``; else None.
 
     More ps tasks split the serving of every worker (a step waits for the slower of the
-    worker and its ps) but add a round trip each; fewer free ranks for work. On a node
-    with more working ranks than cores there is no advice: ps ranks added there share
-    the same cores, and what they cost the workers' compute is not in the model.
+    worker and its ps) but add a round trip each, and each is a rank that computes no
+    step. On a node with more working ranks than cores there is no advice: ps ranks
+    added there share the same cores, and what they cost the workers' compute is not in
+    the model.
     """
     if chosen.mode == "allreduce" or not ps or \
             _crowding(chosen.mode, workers, ps, node) is not None:

@@ -10,9 +10,9 @@ array)`` returns the named one (an error says why when it cannot run here), or f
   between 2 ranks, 1 MiB among more, ``ring.ring_min_bytes``; 0 = never);
 - MPI's Iallreduce otherwise.
 
-Why 1 MiB, and 256 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH 5.0.2, float32, with the
-cross-rank check, bus bandwidth in MB/s (ring vs the mpi strategy; MPI = the library's
-blocking Allreduce for reference)::
+Why 1 MiB, and 256 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH
+5.0.2, float32, with the cross-rank check, bus bandwidth in MB/s (ring vs the mpi
+strategy; MPI = the library's blocking Allreduce for reference)::
 
     ranks  size     MPI    mpi   ring
     2       4 KiB  1126    252    143
