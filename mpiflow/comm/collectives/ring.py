@@ -183,12 +183,12 @@ class RingCollective(Collective):
             return False, "MPIFLOW_RING_MIN_BYTES=0: auto never takes the ring"
         if threshold is None:
             threshold = ring_min_bytes(comm.Get_size())
-            if array.nbytes < threshold:
-                return False, (f"{array.nbytes} bytes is below the ring's {threshold} on "
-                               f"{comm.Get_size()} ranks (MPIFLOW_RING_MIN_BYTES unset)")
-        elif array.nbytes < threshold:
-            return False, (f"{array.nbytes} bytes is below MPIFLOW_RING_MIN_BYTES="
-                           f"{threshold}")
+            named = (f"the ring's {threshold} on {comm.Get_size()} ranks "
+                     "(MPIFLOW_RING_MIN_BYTES unset)")
+        else:
+            named = f"MPIFLOW_RING_MIN_BYTES={threshold}"
+        if array.nbytes < threshold:
+            return False, f"{array.nbytes} bytes is below {named}"
         return True, ""
 
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
