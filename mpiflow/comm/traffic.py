@@ -34,15 +34,18 @@ class Traffic:
         self._received = dict.fromkeys(ROADS, 0)
 
     def add(self, road: str, sent: int = 0, received: int = 0) -> None:
+        # Every collective and message counts itself here: kept to two additions (the
+        # counts become Python ints in ``totals``, whatever integers callers pass).
         with self._lock:
-            self._sent[road] += int(sent)
-            self._received[road] += int(received)
+            self._sent[road] += sent
+            self._received[road] += received
 
     def totals(self) -> dict:
         """``{"sent": {road: bytes}, "received": {road: bytes}}`` since the start (or
         ``reset``); subtract two of them for what happened in between."""
         with self._lock:
-            return {"sent": dict(self._sent), "received": dict(self._received)}
+            return {"sent": {road: int(n) for road, n in self._sent.items()},
+                    "received": {road: int(n) for road, n in self._received.items()}}
 
     def reset(self) -> None:
         with self._lock:

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from mpiflow import backend, dtype_table, errors, half_floats
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
-from mpiflow.comm.collectives.check import OPS, make_record
+from mpiflow.comm.collectives.check import OPS, fingerprint_of, make_record
 from mpiflow.comm.collectives.handle import (
     CallStage,
     Handle,
@@ -27,7 +27,9 @@ from mpiflow.comm.collectives.handle import (
     Stage,
     describe_array,
     describe_call,
+    request_stages,
     run_now,
+    run_request_now,
 )
 from mpiflow.comm.collectives.state import comm_state, make_backoff
 from mpiflow.comm.traffic import TRAFFIC, allreduce_bytes
@@ -48,6 +50,7 @@ class _Plan(NamedTuple):
     xp: Any                 # numpy or cupy
     widen: bool             # half floats summed in float32
     record: np.ndarray | None   # the cross-rank check's record (None: no check)
+    fingerprint: np.ndarray | None   # what the check reduces (None: no check to run)
     wire: Any               # the dtype chunks cross in, where not the working array's
     moved: int              # bytes sent (and received) by a bandwidth-optimal algorithm
     request: Callable | None    # post(send, recv): one request that does it all
@@ -120,23 +123,24 @@ class Collective:
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
         """
-        return self._issue(*self._allreduce_call(array, op, out, name, check, timeout,
-                                                  half_on_wire))
-
-    def _allreduce_call(self, array, op, out, name, check, timeout, half_on_wire) -> tuple:
-        """An allreduce's checks and closures: ``(describe, build, finish, record,
-        timeout)``, for ``_issue`` or ``_run_now``; with it, the one request that does
-        the whole operation where the strategy has one (``_allreduce_request``)."""
         describe = ("allreduce", name, self.name, array, self.rank, self.size)
         plan = self._plan_of(describe, array, op, name, check, half_on_wire)
+        return self._issue(*self._allreduce_call(describe, plan, array, op, out, timeout))
+
+    def _allreduce_buffers(self, describe, plan: _Plan, array, out) -> tuple:
+        """An allreduce's ``(send, out)``: ``array`` C-contiguous, ``out`` checked or
+        allocated; its bytes counted."""
         TRAFFIC.add("allreduce", plan.moved, plan.moved)
         send = array if array.flags.c_contiguous else plan.xp.ascontiguousarray(array)
-        out = self._output(describe, out, plan.xp)
+        return send, self._output(describe, out, plan.xp)
+
+    def _allreduce_call(self, describe, plan: _Plan, array, op, out, timeout) -> tuple:
+        """An allreduce's closures: ``(describe, build, finish, record, timeout)``, for
+        ``_issue`` or ``_run_now``."""
+        send, out = self._allreduce_buffers(describe, plan, array, out)
         if plan.request is not None:
-            def post():
-                return plan.request(send, out)
-            return (describe, lambda seq: [RequestStage(post, plan.request_what)],
-                    lambda: out, plan.record, timeout, (post, plan.request_what))
+            return (describe, request_stages(plan.request, plan.request_what, send, out),
+                    lambda: out, plan.record, timeout)
         widen, wire = plan.widen, plan.wire
         work = half_floats.astype(send, np.float32) if widen else None
 
@@ -149,7 +153,7 @@ class Collective:
             if widen:
                 half_floats.copyto(out, work)
             return out
-        return describe, build, finish, plan.record, timeout, None
+        return describe, build, finish, plan.record, timeout
 
     def _plan_of(self, describe, array, op, name, check, half_on_wire) -> _Plan:
         """What a call's signature allows, found out once: training makes the same calls
@@ -191,16 +195,27 @@ class Collective:
         moved = allreduce_bytes(array.size * (4 if widen and wire is None else
                                               array.dtype.itemsize), self.size)
         request = None if widen else self._allreduce_request(array.dtype, op, half_on_wire)
-        return _Plan(_array_module(array), widen, record, wire, moved,
+        fingerprint = fingerprint_of(record) if record is not None and self.size > 1 \
+            else None
+        return _Plan(_array_module(array), widen, record, fingerprint, wire, moved,
                      *(request or (None, None)))
 
     def allreduce(self, array, op: str = "sum", out=None, *, name: str | None = None,
                   check: bool = True, timeout: float | None = None,
                   half_on_wire: bool = False) -> Any:
         """Blocking ``allreduce_async(...).wait()``; return the result. With nothing
-        issued before it still in line, it runs at once (``handle.run_now``)."""
-        return self._run_now(*self._allreduce_call(array, op, out, name, check, timeout,
-                                                   half_on_wire))
+        issued before it still in line, it runs at once (``handle.run_now``; where one
+        MPI request does it all, ``handle.run_request_now``)."""
+        describe = ("allreduce", name, self.name, array, self.rank, self.size)
+        plan = self._plan_of(describe, array, op, name, check, half_on_wire)
+        if plan.request is None:
+            return self._run_now(*self._allreduce_call(describe, plan, array, op, out,
+                                                       timeout))
+        send, out = self._allreduce_buffers(describe, plan, array, out)
+        return run_request_now(self.state, describe, plan.record, plan.fingerprint,
+                               plan.request, plan.request_what, send, out,
+                               self.timeout if timeout is None else timeout,
+                               self._new_backoff)
 
     # -- broadcast -------------------------------------------------------------------------
     def broadcast_async(self, array, root: int = 0, *, name: str | None = None,
@@ -278,8 +293,9 @@ class Collective:
     def _allreduce_request(self, dtype, op: str, half_on_wire: bool) -> tuple | None:
         """Where one MPI request does a whole allreduce of ``dtype`` and ``op``: ``(post,
         what)``, ``post(send, recv)`` posting it (``recv is send``: in place). A blocking
-        call with nothing before it then runs without the steps' objects, the express
-        path's cost per call: None (the default) for a strategy of several steps."""
+        call with nothing before it then runs without the closures and steps' objects
+        (``handle.run_request_now``), the express path's cost per call: None (the
+        default) for a strategy of several steps."""
         return None
 
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
@@ -347,14 +363,13 @@ class Collective:
                                         f"got {type(out).__name__} {got}".rstrip())
         return out
 
-    def _issue(self, describe, build, finish, record, timeout, request=None) -> Handle:
+    def _issue(self, describe, build, finish, record, timeout) -> Handle:
         return Handle(self.state, describe, build, finish, record,
                       self.timeout if timeout is None else timeout, self._new_backoff())
 
-    def _run_now(self, describe, build, finish, record, timeout, request=None) -> Any:
+    def _run_now(self, describe, build, finish, record, timeout) -> Any:
         return run_now(self.state, describe, build, finish, record,
-                       self.timeout if timeout is None else timeout, self._new_backoff,
-                       request)
+                       self.timeout if timeout is None else timeout, self._new_backoff)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}' on {self.size} ranks>"

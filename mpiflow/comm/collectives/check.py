@@ -148,7 +148,8 @@ class CrossRankCheck:
         self._request, self._maxima = posted or (None, np.zeros(2, dtype=np.int64))
 
     def post(self) -> None:
-        self._request = post_fingerprint(self.state, self.record, self._maxima)
+        self._request = post_fingerprint(self.state, fingerprint_of(self.record),
+                                         self._maxima)
         self.posted = True
 
     def test(self) -> bool:
@@ -269,11 +270,17 @@ class CrossRankCheck:
             f"shape (allgather: the same shape after the first dimension)")
 
 
-def post_fingerprint(state: CommState, record: np.ndarray, maxima: np.ndarray) -> MPI.Request:
-    """Post the check's allreduce: the maxima of ``record``'s fingerprint pair into
+def fingerprint_of(record: np.ndarray) -> np.ndarray:
+    """The pair of ``record`` that the check reduces, ``(f, -f)`` (a view)."""
+    return record[FIELDS_LEN:]
+
+
+def post_fingerprint(state: CommState, fingerprint: np.ndarray,
+                     maxima: np.ndarray) -> MPI.Request:
+    """Post the check's allreduce: the maxima of a record's ``fingerprint_of`` pair into
     ``maxima`` (2 int64), on the state's check communicator."""
-    return state.check_comm.Iallreduce([record[FIELDS_LEN:], MPI.INT64_T],
-                                       [maxima, MPI.INT64_T], MPI.MAX)
+    return state.check_comm.Iallreduce([fingerprint, MPI.INT64_T], [maxima, MPI.INT64_T],
+                                       MPI.MAX)
 
 
 def agreed(maxima: np.ndarray) -> bool:

@@ -9,6 +9,8 @@ queue: its check and stages run at once, polled tightly, and only an operation t
 longer than ``_EXPRESS_S`` becomes a ``Handle`` (adopted where it stands) and waits with
 the back-off and the deadline. Small collectives spend most of their time in that
 bookkeeping otherwise (4 KiB on 2 ranks: 3 us in MPI, 7 more in the queue and handle).
+An operation that one MPI request does whole (``run_request_now``: the mpi strategy's
+sums) goes further: no stage or closure exists unless it has to wait.
 A wait polls without yielding for ``CommState.tight_poll_s`` first (not at all on a
 crowded node).
 """
@@ -29,6 +31,7 @@ from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.collectives.check import (
     CrossRankCheck,
     agreed,
+    fingerprint_of,
     format_ranks,
     post_fingerprint,
 )
@@ -308,62 +311,99 @@ def _settles(test, tight_s: float) -> bool:
 
 
 def run_now(state: CommState, describe: tuple, build, finish, record, timeout: float,
-            new_backoff: Callable[[], Backoff], request=None) -> Any:
+            new_backoff: Callable[[], Backoff]) -> Any:
     """Run a blocking collective; return its result.
 
     With no operation of the communicator queued or unposted (nothing issued before it
     still waits for its turn), it starts at once: the check, then each stage, each polled
     for up to ``_EXPRESS_S``; one that takes longer makes the operation a ``Handle``,
     adopted where it stands, whose ``wait()`` goes on with the back-off and the deadline.
-    ``request``: ``(post, what)`` of the one MPI request that does the whole operation
-    (what ``build`` would wrap in a stage), which the express run posts itself. Otherwise it is issued as
-    a Handle and waited for. Either way it takes its number in issue order, as on every
-    other rank.
+    Otherwise it is issued as a Handle and waited for. Either way it takes its number in
+    issue order, as on every other rank.
     """
     with state.lock:
-        if not state.idle():
+        seq = state.start_now()
+        if seq is None:
             handle = Handle(state, describe, build, finish, record, timeout, new_backoff())
         else:
-            handle = _express(state, describe, build, finish, record, timeout, new_backoff,
-                              request)
+            handle = _express(state, seq, describe, build, finish, record, timeout,
+                              new_backoff)
             if handle is None:
                 return finish()
     return handle.wait()
 
 
-def _express(state, describe, build, finish, record, timeout, new_backoff, request=None):
-    """``run_now``'s direct run, under the state's lock: None when it completed, else the
-    Handle that goes on with it. A failed check raises here, as ``test()`` would."""
+def run_request_now(state: CommState, describe: tuple, record, fingerprint, post,
+                    what: str, send, out, timeout: float,
+                    new_backoff: Callable[[], Backoff]) -> Any:
+    """``run_now`` for an operation that one MPI request does whole (``post(send, out)``
+    posts it, ``what`` names it; ``out`` is the result), as small allreduces are.
+
+    The express run is the whole call here: the check (``fingerprint``: the record's
+    ``fingerprint_of`` pair, None for no check), the request, each polled for up to
+    ``_EXPRESS_S``; the stages and closures a Handle needs are built only for a call
+    that waits its turn or outlives its express run. A 4 KiB allreduce costs a few
+    microseconds, so each object made per call shows.
+    """
+    with state.lock:
+        seq = state.start_now()
+        if seq is None:
+            handle = Handle(state, describe, request_stages(post, what, send, out),
+                            lambda: out, record, timeout, new_backoff())
+        else:
+            issued = time.monotonic()
+            check = None if fingerprint is None else \
+                _express_check(state, describe, record, fingerprint, seq)
+            if check is not None:
+                handle = Handle.adopt(state, describe, request_stages(post, what, send, out),
+                                      lambda: out, timeout, new_backoff(), seq, issued,
+                                      check, None, None)
+            else:
+                posted = post(send, out)
+                if _settles(posted.Test, state.tight_poll_s):
+                    return out
+                handle = Handle.adopt(state, describe, None, lambda: out, timeout,
+                                      new_backoff(), seq, issued, None, collections.deque(),
+                                      RequestStage.of(posted, what))
+    return handle.wait()
+
+
+def request_stages(post, what: str, send, out) -> Callable[[int], list[Stage]]:
+    """The ``build`` of an operation that one request does whole (``post(send, out)``)."""
+    return lambda seq: [RequestStage(lambda: post(send, out), what)]
+
+
+def _express_check(state, describe, record, fingerprint, seq) -> CrossRankCheck | None:
+    """An express run's cross-rank check, posted now and polled for up to ``_EXPRESS_S``:
+    None when it passed; the check, still in flight, for the Handle that adopts the
+    operation (it takes the maxima buffer with it and leaves a new one). A failed check
+    raises here, as ``test()`` would."""
+    maxima = state.check_maxima
+    checking = post_fingerprint(state, fingerprint, maxima)
+    if _settles(checking.Test, state.tight_poll_s):
+        if agreed(maxima):
+            return None
+        CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
+                       posted=(checking, maxima.copy())).test()     # raises
+    state.check_maxima = np.zeros(2, dtype=np.int64)
+    return CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
+                          posted=(checking, maxima))
+
+
+def _express(state, seq, describe, build, finish, record, timeout, new_backoff):
+    """``run_now``'s direct run of operation ``seq``, under the state's lock: None when it
+    completed, else the Handle that goes on with it."""
     issued = time.monotonic()
-    seq = state.next_seq()
-    tight = state.tight_poll_s
     check = None
     if record is not None and state.size > 1:
-        # The check object is made only where it is needed: a check still in flight
-        # (adopted with its request and buffer), or one that failed (it says how).
-        maxima = state.check_maxima
-        checking = post_fingerprint(state, record, maxima)
-        if not _settles(checking.Test, tight):
-            state.check_maxima = np.zeros(2, dtype=np.int64)
-            check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
-                                   posted=(checking, maxima))
+        check = _express_check(state, describe, record, fingerprint_of(record), seq)
+        if check is not None:
             return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                                 issued, check, None, None)
-        if not agreed(maxima):
-            CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
-                           posted=(checking, maxima.copy())).test()     # raises
-    if request is not None:
-        post, what = request
-        posted = post()
-        if _settles(posted.Test, tight):
-            return None
-        stage = RequestStage.of(posted, what)
-        return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
-                            issued, check, collections.deque(), stage)
     stages = build(seq)
     for i, stage in enumerate(stages):
         stage.start()
-        if not _settles(stage.test, tight):
+        if not _settles(stage.test, state.tight_poll_s):
             return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                                 issued, check, collections.deque(stages[i + 1:]), stage)
     return None

@@ -110,9 +110,11 @@ class CommState:
         self._seq = 0
         self._queue: collections.deque = collections.deque()
         self._sends: list = []            # [(request, keepalive)] of fire-and-forget sends
-        self._dup = None
+        # The private duplicates: data_comm carries the data, check_comm the cross-rank
+        # checks (both made at the first operation, usable once ``idle()`` says so).
+        self.data_comm: MPI.Intracomm | None = None
         self._dup_request = None
-        self._check_dup = None
+        self.check_comm: MPI.Intracomm | None = None
         self._check_dup_request = None
         self._unposted = collections.deque()   # checks not yet posted, in issue order
         self._ready = False               # both duplicates made (then for good)
@@ -121,23 +123,13 @@ class CommState:
         # that outlives its express run takes this buffer with it and leaves a new one).
         self.check_maxima = np.zeros(2, dtype=np.int64)
 
-    @property
-    def data_comm(self) -> MPI.Intracomm:
-        """The private duplicate that carries the data (ready once an operation started)."""
-        return self._dup
-
-    @property
-    def check_comm(self) -> MPI.Intracomm:
-        """The private duplicate that carries the cross-rank checks."""
-        return self._check_dup
-
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
-        if self._dup is None and self._dup_request is None:
+        if self.data_comm is None and self._dup_request is None:
             # Non-blocking, so a rank that never joins surfaces as a deadline with the
             # check's diagnosis instead of a hang inside MPI_Comm_dup.
-            self._dup, self._dup_request = self.comm.Idup()
-            self._check_dup, self._check_dup_request = self.comm.Idup()
+            self.data_comm, self._dup_request = self.comm.Idup()
+            self.check_comm, self._check_dup_request = self.comm.Idup()
         seq = self._seq
         self._seq += 1
         self._queue.append(handle)
@@ -149,18 +141,21 @@ class CommState:
         if self._queue or self._unposted:
             return False
         if not self._ready:
-            self._ready = self._dup is not None and self.dup_ready() and \
+            self._ready = self.data_comm is not None and self.dup_ready() and \
                 self._check_dup_ready()
         return self._ready
 
-    def next_seq(self) -> int:
-        """Number an operation that starts at once (``idle()``), without queueing it."""
+    def start_now(self) -> int | None:
+        """Number an operation that starts at once, without queueing it, where it can
+        (``idle()``); None where it must queue (``submit``)."""
+        if not self.idle():
+            return None
         seq = self._seq
         self._seq += 1
         return seq
 
     def requeue_first(self, handle) -> None:
-        """Put ``handle`` (numbered by ``next_seq``, its check posted) at the head of the
+        """Put ``handle`` (numbered by ``start_now``, its check posted) at the head of the
         queue: it starts its data phase when its check passes, before anything issued
         after it."""
         self._queue.appendleft(handle)
