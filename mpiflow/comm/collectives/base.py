@@ -44,6 +44,12 @@ def _array_module(array):
     return backend.array_module("/device:GPU:0") if backend.is_device_array(array) else np
 
 
+def _copy_into(target, result):
+    """Copy ``result`` into ``target`` (an array that is not C-contiguous); return it."""
+    target[...] = result
+    return target
+
+
 class _Plan(NamedTuple):
     """What an allreduce signature allows, worked out at its first call."""
 
@@ -109,7 +115,9 @@ class Collective:
                 are summed in float32 (converted, reduced, converted back) except by NCCL.
             op: "sum" or "average" (floating dtypes only).
             out: where the result goes (same shape and dtype, C-contiguous); ``array``
-                itself for in place; None allocates it.
+                itself for in place, whatever its layout (a view that is not C-contiguous
+                is summed through a contiguous copy, written back into the view only);
+                None allocates it.
             name: the tensor's name, for the cross-rank check and error messages.
             check: compare (name, algorithm, op, dtype, shape) across ranks first.
             timeout: seconds before DeadlineExceededError (default MPIFLOW_TIMEOUT).
@@ -128,31 +136,37 @@ class Collective:
         return self._issue(*self._allreduce_call(describe, plan, array, op, out, timeout))
 
     def _allreduce_buffers(self, describe, plan: _Plan, array, out) -> tuple:
-        """An allreduce's ``(send, out)``: ``array`` C-contiguous, ``out`` checked or
-        allocated; its bytes counted."""
+        """An allreduce's ``(send, out, target)``, its bytes counted: ``send`` is
+        ``array`` C-contiguous, ``out`` where the sum lands (checked or allocated), and
+        ``target`` None, or the array the sum is copied into afterwards: in place on an
+        array that is not C-contiguous, the sum is taken in place on a contiguous copy
+        (MPI and the ring move contiguous buffers only)."""
         TRAFFIC.add("allreduce", plan.moved, plan.moved)
-        send = array if array.flags.c_contiguous else plan.xp.ascontiguousarray(array)
-        return send, self._output(describe, out, plan.xp)
+        if array.flags.c_contiguous:
+            return array, self._output(describe, out, plan.xp), None
+        send = plan.xp.ascontiguousarray(array)
+        if out is array:
+            return send, send, array
+        return send, self._output(describe, out, plan.xp), None
 
     def _allreduce_call(self, describe, plan: _Plan, array, op, out, timeout) -> tuple:
         """An allreduce's closures: ``(describe, build, finish, record, timeout)``, for
         ``_issue`` or ``_run_now``."""
-        send, out = self._allreduce_buffers(describe, plan, array, out)
-        if plan.request is not None:
-            return (describe, request_stages(plan.request, plan.request_what, send, out),
-                    lambda: out, plan.record, timeout)
+        send, out, target = self._allreduce_buffers(describe, plan, array, out)
         widen, wire = plan.widen, plan.wire
         work = half_floats.astype(send, np.float32) if widen else None
-
-        def build(seq):
-            if widen:
-                return self._allreduce_stages(work, work, op, seq, wire)
-            return self._allreduce_stages(send, out, op, seq)
+        if plan.request is not None:
+            build = request_stages(plan.request, plan.request_what, send, out)
+        else:
+            def build(seq):
+                if widen:
+                    return self._allreduce_stages(work, work, op, seq, wire)
+                return self._allreduce_stages(send, out, op, seq)
 
         def finish():
             if widen:
                 half_floats.copyto(out, work)
-            return out
+            return out if target is None else _copy_into(target, out)
         return describe, build, finish, plan.record, timeout
 
     def _plan_of(self, describe, array, op, name, check, half_on_wire) -> _Plan:
@@ -211,11 +225,12 @@ class Collective:
         if plan.request is None:
             return self._run_now(*self._allreduce_call(describe, plan, array, op, out,
                                                        timeout))
-        send, out = self._allreduce_buffers(describe, plan, array, out)
-        return run_request_now(self.state, describe, plan.record, plan.fingerprint,
-                               plan.request, plan.request_what, send, out,
-                               self.timeout if timeout is None else timeout,
-                               self._new_backoff)
+        send, out, target = self._allreduce_buffers(describe, plan, array, out)
+        result = run_request_now(self.state, describe, plan.record, plan.fingerprint,
+                                 plan.request, plan.request_what, send, out,
+                                 self.timeout if timeout is None else timeout,
+                                 self._new_backoff)
+        return result if target is None else _copy_into(target, result)
 
     # -- broadcast -------------------------------------------------------------------------
     def broadcast_async(self, array, root: int = 0, *, name: str | None = None,

@@ -92,6 +92,28 @@ class Cases:
         self.expect("allreduce 3-d", c.allreduce(x.reshape(7, 13, 3)), want.reshape(7, 13, 3))
         self.expect("allreduce transposed", c.allreduce(x.reshape(7, 13, 3).transpose(2, 0, 1)),
                     want.reshape(7, 13, 3).transpose(2, 0, 1))
+        self.allreduce_in_place_strided()
+
+    def allreduce_in_place_strided(self):
+        """In place on a view that is not contiguous: the sum lands in the view (blocking
+        and async, sum and average) and the elements between its strides stay as they
+        were."""
+        f32, n = np.dtype(np.float32), 7 * 13
+        for op, how in (("sum", "blocking"), ("sum", "async"), ("average", "blocking")):
+            mine = self.contribution(self.rank, n, f32)
+            base = self.xp.asarray(np.stack([mine, np.full(n, -7.0, f32)], axis=1))
+            view = base[:, 0]
+            c = self.collective(view)
+            name = f"strided/{op}/{how}"
+            got = c.allreduce(view, op, out=view, name=name) if how == "blocking" else \
+                c.allreduce_async(view, op, out=view, name=name).wait()
+            label = f"allreduce {op} in place on a strided view ({how})"
+            tol = AVERAGE_TOL["float32"] if op == "average" else 0.0
+            self.expect(label, view, self.expected(n, f32, op), tol)
+            self.expect(label + ", elements between untouched", base[:, 1],
+                        np.full(n, -7.0, f32))
+            if got is not view:
+                self.failures.append(f"{label}: the result is not the view")
 
     def allreduce_one(self, dtype, n, ops=None):
         if not self.runs(dtype):
