@@ -220,6 +220,36 @@ def test_bad_arguments_raise_naming_the_call(strategy, call, text):
     assert f"({strategy.name}," in str(info.value) or f"({strategy.name})" in str(info.value)
 
 
+def _in_place(collective, view):
+    return collective.allreduce(view, out=view)
+
+
+def _read_only(array):
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize("call,text", [
+    (lambda c, ro: c.allreduce(ro, out=ro), r"the array \(in place\) is read-only"),
+    (lambda c, ro: _in_place(c, ro[::2]), r"the array \(in place\) is read-only"),
+    (lambda c, ro: c.allreduce(np.ones(4), out=ro), "the out is read-only"),
+    (lambda c, ro: c.allreduce_async(ro, out=ro), r"the array \(in place\) is read-only"),
+], ids=["in place", "in place strided", "out", "async"])
+def test_a_read_only_result_buffer_is_refused_before_anything_moves(strategy, call, text):
+    with pytest.raises(InvalidArgumentError, match=text):
+        call(strategy, _read_only(np.ones(4)))
+    assert strategy.allreduce(_read_only(np.ones(4))).tolist() == [1.0] * 4   # input only
+
+
+def test_a_broadcast_into_a_read_only_array_is_refused_on_the_ranks_it_writes(strategy):
+    source = _read_only(np.arange(4.0))
+    assert strategy.broadcast(source, root=0) is source      # the root only reads it
+    strategy.rank, strategy.size = 1, 2                        # as a rank that receives
+    with pytest.raises(InvalidArgumentError, match=r"broadcast.*on rank 1 of 2: the array "
+                                                   r"\(the broadcast's result\) is read-only"):
+        strategy.broadcast(source, root=0)
+
+
 def test_float16_average_is_computed_in_float32():
     ring = get_collective("ring", COMM, np.zeros(1))
     x = np.array([65504, 1e-4, 3.0], dtype=np.float16)

@@ -146,7 +146,7 @@ class Collective:
             return array, self._output(describe, out, plan.xp), None
         send = plan.xp.ascontiguousarray(array)
         if out is array:
-            return send, send, array
+            return send, send, self._writable(describe, array, "array (in place)")
         return send, self._output(describe, out, plan.xp), None
 
     def _allreduce_call(self, describe, plan: _Plan, array, op, out, timeout) -> tuple:
@@ -249,6 +249,8 @@ class Collective:
             raise self._error(describe, f"bad root {root!r}, expected a rank in "
                                         f"[0, {self.size})")
         root = int(root)
+        if self.rank != root:
+            self._writable(describe, array, "array (the broadcast's result)")
         xp = _array_module(array)
         buf = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
 
@@ -369,14 +371,24 @@ class Collective:
         if out is None:
             return xp.empty(array.shape, dtype=array.dtype)
         if out is array:
-            return out
+            return self._writable(describe, out, "array (in place)")
         if type(out) is not type(array) or out.shape != array.shape or \
                 out.dtype != array.dtype or not out.flags.c_contiguous:
             got = describe_array(out) if hasattr(out, "dtype") else ""
             raise self._error(describe, f"bad out, expected a C-contiguous "
                                         f"{type(array).__name__} {describe_array(array)}, "
                                         f"got {type(out).__name__} {got}".rstrip())
-        return out
+        return self._writable(describe, out, "out")
+
+    def _writable(self, describe: tuple, array, what: str):
+        """Return ``array`` where the result may be written into it, else raise: before
+        the call's check, so a read-only buffer is named here instead of failing inside
+        MPI after the other ranks have started moving data (cupy arrays have no flag)."""
+        if getattr(array.flags, "writeable", True):
+            return array
+        raise self._error(describe, f"the {what} is read-only, and the result is written "
+                                    f"into it; pass a writable array (or out=None for a "
+                                    f"new one)")
 
     def _issue(self, describe, build, finish, record, timeout) -> Handle:
         return Handle(self.state, describe, build, finish, record,
