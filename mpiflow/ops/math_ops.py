@@ -48,6 +48,7 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
 class SumToShapeOp(OpDef):
     """Sum a broadcast gradient back down to ``shape`` (the inverse of BroadcastTo)."""
     hands_over_input = True     # the gradient itself where no axis is summed
+    aliases_input = True        # ... or a view of it: a fetch copies, a write waits for it
     host_inputs = (1,)
 
     def infer(self, b):
@@ -71,6 +72,7 @@ class SumToShapeOp(OpDef):
 class BroadcastToOp(OpDef):
     host_inputs = (1,)
     aliases_input = True
+    read_only_output = True
 
     def infer(self, b):
         target = shape_from_tensor(b.inputs[1])

@@ -109,6 +109,8 @@ class ReduceGradOp(OpDef):
     This is the adjoint of Sum/Mean, so its own gradient is the reduction again.
     """
     host_inputs = (1,)
+    aliases_input = True        # a broadcast view of the gradient (for "sum")
+    read_only_output = True
 
     def infer(self, b):
         return [(b.dtype(0), math_ops.shape_from_tensor(b.inputs[1]))]

@@ -33,6 +33,9 @@ class OpDef:
             ``StateRef`` handles instead of arrays.
         aliases_input: the output may share memory with input 0 (views), so a fetch copies.
         aliases_state: the output may share memory with variable/constant storage.
+        read_only_output: the output may be a read-only view (a broadcast: strides of 0),
+            so a fetch of it, or of a view of it, is copied into an array the caller can
+            write.
         tuple_outputs: the kernel returns a tuple (one array per output) rather than
             one array; set by ops with a variable or plural number of outputs.
         host_inputs: input indices the kernel reads as host (numpy) arrays wherever it
@@ -77,6 +80,7 @@ class OpDef:
     ref_inputs = ()
     aliases_input = False
     aliases_state = False
+    read_only_output = False
     tuple_outputs = False
     transfer = None          # "send" / "recv" for the cross-rank ops the executor runs
     async_kernel = False     # forward may return Wait(key) to be run again after key fires

@@ -24,6 +24,10 @@ def sorted_feeds(graph, feed_dict):
     whatever the dict's order), each value checked by ``check_feed``."""
     if not feed_dict:
         return (), ()
+    if not hasattr(feed_dict, "items"):
+        raise errors.InvalidArgumentError(
+            f"feed_dict must be a dict of {{tensor or name: value}}, got "
+            f"{type(feed_dict).__name__}")
     items = sorted(((feed_tensor(graph, k), v) for k, v in feed_dict.items()),
                    key=lambda kv: (kv[0].op._id, kv[0].value_index))
     tensors = tuple(t for t, _ in items)
@@ -36,7 +40,9 @@ def check_feed(tensor, value):
     """Convert ``value`` to ``tensor``'s dtype if that keeps its meaning; check the shape.
 
     A feed is never wrapped or overflowed: int64 ids fed to an int32 tensor are converted
-    only if every one fits (2**40 + 5 must not become 5 and train another row).
+    only if every one fits (2**40 + 5 must not become 5 and train another row). Integers
+    go to unsigned tensors where they fit, and to bool ones where each is 0 or 1 (Python
+    ints arrive as int64); an empty value takes any dtype. Floats never become integers.
     """
     try:
         array = np.asarray(value)
@@ -46,7 +52,7 @@ def check_feed(tensor, value):
             f"every row must have the same length ({exc})", tensor.op) from None
     target = tensor.dtype.np_dtype
     if array.dtype != target:
-        if array.dtype == object or not np.can_cast(array.dtype, target, casting="same_kind"):
+        if array.dtype == object or not _convertible(array, target):
             raise errors.InvalidArgumentError(
                 f"Cannot feed value of dtype {array.dtype} for Tensor '{tensor.name}', which "
                 f"has dtype {tensor.dtype.name}", tensor.op)
@@ -60,9 +66,23 @@ def check_feed(tensor, value):
     return array
 
 
+def _convertible(array, target) -> bool:
+    """Whether ``array``'s dtype may become ``target`` (values then checked to fit)."""
+    if array.size == 0 or np.can_cast(array.dtype, target, casting="same_kind"):
+        return True
+    return array.dtype.kind in "iu" and target.kind in "ub"
+
+
 def check_fits(tensor, array) -> None:
     """Refuse values of ``array`` that ``tensor``'s narrower dtype cannot hold."""
     dtype = tensor.dtype
+    if dtype.is_bool:
+        if not np.isin(array, (0, 1)).all():
+            bad = array.ravel()[~np.isin(array.ravel(), (0, 1))][0].item()
+            raise errors.InvalidArgumentError(
+                f"Cannot feed value {bad!r} for Tensor '{tensor.name}', which has dtype "
+                f"bool: only 0 and 1 mean False and True; feed booleans", tensor.op)
+        return
     if dtype.is_floating:
         finite = array[np.isfinite(array)]      # inf and nan stay what they are
         low, high = (finite.min(), finite.max()) if finite.size else (0, 0)

@@ -171,3 +171,17 @@ def aliases_persistent_memory(tensor, fed):
         tensor = tensor.op.inputs[0]
         through_view = True
     return through_view
+
+
+def may_be_read_only(tensor, fed):
+    """True when a fetched value may be a read-only view (``OpDef.read_only_output``: a
+    broadcast), itself or through views of it: such fetches are copied, so the caller
+    gets an array it can write, as from any other fetch."""
+    while tensor not in fed:
+        op_def = get_op_def(tensor.op.type)
+        if op_def.read_only_output:
+            return True
+        if not (op_def.aliases_input and tensor.op.inputs):
+            return False
+        tensor = tensor.op.inputs[0]
+    return False

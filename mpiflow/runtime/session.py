@@ -105,6 +105,11 @@ class BaseSession:
         self._check_open()
         mapper = FetchMapper(self._graph, fetches)
         feed_tensors = [feed_tensor(self._graph, k) for k in (feed_list or [])]
+        if len(set(feed_tensors)) != len(feed_tensors):
+            twice = next(t for i, t in enumerate(feed_tensors) if t in feed_tensors[:i])
+            raise errors.InvalidArgumentError(
+                f"make_callable's feed_list names Tensor '{twice.name}' twice; each "
+                f"tensor takes one value")
         plan = self._plan(mapper.elements, feed_tensors)
         timeout = self._timeout(None)
 

@@ -251,6 +251,83 @@ def test_a_ragged_feed_names_the_tensor():
         sess.run(mf.identity(x), {x: [[1.0, 2.0], [3.0]]})
 
 
+@pytest.mark.parametrize("dtype,fed,want", [
+    (mf.uint8, [1, 2, 255], [1, 2, 255]),               # Python ints arrive as int64
+    (mf.uint8, np.array([0, 7], np.int32), [0, 7]),
+    (mf.bool, [1, 0], [True, False]),
+    (mf.int32, [], []),                                 # an empty list is float64
+    (mf.bool, np.zeros(0), []),
+])
+def test_integer_and_empty_feeds_take_the_tensors_dtype_where_their_values_fit(dtype, fed,
+                                                                               want):
+    x = mf.placeholder(dtype, [None], name="x")
+    with mf.Session() as sess:
+        got = sess.run(mf.identity(x), {x: fed})
+    assert got.dtype == dtype.np_dtype and got.tolist() == want
+
+
+@pytest.mark.parametrize("dtype,fed,text", [
+    (mf.uint8, [3, -1], r"value -1 for Tensor 'x:0'.*does not fit"),
+    (mf.bool, [1, 2], r"value 2 for Tensor 'x:0', which has dtype bool: only 0 and 1"),
+    (mf.int32, [1.5], r"Cannot feed value of dtype float64 for Tensor 'x:0'"),
+    (mf.bool, [0.0], r"Cannot feed value of dtype float64 for Tensor 'x:0'"),
+])
+def test_integer_feeds_that_would_change_meaning_are_refused(dtype, fed, text):
+    x = mf.placeholder(dtype, [None], name="x")
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError, match=text):
+        sess.run(mf.identity(x), {x: fed})
+
+
+def test_a_feed_dict_that_is_not_a_dict_is_refused():
+    x = mf.placeholder(mf.float32, [1], name="x")
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError,
+                                             match="feed_dict must be a dict.*got list"):
+        sess.run(mf.identity(x), [(x, [1.0])])
+
+
+def test_make_callable_refuses_a_feed_list_naming_a_tensor_twice(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError,
+                                             match="feed_list names Tensor 'x:0' twice"):
+        sess.make_callable(y, [x, "x:0"])
+
+
+def test_a_fetched_gradient_passed_through_never_shares_a_variables_memory():
+    # The gradient of a broadcasting add with shapes known only partly passes the
+    # upstream gradient through (SumToShape); here that is the variable itself.
+    x = mf.placeholder(mf.float32, [None, 3])
+    upstream = mf.Variable(np.ones((2, 3), np.float32))
+    grad = mf.gradients(x + mf.zeros([3]), [x], grad_ys=upstream)[0]
+    with mf.Session() as sess:
+        sess.run(upstream.initializer)
+        got = sess.run(grad, {x: np.zeros((2, 3), np.float32)})
+        got[...] = 42.0
+        assert sess.run(upstream).tolist() == [[1.0] * 3] * 2
+
+
+def test_a_fetched_broadcast_is_an_array_of_its_own_that_later_runs_leave_alone():
+    # Sum's gradient and broadcast_to return read-only views of their input (strides of
+    # 0); the fetch must not follow the feed or variable under them, and must be writable.
+    x = mf.placeholder(mf.float32, [2, 3])
+    upstream = mf.placeholder(mf.float32, [2])
+    v = mf.Variable(np.array([1.0, 2.0], np.float32))
+    from_feed = mf.gradients(mf.reduce_sum(x, axis=1), [x], grad_ys=upstream)[0]
+    from_variable = mf.gradients(mf.reduce_sum(x, axis=1), [x], grad_ys=v)[0]
+    spread = mf.broadcast_to(mf.reshape(v, [2, 1]), [2, 3])
+    bump = v.assign_add([100.0, 100.0])
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        fed = np.array([1.0, 2.0], np.float32)
+        got = sess.run(from_feed, {x: np.ones((2, 3), np.float32), upstream: fed})
+        fed[:] = -5.0
+        assert got.tolist() == [[1.0] * 3, [2.0] * 3]
+        got_v, got_spread = sess.run([from_variable, spread], {x: np.ones((2, 3), np.float32)})
+        sess.run(bump)
+        assert got_v.tolist() == got_spread.tolist() == [[1.0] * 3, [2.0] * 3]
+        for array in (got, got_v, got_spread):
+            array[0, 0] = 9.0                           # the caller owns what it fetched
+
+
 @pytest.mark.parametrize("shape", [[2.5, 3], [True, 3], ["2", 3]])
 def test_a_shape_that_is_not_whole_numbers_is_refused(shape):
     with pytest.raises(mf.errors.InvalidArgumentError, match="Invalid shape"):
