@@ -42,9 +42,15 @@ _EXPRESS_S = 200e-6      # how long run_now polls a step before handing it to a 
 
 
 class Stage:
-    """One step of an operation: ``start()`` once, then ``test()`` until it returns True."""
+    """One step of an operation: ``start()`` once, then ``test()`` until it returns True.
+
+    ``collective``: the step starts a collective of the library underneath (an MPI
+    non-blocking collective, an NCCL call), which every rank must start in one order on
+    the communicator; point-to-point steps (the ring's) and local ones need no order.
+    """
 
     what = "a collective"
+    collective = False
 
     def start(self) -> None:
         pass
@@ -58,7 +64,10 @@ class Stage:
 
 
 class RequestStage(Stage):
-    """A step that is one or more MPI requests, posted by ``post()`` at start."""
+    """A step that is one or more MPI requests, posted by ``post()`` at start (MPI's
+    non-blocking collectives)."""
+
+    collective = True
 
     def __init__(self, post: Callable[[], MPI.Request | Sequence[MPI.Request]], what: str):
         self._post = post
@@ -150,6 +159,7 @@ class Handle:
         else:
             handle._data_started = True
             handle._stage, handle._stages = stage, stages
+            state.in_flight(handle)
         return handle
 
     @property
@@ -179,6 +189,24 @@ class Handle:
         except errors.MpiflowError as exc:
             self._error = exc
 
+    def progress(self) -> bool:
+        """Advance the data phase as far as it goes now; return whether it is over
+        (complete or failed). ``CommState.pump`` drives every operation in flight with
+        it, so one rank waiting on a later handle still moves the earlier ones along."""
+        if self._error is not None:
+            return True
+        try:
+            return self._advance()
+        except errors.MpiflowError as exc:
+            self._error = exc
+            return True
+
+    def holds_collectives(self) -> bool:
+        """Whether a step of this operation that starts a collective is still to start:
+        no later operation may start one before it (every rank must start them in one
+        order)."""
+        return self._error is None and any(stage.collective for stage in self._stages)
+
     # -- public ----------------------------------------------------------------------------
     def test(self) -> bool:
         """Advance the operation without blocking; return whether it is complete.
@@ -191,8 +219,8 @@ class Handle:
             return True
         with self._state.lock:
             if self._error is None:
-                if self._state.has_queued():    # start what waits for its turn
-                    self._state.pump()
+                if self._state.has_queued():    # move on what is in flight, start what
+                    self._state.pump()          # waits for its turn
                 if self._error is None and self._data_started and self._advance():
                     self._result = self._finish()
                     return True

@@ -38,6 +38,7 @@ class _NcclInit(Stage):
     """Make sure this communicator's NCCL communicator exists (first operation only)."""
 
     what = "the NCCL unique id from rank 0 (MPI_Ibcast)"
+    collective = True
 
     def __init__(self, state, nccl):
         self.state, self.nccl = state, nccl
@@ -79,6 +80,8 @@ class _NcclInit(Stage):
 
 class _NcclCall(Stage):
     """Enqueue NCCL work (``launch(comm, stream_ptr)``) and wait for its event."""
+
+    collective = True
 
     def __init__(self, state, launch, what: str):
         self.state, self.launch, self.what = state, launch, what

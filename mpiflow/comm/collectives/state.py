@@ -117,6 +117,7 @@ class CommState:
         self.check_comm: MPI.Intracomm | None = None
         self._check_dup_request = None
         self._unposted = collections.deque()   # checks not yet posted, in issue order
+        self._active: list = []           # operations in their data phase, in issue order
         self._ready = False               # both duplicates made (then for good)
         self.tight_poll_s = 0.0 if backend.node_crowded() else TIGHT_POLL_S
         # Where a blocking call's express check takes the maxima (one at a time; a check
@@ -136,9 +137,10 @@ class CommState:
         return seq
 
     def idle(self) -> bool:
-        """Whether an operation issued now could start at once: both duplicates ready and
-        nothing issued before it waiting for its check to be posted or its data to start."""
-        if self._queue or self._unposted:
+        """Whether an operation issued now could start at once: both duplicates ready,
+        nothing issued before it waiting for its check to be posted or its data to start,
+        and none in flight with a collective still to start."""
+        if self._queue or self._unposted or (self._active and self._collectives_held()):
             return False
         if not self._ready:
             self._ready = self.data_comm is not None and self.dup_ready() and \
@@ -178,8 +180,17 @@ class CommState:
             self._unposted.popleft().post()
 
     def has_queued(self) -> bool:
-        """Whether anything waits here to be posted or started (or sends to finish)."""
-        return bool(self._queue or self._unposted or self._sends)
+        """Whether anything waits here to be posted, started or moved on (or sends to
+        finish)."""
+        return bool(self._queue or self._unposted or self._sends or self._active)
+
+    def in_flight(self, handle) -> None:
+        """Count ``handle`` among the operations in their data phase (``pump`` moves them
+        on, in issue order)."""
+        self._active.append(handle)
+
+    def _collectives_held(self) -> bool:
+        return any(handle.holds_collectives() for handle in self._active)
 
     def data_tag(self, seq: int) -> int:
         return 1 + seq % DATA_TAGS
@@ -194,9 +205,20 @@ class CommState:
         return self._dup_request is None
 
     def pump(self) -> None:
-        """Advance queued checks and start the data phase of operations, in issue order."""
+        """Move on every operation in its data phase, post queued checks and start the
+        data phase of operations, all in issue order.
+
+        Every rank starts the collectives underneath in issue order whatever order its
+        handles are tested in: an operation starts its data phase only when none before
+        it has a collective step still to start (an allgather's second step waits for
+        its first to finish), and each test moves every operation in flight on, so a
+        rank waiting on a later handle does not stall an earlier one (a ring) that the
+        other ranks wait on.
+        """
         if self._sends:
             self._sends = [(r, k) for r, k in self._sends if not r.Test()]
+        if self._active:
+            self._active = [h for h in self._active if not h.progress()]
         self._post_checks()
         while self._queue:
             handle = self._queue[0]
@@ -208,10 +230,12 @@ class CommState:
                     self._queue.popleft()
                     continue
                 return
-            if not self.dup_ready():
+            if not self.dup_ready() or (self._active and self._collectives_held()):
                 return
             self._queue.popleft()
             handle.begin_data()
+            if not handle.progress():
+                self._active.append(handle)
 
     def blocking_head(self, handle):
         """Return the operation queued before ``handle`` that holds it back, or None."""

@@ -196,6 +196,30 @@ class Cases:
             self.expect(f"in flight #{i} waited in reverse order", started[i].wait(),
                         self.expected(sizes[i], dtype, "average"), 1e-6)
 
+    def waited_in_another_order_on_each_rank(self):
+        """Operations of several steps (allgathers: sizes, then rows; the ring's many
+        exchanges) whose handles each rank waits in its own order: every rank still
+        starts the collectives underneath in issue order, and none stalls waiting on an
+        operation the others have not moved on."""
+        xp = self.xp
+        dtype = np.dtype(np.float32)
+        handles = []
+        for i, rows in enumerate((2, 3, 1)):
+            mine = xp.asarray(np.full((rows, 2), 10 * i + self.rank, dtype))
+            want = np.concatenate([np.full((rows, 2), 10 * i + r, dtype)
+                                   for r in range(self.size)])
+            handles.append((f"allgather #{i}", self.collective(mine).allgather_async(
+                mine, name=f"order/gather/{i}"), want))
+            x = xp.asarray(self.contribution(self.rank, 5000 + i, dtype))
+            handles.append((f"allreduce #{i}", self.collective(x).allreduce_async(
+                x, name=f"order/reduce/{i}"), self.expected(5000 + i, dtype, "sum")))
+        order = list(range(len(handles)))
+        np.random.default_rng(self.rank).shuffle(order)
+        for k in order:
+            label, handle, want = handles[k]
+            self.expect(f"{label} waited in rank {self.rank}'s own order", handle.wait(),
+                        want)
+
     def late_rank(self):
         """Blocking calls that outlast their first quick polls (the last rank comes 20 ms
         late): one goes on as a handle while at its check, one (unchecked) in its data
@@ -271,7 +295,8 @@ def main():
         comm = world.Dup()
         cases = Cases(comm, algorithm, xp, large="--no-large" not in sys.argv)
         for case in (cases.allreduce, cases.broadcast, cases.allgather, cases.handles,
-                     cases.late_rank, cases.fusion):
+                     cases.waited_in_another_order_on_each_rank, cases.late_rank,
+                     cases.fusion):
             case()
         total += cases.count
         failures += [f"comm #{attempt}: {f}" for f in cases.failures]
