@@ -209,7 +209,12 @@ def test_result_before_completion_says_to_wait(strategy):
     (lambda c: c.allreduce(np.ones(3, np.complex64)), "unsupported dtype complex64"),
     (lambda c: c.allreduce(np.ones(3), out=np.ones(4)), "bad out, expected a C-contiguous"),
     (lambda c: c.allreduce(np.ones(3), out=np.ones(3, np.float32)), "bad out"),
-    (lambda c: c.allreduce(np.ones((3, 2)), out=np.ones((2, 3)).T), "bad out"),
+    (lambda c: c.allreduce(np.ones((3, 2)), out=np.ones((2, 3)).T),
+     r"bad out.*got ndarray float64\[3, 2\] \(not C-contiguous\)"),
+    (lambda c: c.allreduce(np.ones(3), out=np.ones(3, ">f8")),
+     r"bad out.*\(byte order >f8, expected <f8\)"),
+    (lambda c: _overlapping(c, 0, 4, 2, 6), "out overlaps the input array; pass out=array"),
+    (lambda c: _overlapping(c, 0, 4, 0, 4), "out overlaps the input array"),
     (lambda c: c.allreduce([1.0, 2.0]), "expected a numpy or cupy array, got list"),
     (lambda c: c.broadcast(np.ones(3), root=1), r"bad root 1, expected a rank in \[0, 1\)"),
     (lambda c: c.allgather(np.float64(1.0)), "needs an array with a first dimension"),
@@ -218,6 +223,17 @@ def test_bad_arguments_raise_naming_the_call(strategy, call, text):
     with pytest.raises(InvalidArgumentError, match=text) as info:
         call(strategy)
     assert f"({strategy.name}," in str(info.value) or f"({strategy.name})" in str(info.value)
+
+
+def _overlapping(collective, start, stop, out_start, out_stop):
+    base = np.ones(8)
+    return collective.allreduce(base[start:stop], out=base[out_start:out_stop])
+
+
+def test_a_root_only_reads_its_array_whatever_its_layout(strategy):
+    source = _read_only(np.arange(12.0).reshape(3, 4)[:, ::2])     # strided, read-only
+    assert strategy.broadcast(source, root=0) is source
+    assert source.tolist() == [[0.0, 2.0], [4.0, 6.0], [8.0, 10.0]]
 
 
 def _in_place(collective, view):

@@ -255,7 +255,7 @@ class Collective:
         buf = array if array.flags.c_contiguous else xp.ascontiguousarray(array)
 
         def finish():
-            if buf is not array:
+            if buf is not array and self.rank != root:     # the root only sent it
                 array[...] = buf
             return array
         record = make_record("broadcast", name, self.name, None, root, array.dtype,
@@ -375,9 +375,21 @@ class Collective:
         if type(out) is not type(array) or out.shape != array.shape or \
                 out.dtype != array.dtype or not out.flags.c_contiguous:
             got = describe_array(out) if hasattr(out, "dtype") else ""
+            why = ""
+            if got and out.shape == array.shape:
+                if out.dtype == array.dtype:
+                    why = " (not C-contiguous)"
+                elif out.dtype.name == array.dtype.name:
+                    why = f" (byte order {out.dtype.str}, expected {array.dtype.str})"
             raise self._error(describe, f"bad out, expected a C-contiguous "
                                         f"{type(array).__name__} {describe_array(array)}, "
-                                        f"got {type(out).__name__} {got}".rstrip())
+                                        f"got {type(out).__name__} {got}".rstrip() + why)
+        if (out.base is not None or array.base is not None) and \
+                xp.may_share_memory(out, array):
+            # MPI refuses aliased buffers (or aborts the job), and the ring would read
+            # what it already wrote: in place is ``out=array`` itself.
+            raise self._error(describe, "out overlaps the input array; pass out=array "
+                                        "(the same object) for in place, or a separate out")
         return self._writable(describe, out, "out")
 
     def _writable(self, describe: tuple, array, what: str):
