@@ -231,6 +231,17 @@ class FusedAllreduce:
         self._handles = [BucketHandle(self, b) for b in self.buckets]
         self._next_start = 0
 
+    def _check_out(self, name: str, array, out) -> None:
+        """Refuse an ``out`` the reduced tensor cannot be written into as it is."""
+        if type(out) is not type(array) or out.shape != array.shape or \
+                out.dtype != array.dtype or not getattr(out.flags, "writeable", True):
+            got = f"{type(out).__name__} {getattr(out, 'dtype', '')}" \
+                  f"{list(getattr(out, 'shape', []))}"
+            raise errors.InvalidArgumentError(
+                f"Fused allreduce '{self.name}': tensor '{name}' got a bad out, expected a "
+                f"writable {type(array).__name__} {array.dtype}{list(array.shape)}, got "
+                f"{got}{'' if getattr(out.flags, 'writeable', True) else ' (read-only)'}")
+
     def buffer_view(self, name: str):
         """Return the part of the fusion buffer that holds tensor ``name`` (flat), or None
         for a tensor that is a bucket of its own."""
@@ -253,11 +264,15 @@ class FusedAllreduce:
             slot = self._slot(name)            # raises, listing the known names
         if slot.round == self._round:
             self._next_round(name)
-        if array.dtype != slot.dtype or array.size != slot.size:
+        if not hasattr(array, "dtype") or array.dtype != slot.dtype or \
+                array.size != slot.size:
+            got = f"{array.dtype} with {array.size} elements" if hasattr(array, "dtype") \
+                else f"a {type(array).__name__} (a numpy or cupy array is needed)"
             raise errors.InvalidArgumentError(
                 f"Fused allreduce '{self.name}': tensor '{name}' expected "
-                f"{slot.dtype.name} with {slot.size} elements, got {array.dtype} with "
-                f"{array.size}")
+                f"{slot.dtype.name} with {slot.size} elements, got {got}")
+        if out is not None and out is not array:
+            self._check_out(name, array, out)
         # This method is the per-tensor cost of fusion: keep it to a copy and a count.
         slot.round = self._round
         slot.array = array

@@ -216,6 +216,10 @@ def test_result_before_completion_says_to_wait(strategy):
     (lambda c: _overlapping(c, 0, 4, 2, 6), "out overlaps the input array; pass out=array"),
     (lambda c: _overlapping(c, 0, 4, 0, 4), "out overlaps the input array"),
     (lambda c: c.allreduce([1.0, 2.0]), "expected a numpy or cupy array, got list"),
+    (lambda c: c.allreduce(np.ones(3), name=5), "name must be a str or None, got int 5"),
+    (lambda c: c.allreduce(np.ones(3), name=["g"]), r"got list \['g'\]"),
+    (lambda c: c.broadcast(np.ones(3), name=b"g"), "name must be a str or None, got bytes"),
+    (lambda c: c.allgather(np.ones(3), name=1.5), "name must be a str or None, got float"),
     (lambda c: c.broadcast(np.ones(3), root=1), r"bad root 1, expected a rank in \[0, 1\)"),
     (lambda c: c.allgather(np.float64(1.0)), "needs an array with a first dimension"),
 ])
@@ -223,6 +227,12 @@ def test_bad_arguments_raise_naming_the_call(strategy, call, text):
     with pytest.raises(InvalidArgumentError, match=text) as info:
         call(strategy)
     assert f"({strategy.name}," in str(info.value) or f"({strategy.name})" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["auto", "mpi", "ring"])
+def test_choosing_a_collective_for_something_that_is_not_an_array_says_so(name):
+    with pytest.raises(InvalidArgumentError, match="expected a numpy or cupy array, got list"):
+        get_collective(name, COMM, [1.0])
 
 
 def _overlapping(collective, start, stop, out_start, out_stop):

@@ -132,6 +132,30 @@ def test_misuse_is_reported():
     assert f.missing() == ["b", "c", "d", "big"]
 
 
+@pytest.mark.parametrize("out,text", [
+    (np.zeros(4, np.int32), r"bad out, expected a writable ndarray float32\[4\], got .*int32"),
+    (np.zeros((3, 4), np.float32), r"got ndarray float32\[3, 4\]"),
+    (np.zeros(5, np.float32), r"got ndarray float32\[5\]"),
+    (np.zeros(0, np.float32), r"got ndarray float32\[0\]"),
+], ids=["dtype", "shape", "size", "empty"])
+def test_a_bad_out_is_refused_when_given_and_the_tensor_can_be_given_again(out, text):
+    f = fused()          # 'a' shares a bucket: its out was written only at the end
+    with pytest.raises(InvalidArgumentError, match=text):
+        f.add("a", np.ones(4, np.float32), out=out)
+    f.add("a", np.ones(4, np.float32))
+    assert f.missing() == ["b", "c", "d", "big"]
+
+
+def test_a_read_only_out_and_a_value_that_is_not_an_array_are_refused():
+    f = fused()
+    read_only = np.zeros(4, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(InvalidArgumentError, match=r"got ndarray float32\[4\] \(read-only\)"):
+        f.add("a", np.ones(4, np.float32), out=read_only)
+    with pytest.raises(InvalidArgumentError, match="got a list \\(a numpy or cupy array"):
+        f.add("a", [1.0, 2.0, 3.0, 4.0])
+
+
 def test_the_threshold_knob_reaches_the_buckets_of_an_allreduce_optimizer(monkeypatch):
     import types
 

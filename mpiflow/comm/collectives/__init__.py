@@ -71,6 +71,10 @@ def select(name: str, comm: MPI.Intracomm, array,
             names a strategy that is not enabled here (the message says why).
     """
     config = config or config_lib.default()
+    if not hasattr(array, "dtype") or not hasattr(array, "shape"):
+        raise errors.InvalidArgumentError(
+            f"A collective algorithm is chosen for an array like the ones it will reduce: "
+            f"expected a numpy or cupy array, got {type(array).__name__}")
     if name == "auto":
         for cls in ALLREDUCE:
             if cls.preferred(comm, array, config)[0]:
