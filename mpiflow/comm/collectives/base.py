@@ -376,8 +376,9 @@ class Collective:
             return xp.empty(array.shape, dtype=array.dtype)
         if out is array:
             return self._writable(describe, out, "array (in place)")
-        if type(out) is not type(array) or out.shape != array.shape or \
-                out.dtype != array.dtype or not out.flags.c_contiguous:
+        flags = out.flags if type(out) is type(array) else None
+        if flags is None or out.shape != array.shape or out.dtype != array.dtype or \
+                not flags.c_contiguous:
             got = describe_array(out) if hasattr(out, "dtype") else ""
             why = ""
             if got and out.shape == array.shape:
@@ -394,7 +395,9 @@ class Collective:
             # what it already wrote: in place is ``out=array`` itself.
             raise self._error(describe, "out overlaps the input array; pass out=array "
                                         "(the same object) for in place, or a separate out")
-        return self._writable(describe, out, "out")
+        if not getattr(flags, "writeable", True):          # cupy arrays have no flag
+            self._writable(describe, out, "out")            # raises
+        return out
 
     def _writable(self, describe: tuple, array, what: str):
         """Return ``array`` where the result may be written into it, else raise: before
