@@ -18,11 +18,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.ops.registry import DONATE_MIN_BYTES, GATE_ATTR, get_op_def
 from mpiflow.runtime import kernel_fusion, write_check
-from mpiflow.runtime.schedule import (
-    aliases_persistent_memory,
-    may_be_read_only,
-    variable_aliased,
-)
+from mpiflow.runtime.schedule import fetch_is_copied, variable_aliased
 from mpiflow.runtime.transfers import RecvStep, SendGroup, SendStep
 
 # Step kinds: how the executor calls ``fn`` and stores what it returns.
@@ -151,8 +147,7 @@ class _Compiler:
         # right where they are produced: the copy is taken before any later in-place
         # update of the same step, so a fetched read shows the value the step read. So
         # are fetches that may be read-only views (broadcasts): the caller owns a fetch.
-        snapshot = {t for t in self.fetch_tensors
-                    if aliases_persistent_memory(t, fed) or may_be_read_only(t, fed)}
+        snapshot = {t for t in self.fetch_tensors if fetch_is_copied(t, fed)}
         runs = [op for op in order
                 if not (op.type == "VariableV2" and op not in run_var_ops) and
                 not (op.outputs and not get_op_def(op.type).stateful and

@@ -158,30 +158,19 @@ def variable_aliased(tensor):
             return None
 
 
-def aliases_persistent_memory(tensor, fed):
-    """True when a fetched value may share memory with a variable, a constant, or (as a
-    view) an array the caller fed: such fetches are copied so nobody's data is shared."""
+def fetch_is_copied(tensor, fed):
+    """True when a fetched value is copied where it is produced: it may share memory with
+    a variable, a constant, or (as a view) an array the caller fed, so nobody's data is
+    shared; or it may be a read-only view (``OpDef.read_only_output``: a broadcast), itself
+    or through views of it, and the caller gets an array it can write, as from any other
+    fetch."""
     through_view = False
     while tensor not in fed:
         op_def = get_op_def(tensor.op.type)
-        if op_def.aliases_state:
+        if op_def.aliases_state or op_def.read_only_output:
             return True
         if not (op_def.aliases_input and tensor.op.inputs):
             return False
         tensor = tensor.op.inputs[0]
         through_view = True
     return through_view
-
-
-def may_be_read_only(tensor, fed):
-    """True when a fetched value may be a read-only view (``OpDef.read_only_output``: a
-    broadcast), itself or through views of it: such fetches are copied, so the caller
-    gets an array it can write, as from any other fetch."""
-    while tensor not in fed:
-        op_def = get_op_def(tensor.op.type)
-        if op_def.read_only_output:
-            return True
-        if not (op_def.aliases_input and tensor.op.inputs):
-            return False
-        tensor = tensor.op.inputs[0]
-    return False
