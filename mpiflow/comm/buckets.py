@@ -233,14 +233,17 @@ class FusedAllreduce:
 
     def _check_out(self, name: str, array, out) -> None:
         """Refuse an ``out`` the reduced tensor cannot be written into as it is."""
-        if type(out) is not type(array) or out.shape != array.shape or \
-                out.dtype != array.dtype or not getattr(out.flags, "writeable", True):
-            got = f"{type(out).__name__} {getattr(out, 'dtype', '')}" \
-                  f"{list(getattr(out, 'shape', []))}"
-            raise errors.InvalidArgumentError(
-                f"Fused allreduce '{self.name}': tensor '{name}' got a bad out, expected a "
-                f"writable {type(array).__name__} {array.dtype}{list(array.shape)}, got "
-                f"{got}{'' if getattr(out.flags, 'writeable', True) else ' (read-only)'}")
+        if type(out) is not type(array):
+            got = type(out).__name__
+        elif out.shape != array.shape or out.dtype != array.dtype:
+            got = f"{type(out).__name__} {out.dtype}{list(out.shape)}"
+        elif not getattr(out.flags, "writeable", True):      # cupy arrays have no flag
+            got = f"{type(out).__name__} {out.dtype}{list(out.shape)} (read-only)"
+        else:
+            return
+        raise errors.InvalidArgumentError(
+            f"Fused allreduce '{self.name}': tensor '{name}' got a bad out, expected a "
+            f"writable {type(array).__name__} {array.dtype}{list(array.shape)}, got {got}")
 
     def buffer_view(self, name: str):
         """Return the part of the fusion buffer that holds tensor ``name`` (flat), or None

@@ -31,9 +31,19 @@ def sorted_feeds(graph, feed_dict):
     items = sorted(((feed_tensor(graph, k), v) for k, v in feed_dict.items()),
                    key=lambda kv: (kv[0].op._id, kv[0].value_index))
     tensors = tuple(t for t, _ in items)
-    if len(set(tensors)) != len(tensors):
+    if fed_twice(tensors) is not None:
         raise errors.InvalidArgumentError("feed_dict feeds the same tensor twice")
     return tensors, [check_feed(t, v) for t, v in items]
+
+
+def fed_twice(tensors):
+    """The first of ``tensors`` that appears a second time, or None."""
+    seen = set()
+    for tensor in tensors:
+        if tensor in seen:
+            return tensor
+        seen.add(tensor)
+    return None
 
 
 def check_feed(tensor, value):
@@ -77,11 +87,11 @@ def check_fits(tensor, array) -> None:
     """Refuse values of ``array`` that ``tensor``'s narrower dtype cannot hold."""
     dtype = tensor.dtype
     if dtype.is_bool:
-        if not np.isin(array, (0, 1)).all():
-            bad = array.ravel()[~np.isin(array.ravel(), (0, 1))][0].item()
+        bad = array[~np.isin(array, (0, 1))]
+        if bad.size:
             raise errors.InvalidArgumentError(
-                f"Cannot feed value {bad!r} for Tensor '{tensor.name}', which has dtype "
-                f"bool: only 0 and 1 mean False and True; feed booleans", tensor.op)
+                f"Cannot feed value {bad.flat[0].item()!r} for Tensor '{tensor.name}', which "
+                f"has dtype bool: only 0 and 1 mean False and True; feed booleans", tensor.op)
         return
     if dtype.is_floating:
         finite = array[np.isfinite(array)]      # inf and nan stay what they are

@@ -17,7 +17,7 @@ from mpiflow.framework.graph import Operation, Tensor, get_default_graph
 from mpiflow.runtime import tracing, whereabouts
 from mpiflow.runtime.distributed import DistributedPlan, make_placer, resolve_target
 from mpiflow.runtime.executor import Plan
-from mpiflow.runtime.feeds import check_feed, feed_tensor, sorted_feeds
+from mpiflow.runtime.feeds import check_feed, fed_twice, feed_tensor, sorted_feeds
 from mpiflow.runtime.fetches import ElementPlan, FetchMapper
 from mpiflow.runtime.kernel_env import LocalEnv
 from mpiflow.runtime.placement import LocalPlacement
@@ -105,8 +105,8 @@ class BaseSession:
         self._check_open()
         mapper = FetchMapper(self._graph, fetches)
         feed_tensors = [feed_tensor(self._graph, k) for k in (feed_list or [])]
-        if len(set(feed_tensors)) != len(feed_tensors):
-            twice = next(t for i, t in enumerate(feed_tensors) if t in feed_tensors[:i])
+        twice = fed_twice(feed_tensors)
+        if twice is not None:
             raise errors.InvalidArgumentError(
                 f"make_callable's feed_list names Tensor '{twice.name}' twice; each "
                 f"tensor takes one value")

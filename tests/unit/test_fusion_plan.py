@@ -137,7 +137,8 @@ def test_misuse_is_reported():
     (np.zeros((3, 4), np.float32), r"got ndarray float32\[3, 4\]"),
     (np.zeros(5, np.float32), r"got ndarray float32\[5\]"),
     (np.zeros(0, np.float32), r"got ndarray float32\[0\]"),
-], ids=["dtype", "shape", "size", "empty"])
+    ([0.0] * 4, r"expected a writable ndarray float32\[4\], got list"),
+], ids=["dtype", "shape", "size", "empty", "not an array"])
 def test_a_bad_out_is_refused_when_given_and_the_tensor_can_be_given_again(out, text):
     f = fused()          # 'a' shares a bucket: its out was written only at the end
     with pytest.raises(InvalidArgumentError, match=text):

@@ -355,9 +355,8 @@ class Collective:
                 f"{self.size}: expected a numpy or cupy array, got {type(array).__name__}")
         describe = (kind, name, self.name, array, self.rank, self.size)
         if name is not None and not isinstance(name, str):
-            raise errors.InvalidArgumentError(
-                f"{kind} ({self.name}) on rank {self.rank} of {self.size}: the tensor's "
-                f"name must be a str or None, got {type(name).__name__} {name!r}")
+            raise self._error(describe, f"the tensor's name must be a str or None, got "
+                                        f"{type(name).__name__} {name!r}")
         if dtype_table.row_of(array.dtype) is None:
             raise self._error(describe, f"unsupported dtype {array.dtype}, expected one of "
                                         f"{', '.join(dtype_table.names())}")

@@ -235,7 +235,7 @@ class CommState:
             self._queue.popleft()
             handle.begin_data()
             if not handle.progress():
-                self._active.append(handle)
+                self.in_flight(handle)
 
     def blocking_head(self, handle):
         """Return the operation queued before ``handle`` that holds it back, or None."""
