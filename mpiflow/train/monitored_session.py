@@ -256,7 +256,12 @@ class _MonitoredSession:
         if self._sess is None:
             raise errors.FailedPreconditionError("Attempted to use a closed MonitoredSession")
         if self.should_stop():
-            raise RuntimeError("Run called even after should_stop requested.")
+            raise RuntimeError(
+                "Run called even after should_stop requested. Check should_stop() before "
+                "every run, the first one included: a hook may stop training as the session "
+                "is created (StopAtStepHook, when the global step is already at its last step: "
+                "a restored final checkpoint, or a worker that started after the others "
+                "finished). step_fn's step_context.session runs without hooks.")
         context = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
         all_fetches = {"caller": fetches}
         hook_feeds = {}

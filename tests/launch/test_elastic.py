@@ -65,12 +65,17 @@ def test_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault, mode):
     assert step >= LAST_STEP and v == step, (v, step)
     assert re.search(r"^\[worker:1 r2\] WARNING mpiflow\.elastic: this worker takes over the "
                      r"chief's duties", done.stderr, re.M), done.stderr
-    # The successor writes the checkpoints now, the last one of the last step.
+    # The successor writes the checkpoints now, the last one as it ends. In sync that is the
+    # last step; async, the other survivor may still apply its own last step after it.
     saved = [int(s) for s in re.findall(r"^\[worker:1 r2\] INFO mpiflow\.train: Saving "
                                         r"checkpoints for (\d+)", done.stderr, re.M)]
-    assert saved and saved[-1] == step, done.stderr
+    assert saved, done.stderr
+    if mode == "sync":
+        assert saved[-1] == step, done.stderr
+    else:
+        assert LAST_STEP <= saved[-1] <= step, (saved, step, done.stderr)
     state = (tmp_path / "ckpt" / "checkpoint").read_text()
-    assert f'model_checkpoint_path: "model.ckpt-{step}"' in state
+    assert f'model_checkpoint_path: "model.ckpt-{saved[-1]}"' in state
     assert "it went on without: rank 1 (worker:0)" in done.stderr.strip().splitlines()[-1]
     # Event files from the chief and its successor only: the chief's hooks asleep on the
     # third worker opened none.

@@ -37,7 +37,9 @@ def main(checkpoint_dir, last_step, step_sleep):
     with mf.train.MonitoredTrainingSession(
             master=server.target, is_chief=server.is_chief, checkpoint_dir=checkpoint_dir,
             save_checkpoint_steps=25, hooks=hooks, progress_bar=False) as sess:
-        print(f"start {sess.run(step)}", flush=True)
+        # Read through the raw session: a worker that starts after the others reached
+        # the last step finds should_stop() already True, and a run would be refused.
+        print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
         global_step = None
         while not sess.should_stop():
             xb = rng.standard_normal((16, 8)).astype(np.float32)

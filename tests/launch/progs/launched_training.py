@@ -56,7 +56,9 @@ def main(checkpoint_dir, last_step, fault):
             master=server.target, is_chief=server.is_chief, checkpoint_dir=checkpoint_dir,
             save_checkpoint_steps=10, progress_bar=False,
             hooks=[mf.train.StopAtStepHook(last_step=last_step)]) as sess:
-        print(f"start {sess.run(step)}", flush=True)
+        # Read through the raw session: a worker that starts after the others reached
+        # the last step finds should_stop() already True, and a run would be refused.
+        print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
         global_step = 0
         while not sess.should_stop():
             _, global_step = sess.run([train, step], {x: np.ones((8, 4), np.float32)})
