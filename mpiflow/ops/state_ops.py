@@ -3,7 +3,10 @@
 A variable's buffer lives in the runtime's variable store, not in the graph. Ops that
 write a variable declare the ref input in ``ref_inputs``; the executor hands them a
 ``StateRef`` (``get()``/``set()``), and schedules every read of that variable in the
-same step before the write, so reads never see a half-applied update.
+same step before the write, so reads never see a half-applied update. A read that
+depends on the write (a control dependency) runs after it and sees what it left, as
+TF1's reads of a ref do, even where the write replaced the buffer (a new shape) or made
+it (an initializer).
 """
 
 from __future__ import annotations

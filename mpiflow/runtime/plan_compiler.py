@@ -78,10 +78,13 @@ def own_device(op) -> str:
     return op.device
 
 
-def compile_plan(order, run_var_ops, fetch_tensors, feed_tensors, env, device_of) -> Compiled:
+def compile_plan(order, run_var_ops, late_reads, fetch_tensors, feed_tensors, env,
+                 device_of) -> Compiled:
     """Compile ``order`` (the ops to run, in order) for ``env``; ``device_of(op)`` says
-    where an op is placed."""
-    return _Compiler(fetch_tensors, feed_tensors, env, device_of).compile(order, run_var_ops)
+    where an op is placed; ``late_reads`` (``schedule.reads_after_writes``) the ops that
+    read a variable again after a write of it."""
+    return _Compiler(fetch_tensors, feed_tensors, env, device_of).compile(
+        order, run_var_ops, late_reads)
 
 
 class _Compiler:
@@ -141,7 +144,7 @@ class _Compiler:
         get_op_def(op.type).prepare(ctx)
         return ctx
 
-    def compile(self, order, run_var_ops) -> Compiled:
+    def compile(self, order, run_var_ops, late_reads) -> Compiled:
         fed = self.fed
         # Fetches that may share memory with a variable, a constant or a feed are copied
         # right where they are produced: the copy is taken before any later in-place
@@ -161,7 +164,11 @@ class _Compiler:
         for op in runs:
             if op in fused_inner:
                 continue        # computed inside its group's fused kernel, at the root
-            results = self.compile_op(op, kernel_at[op], fused_root.get(op))
+            group = fused_root.get(op)
+            for member in group.members if group else (op,):
+                for variable in late_reads.get(member, ()):
+                    self.read_again(variable, op)
+            results = self.compile_op(op, kernel_at[op], group)
             for t in results:
                 if t in snapshot and t not in fed:
                     self.emit(_copy, [self.slot_of(t)], [self.slot_of(("snapshot", t))],
@@ -169,6 +176,17 @@ class _Compiler:
         fetch_slots = [self.slot_of(("snapshot", t) if t in snapshot and t not in fed else t)
                        for t in self.fetch_tensors]
         return self.finish(fetch_slots)
+
+    def read_again(self, variable, consumer) -> None:
+        """Read ``variable``'s buffer into its slot again, for ``consumer``: a read after a
+        write of it in this step sees what the write left (``reads_after_writes``)."""
+        slot = self.slot_of(variable.outputs[0])
+        place = kernel_placement(variable, self.device_of)[1]
+        self.where[slot] = place
+        for key in [k for k in self.copies if k[0] == slot]:
+            del self.copies[key]        # copies of the earlier read to other devices
+        self.emit(self.env.ref(variable).read, [], [slot], SINGLE, consumer, place,
+                  "VariableV2")
 
     def compile_op(self, op, placement, group) -> list:
         """Emit the step(s) of ``op`` (or of the fused ``group`` it is the root of);

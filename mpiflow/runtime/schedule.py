@@ -50,9 +50,11 @@ def _check_placeholders(needed, fed):
             f"{t.dtype.name} and shape {t.shape}{more}", op)
 
 
-def variables_to_run(needed, fed, fetch_tensors):
-    """VariableV2 ops whose value (not just their ref) something in the plan reads."""
+def variables_to_run(needed, fed, fetch_tensors, late=None):
+    """VariableV2 ops whose value (not just their ref) something in the plan reads before
+    any write of it (``late``: the reads after one, ``reads_after_writes``)."""
     run = set()
+    late = late or {}
     fetched_ops = {t.op for t in fetch_tensors if t not in fed}
     for op in needed:
         if op.type != "VariableV2":
@@ -61,10 +63,44 @@ def variables_to_run(needed, fed, fetch_tensors):
             run.add(op)
             continue
         for consumer in op.outputs[0]._consumers:
-            if consumer in needed and not _is_ref_use(consumer, op.outputs[0]):
+            if consumer in needed and not _is_ref_use(consumer, op.outputs[0]) and \
+                    op not in late.get(consumer, ()):
                 run.add(op)
                 break
     return run
+
+
+def reads_after_writes(order, fed) -> dict:
+    """{op: the VariableV2 ops whose value it reads after a write of them in the same step}.
+
+    An op that depends (through data or control) on a write of a variable reads the
+    variable as the write left it, as TF1's reads of a ref do. Its plan reads the buffer
+    again right before it: the write may have replaced the buffer (an ``assign`` that
+    changes the shape) or made it (an initializer: there was nothing to read before).
+    ``order`` is topological, so one pass carries each op's upstream writes down.
+    """
+    written = {}            # op -> the variables written by it or upstream of it
+    late = {}
+    for op in order:
+        upstream = frozenset()
+        for t in op.inputs:
+            if t not in fed and t.op in written:
+                upstream = upstream | written[t.op]
+        for c in op._control_inputs:
+            if c in written:
+                upstream = upstream | written[c]
+        ref_inputs = get_op_def(op.type).ref_inputs
+        if upstream:
+            reads = {t.op for i, t in enumerate(op.inputs)
+                     if t.op in upstream and i not in ref_inputs and t not in fed}
+            if reads:
+                late[op] = reads
+        if ref_inputs:
+            upstream = upstream | {op.inputs[i].op for i in ref_inputs
+                                   if op.inputs[i].op.type == "VariableV2"}
+        if upstream:
+            written[op] = upstream
+    return late
 
 
 def _is_ref_use(consumer, tensor):

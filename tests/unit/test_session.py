@@ -381,6 +381,38 @@ def test_a_variable_given_a_new_shape_on_purpose_reads_back():
         np.testing.assert_array_equal(sess.run(v), np.ones(5))
 
 
+def test_a_read_after_a_write_that_replaces_the_buffer_sees_the_new_value():
+    # TF1's reads of a ref variable read it when they run: a read that a control
+    # dependency puts after an assign that changes the shape sees the new buffer; a read
+    # that may run first still sees the old one, in the same step.
+    v = mf.Variable(np.zeros(2, np.float32), validate_shape=False, name="v")
+    before = v * 1.0
+    grow = mf.assign(v, np.arange(3, dtype=np.float32), validate_shape=False)
+    with mf.control_dependencies([grow]):
+        after = v.read_value()
+        scaled = v.read_value() * 2.0 + 1.0
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        got_before, got_after, got_scaled = sess.run([before, after, scaled])
+    np.testing.assert_array_equal(got_before, [0.0, 0.0])
+    np.testing.assert_array_equal(got_after, [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(got_scaled, [1.0, 3.0, 5.0])
+
+
+def test_a_read_after_the_initializer_in_the_same_step_sees_the_initial_value():
+    w = mf.Variable(np.full(2, 5.0, np.float32), name="w")
+    with mf.control_dependencies([w.initializer]):
+        read = w.read_value()
+        plus_one = mf.identity(w) + 1.0
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(read), [5.0, 5.0])
+        sess.run(mf.assign(w, [7.0, 7.0]))
+        np.testing.assert_array_equal(sess.run(plus_one), [6.0, 6.0])   # initialized again
+    with mf.Session() as sess:      # a read that may run first still needs a value
+        with pytest.raises(mf.errors.FailedPreconditionError, match="uninitialized value w"):
+            sess.run(w * 1.0)
+
+
 def test_closing_while_another_thread_makes_a_plan_leaves_no_plan_behind(monkeypatch):
     import threading
 
