@@ -165,13 +165,15 @@ class _Slot:
         "needed",
         "out",
         "round",
+        "shaped",
         "size",
         "view",
     )
 
     def __init__(self, name: str, bucket: Bucket, size: int, view):
-        self.name, self.bucket, self.size, self.dtype, self.view = \
-            name, bucket, size, bucket.dtype, view
+        # ``view`` stays flat (``buffer_view``); ``shaped`` is it in the shape last added.
+        self.name, self.bucket, self.size, self.dtype, self.view, self.shaped = \
+            name, bucket, size, bucket.dtype, view, view
         self.index, self.needed = bucket.index, len(bucket.names)
         self.round = -1
         self.array = self.out = None
@@ -246,8 +248,8 @@ class FusedAllreduce:
             f"writable {type(array).__name__} {array.dtype}{list(array.shape)}, got {got}")
 
     def buffer_view(self, name: str):
-        """Return the part of the fusion buffer that holds tensor ``name`` (flat), or None
-        for a tensor that is a bucket of its own."""
+        """Return the part of the fusion buffer that holds tensor ``name`` (flat, whatever
+        shape it was added in), or None for a tensor that is a bucket of its own."""
         return self._slot(name).view
 
     def add(self, name: str, array, out=None) -> BucketHandle | None:
@@ -280,11 +282,14 @@ class FusedAllreduce:
         slot.round = self._round
         slot.array = array
         slot.out = out
-        view = slot.view
+        view = slot.shaped
         if view is not None and array is not view:
-            if view.shape != array.shape:
-                view = slot.view = view.reshape(array.shape)
-            view[...] = array
+            if array is slot.view:          # the flat view itself: nothing to copy
+                slot.shaped = array
+            else:
+                if view.shape != array.shape:
+                    view = slot.shaped = slot.view.reshape(array.shape)
+                view[...] = array
         given = self._given
         index = slot.index
         given[index] += 1
@@ -354,10 +359,10 @@ class FusedAllreduce:
         results = {}
         for slot in self._members[bucket.index]:
             out = slot.out
-            if out is None:
-                out = slot.view.copy()
-            elif out is not slot.view:
-                out[...] = slot.view
+            if out is None:     # the view itself when it was given, else a new array
+                out = slot.array if slot.array is slot.shaped else slot.shaped.copy()
+            elif out is not slot.shaped:
+                out[...] = slot.shaped
             results[slot.name] = out
             slot.array = slot.out = None
         return results

@@ -120,6 +120,29 @@ def test_a_tensor_written_into_its_buffer_view_is_not_copied():
     assert results["a"] is f.buffer_view("a") and (results["d"] == 7).all()
 
 
+def test_a_buffer_view_given_without_out_is_the_result_and_stays_flat():
+    f = fused()
+    for step in range(2):
+        for name in "ab":
+            view = f.buffer_view(name)
+            view[...] = step
+            f.add(name, view)                    # no out: the result is the view itself
+        f.add("c", np.full((2, 2), 3, np.float32))       # shaped: copied in, result new
+        f.add("d", np.full(4, 4, np.float32), out=f.buffer_view("d"))
+        f.add("big", np.zeros(100, np.float32))
+        results = f.wait_all()
+        assert results["a"] is f.buffer_view("a") and (results["b"] == step).all()
+        assert results["c"].shape == (2, 2) and (results["c"] == 3).all()
+        assert results["c"].base is None                  # the caller's own array
+        assert results["d"] is f.buffer_view("d") and (results["d"] == 4).all()
+        assert f.buffer_view("c").shape == (4,)           # flat whatever was added
+    f.add("c", f.buffer_view("c"), out=np.empty(4, np.float32))   # flat after shaped
+    for name in ("a", "b", "d"):
+        f.add(name, np.ones(4, np.float32))
+    f.add("big", np.zeros(100, np.float32))
+    assert (f.wait_all()["c"] == 3).all()
+
+
 def test_misuse_is_reported():
     f = fused()
     with pytest.raises(InvalidArgumentError, match="unknown tensor 'zz'"):
