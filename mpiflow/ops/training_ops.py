@@ -339,7 +339,7 @@ class ApplyAdagradOp(_ApplyOp):
     def update(self, xp, ctx, var, accum, lr, grad):
         if ctx.attrs["update_slots"]:
             accum += xp.square(grad)
-        step = xp.sqrt(accum)
+        step = _scratch(xp, xp.sqrt(accum))
         xp.divide(grad, step, out=step)
         step *= lr
         var -= step
@@ -363,7 +363,7 @@ class ApplyRMSPropOp(_ApplyOp):
 
     def update(self, xp, ctx, var, ms, mom, lr, rho, momentum, epsilon, grad):
         _moving_average(ms, rho, xp.square(grad))
-        _momentum_step(xp, var, mom, lr, momentum, grad, ms + epsilon)
+        _momentum_step(xp, var, mom, lr, momentum, grad, _scratch(xp, ms + epsilon))
 
 
 @register_op("ApplyCenteredRMSProp", attrs={"use_locking": False})
@@ -380,10 +380,16 @@ class ApplyCenteredRMSPropOp(_ApplyOp):
     def update(self, xp, ctx, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
         _moving_average(mg, rho, grad.copy())
         _moving_average(ms, rho, xp.square(grad))
-        denom = xp.square(mg)
+        denom = _scratch(xp, xp.square(mg))
         xp.subtract(ms, denom, out=denom)
         denom += epsilon
         _momentum_step(xp, var, mom, lr, momentum, grad, denom)
+
+
+def _scratch(xp, value):
+    """``value`` as an array the update may write into: numpy gives a 0-d variable's
+    arithmetic back as a scalar, which no ``out=`` takes."""
+    return value if isinstance(value, xp.ndarray) else xp.asarray(value)
 
 
 def _moving_average(acc, rho, value):
@@ -469,7 +475,7 @@ class SparseApplyAdamOp(_SparseApplyOp):
 def _adam_step(xp, var, m, v, beta1_power, beta2_power, lr, epsilon, numer=None):
     """var -= lr_t * numer / (sqrt(v) + epsilon), numer defaulting to m."""
     lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
-    step = xp.sqrt(v)
+    step = _scratch(xp, xp.sqrt(v))
     step += epsilon
     numer = m * lr_t if numer is None else numer * lr_t
     xp.divide(numer, step, out=step)

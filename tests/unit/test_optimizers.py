@@ -95,20 +95,26 @@ class Twin:
 
 
 def dense_model(rng, dtype):
-    """loss = sum(A * w^2) + sum(C * w) + sum((b - D)^2); returns its numpy gradient too."""
+    """loss = sum(A * w^2) + sum(C * w) + sum((b - D)^2) + F * (s - G)^2, s a scalar
+    variable; returns its numpy gradient too."""
     A, C = rng.uniform(0.5, 1.5, (3, 4)), rng.standard_normal((3, 4))
     D = rng.standard_normal(4)
+    F, G = rng.uniform(0.5, 1.5), rng.standard_normal()
     values = {"w": rng.standard_normal((3, 4)).astype(dtype),
-              "b": rng.standard_normal(4).astype(dtype)}
+              "b": rng.standard_normal(4).astype(dtype),
+              "s": np.asarray(rng.standard_normal(), dtype)}
     w = mf.Variable(values["w"], name="w")
     b = mf.Variable(values["b"], name="b")
+    s = mf.Variable(values["s"], name="s")
     loss = mf.reduce_sum(mf.constant(A.astype(dtype)) * mf.square(w)) + \
         mf.reduce_sum(mf.constant(C.astype(dtype)) * w) + \
-        mf.reduce_sum(mf.square(b - mf.constant(D.astype(dtype))))
+        mf.reduce_sum(mf.square(b - mf.constant(D.astype(dtype)))) + \
+        mf.constant(dtype(F)) * mf.square(s - mf.constant(dtype(G)))
 
     def grads(states):
-        return {"w": 2 * A * states["w"]["var"] + C, "b": 2 * (states["b"]["var"] - D)}
-    return {"w": w, "b": b}, values, loss, grads
+        return {"w": 2 * A * states["w"]["var"] + C, "b": 2 * (states["b"]["var"] - D),
+                "s": 2 * F * (states["s"]["var"] - G)}
+    return {"w": w, "b": b, "s": s}, values, loss, grads
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
