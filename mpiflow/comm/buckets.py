@@ -17,6 +17,7 @@ tensors added in plan order start each bucket the moment it is complete.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -50,6 +51,20 @@ class Bucket(NamedTuple):
     @property
     def nbytes(self) -> int:
         return (self.offsets[-1] + self.sizes[-1]) * self.dtype.itemsize if self.names else 0
+
+    def layout_digest(self) -> str:
+        """A short digest of which tensors the bucket holds, in which order and sizes: in
+        the name its cross-rank check compares, so ranks whose buckets hold other tensors
+        with the same total size (variables made in another order, a gradient missing on
+        one rank) are refused instead of summing one rank's tensor into another's."""
+        layout = "\0".join(f"{n}\1{size}" for n, size in zip(self.names, self.sizes))
+        return hashlib.blake2b(layout.encode(), digest_size=4).hexdigest()
+
+    def describe(self) -> str:
+        """Its tensors, for an error: ``a (4 elements), b (12 elements)``."""
+        shown = [f"{n} ({size} elements)" for n, size in zip(self.names[:8], self.sizes)]
+        more = f" and {len(self.names) - 8} more" if len(self.names) > 8 else ""
+        return ", ".join(shown) + more
 
 
 def plan_buckets(specs: Iterable[TensorSpec], threshold_bytes: int) -> list[Bucket]:
@@ -123,8 +138,11 @@ class BucketHandle:
         """Advance the bucket's allreduce; return whether it is done (and unpacked)."""
         if self._result is not None:
             return True
-        if self._inner is None or not self._inner.test():
-            return False
+        try:
+            if self._inner is None or not self._inner.test():
+                return False
+        except errors.InvalidArgumentError as exc:
+            raise self._refused(exc) from exc
         self._result = self._fused._unpack(self.bucket, self._inner.result)
         return True
 
@@ -139,9 +157,20 @@ class BucketHandle:
             raise errors.FailedPreconditionError(
                 f"Fused allreduce '{self._fused.name}': bucket {self.bucket.index} cannot "
                 f"start yet; tensors not added: {self._fused.missing(self.bucket.index)}")
-        self._inner.wait(timeout)
+        try:
+            self._inner.wait(timeout)
+        except errors.InvalidArgumentError as exc:
+            raise self._refused(exc) from exc
         self.test()
         return self._result
+
+    def _refused(self, exc) -> errors.InvalidArgumentError:
+        """The cross-rank check's error, with what this rank's bucket holds."""
+        return errors.InvalidArgumentError(
+            f"{exc.message}. On this rank, bucket {self.bucket.index} of fused allreduce "
+            f"'{self._fused.name}' holds {self.bucket.describe()} (every rank must fuse the "
+            "same tensors in the same order: build the same variables, in the same order, "
+            "with a gradient for each on every rank)")
 
     @property
     def result(self) -> dict:
@@ -349,7 +378,8 @@ class FusedAllreduce:
                 send = dest = buffer
             collective = get_collective(self.algorithm, self.comm, send, self.config)
             self._handles[bucket.index]._inner = collective.allreduce_async(
-                send, self.op, dest, name=f"{self.name}/bucket{bucket.index}",
+                send, self.op, dest, name=f"{self.name.rstrip('/')}/bucket{bucket.index} "
+                f"(tensors #{bucket.layout_digest()})",
                 check=self.check, half_on_wire=self.half_on_wire)
             self._next_start += 1
 

@@ -92,7 +92,7 @@ class AllReduceOp(_Collective):
 @register_op("CollectiveFusedAllReduce", attrs={"group": "worker", "op": "average",
                                                  "algorithm": "auto",
                                                  "threshold_bytes": None,
-                                                 "half_on_wire": False})
+                                                 "half_on_wire": False, "labels": []})
 class FusedAllReduceOp(_Collective):
     """Allreduce many tensors through fusion buffers (one collective per bucket)."""
 
@@ -112,7 +112,8 @@ class FusedAllReduceOp(_Collective):
     def prepare(self, ctx):
         super().prepare(ctx)
         op = ctx.op
-        ctx.names = [f"{i}:{t.name}" for i, t in enumerate(op.inputs)]
+        labels = ctx.attrs["labels"] or [t.name for t in op.inputs]
+        ctx.names = [f"{i}:{label}" for i, label in enumerate(labels)]
         specs = [(n, t.dtype.np_dtype, t.shape.num_elements() * t.dtype.size, "")
                  for n, t in zip(ctx.names, op.inputs)]
         ctx.fused = ctx.group.fused_allreduce(specs, ctx.attrs["algorithm"], ctx.attrs["op"],
@@ -148,9 +149,12 @@ def _fusion(ctx):
     specs = [(n, d.np_dtype, size * d.size, "") for n, d, size in
              zip(a["names"], a["dtypes"], a["sizes"])]
     group = ctx.env.collectives(a["group"])
-    # Keyed by the tensor list too: the store outlives graphs, names may repeat.
+    # Keyed by every attr that shapes it: the store outlives graphs, and a later graph may
+    # fuse the same tensors under the same name with another reduction or algorithm.
+    key = repr(tuple((k, a[k] if not isinstance(a[k], list) else tuple(map(str, a[k])))
+                     for k in sorted(_FUSION_ATTRS)))
     return ctx.env.resource(
-        f"fusion:{a['fusion']}:{hash((tuple(a['names']), tuple(a['sizes'])))}",
+        f"fusion:{a['fusion']}:{key}",
         lambda: group.fused_allreduce(specs, a["algorithm"], a["op"], a["threshold_bytes"],
                                       a["fusion"], a["half_on_wire"]))
 
@@ -261,10 +265,12 @@ def all_reduce(tensor, op="average", group="worker", algorithm="auto", name=None
 
 
 def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
-                     threshold_bytes=None, name=None, half_on_wire=False):
+                     threshold_bytes=None, name=None, half_on_wire=False, labels=None):
     """Allreduce ``tensors`` together through fusion buffers; return the reduced list.
 
     ``threshold_bytes`` None: MPIFLOW_FUSION_THRESHOLD_BYTES where the op runs.
+    ``labels``: what each tensor is (default its name), in the cross-rank check of the
+    buckets and its errors: ranks whose lists differ are refused, naming them.
     """
     tensors = [convert_to_tensor(t) for t in tensors]
     if not tensors:
@@ -272,16 +278,19 @@ def fused_all_reduce(tensors, op="average", group="worker", algorithm="auto",
     return apply_op("CollectiveFusedAllReduce", tensors,
                     {"group": group, "op": op, "algorithm": algorithm,
                      "threshold_bytes": _bytes_or_none(threshold_bytes),
-                     "half_on_wire": bool(half_on_wire)}, name=name).outputs
+                     "half_on_wire": bool(half_on_wire),
+                     "labels": _labels(labels, tensors)}, name=name).outputs
 
 
 def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorithm="auto",
-                          threshold_bytes=None, half_on_wire=False):
+                          threshold_bytes=None, half_on_wire=False, labels=None):
     """Allreduce ``tensors`` in fusion buckets that start as soon as each bucket's tensors
     exist (overlapping the rest of the backward pass); return the reduced tensors.
 
-    ``fusion`` names the buffers (one per optimizer); every rank must build the same list.
+    ``fusion`` names the buffers (one per optimizer); every rank must build the same list
+    (``labels``: what each tensor is, as in ``fused_all_reduce``).
     """
+    labels = _labels(labels, tensors) or [convert_to_tensor(t).op.name for t in tensors]
     tensors = [convert_to_tensor(t) for t in tensors]
     for i, t in enumerate(tensors):
         if not t.shape.is_fully_defined():
@@ -290,7 +299,7 @@ def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorit
                 f"shape, got {t.shape}")
     attrs = {"group": group, "op": op, "algorithm": algorithm,
              "threshold_bytes": _bytes_or_none(threshold_bytes), "fusion": fusion,
-             "names": [f"{i}:{t.op.name}" for i, t in enumerate(tensors)],
+             "names": [f"{i}:{label}" for i, label in enumerate(labels)],
              "dtypes": [t.dtype for t in tensors],
              "sizes": [t.shape.num_elements() for t in tensors],
              "half_on_wire": bool(half_on_wire)}
@@ -298,6 +307,16 @@ def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorit
               for i, t in enumerate(tensors)]
     flat = apply_op("CollectiveFusedWait", tokens, attrs).outputs
     return [reshape(f, t.shape.as_list()) for f, t in zip(flat, tensors)]
+
+
+def _labels(labels, tensors) -> list:
+    if labels is None:
+        return []
+    labels = [str(label) for label in labels]
+    if len(labels) != len(tensors):
+        raise errors.InvalidArgumentError(
+            f"fused allreduce: {len(labels)} labels for {len(tensors)} tensors")
+    return labels
 
 
 def _bytes_or_none(threshold_bytes):

@@ -99,7 +99,8 @@ class AllreduceOptimizer(WrappingOptimizer):
             self._join_feeds = [(self._contributes, np.float32(0.0))]
         if dense and self._kind == "topk":
             for i, g in dense:
-                reduced[i] = self._top_k_reduced(graph, g, pairs[i][1])
+                if pairs[i][1].shape.num_elements() != 0:   # empty: nothing to send
+                    reduced[i] = self._top_k_reduced(graph, g, pairs[i][1])
             dense = []
         if dense:
             half = self._kind == "cast"
@@ -107,17 +108,20 @@ class AllreduceOptimizer(WrappingOptimizer):
             with graph.name_scope(self._name) as scope:
                 sent = [math_ops.cast(g, self._parameter) if half else g for _, g in dense]
                 self._joins_with_zeros(sent)
+                # The check of every bucket compares which variables' gradients it holds.
+                labels = [f"gradient of {pairs[i][1].op.name}" for i, _ in dense]
                 if self.joinable:          # the count of contributors rides along
                     sent = sent + [self._contributes]
+                    labels.append("count of contributors")
                 if self._overlap:
                     outs = collective_ops.overlapped_all_reduce(
                         sent, fusion=scope, op=op, group=self._group,
                         algorithm=self._algorithm, threshold_bytes=self._threshold,
-                        half_on_wire=half)
+                        half_on_wire=half, labels=labels)
                 else:
                     outs = collective_ops.fused_all_reduce(
                         sent, op=op, group=self._group, algorithm=self._algorithm,
-                        threshold_bytes=self._threshold, half_on_wire=half)
+                        threshold_bytes=self._threshold, half_on_wire=half, labels=labels)
                 if self.joinable:
                     self._contributors = outs.pop()
                     self._last_collective = self._contributors.op
@@ -126,9 +130,9 @@ class AllreduceOptimizer(WrappingOptimizer):
                 if self.joinable and self._op == "average":
                     outs = [self._over_contributors(t) for t in outs]
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
-        for i, (g, _) in enumerate(pairs):
+        for i, (g, v) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
-                reduced[i] = self._gather_rows(g)
+                reduced[i] = self._gather_rows(g, v)
         return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
 
     def _top_k_reduced(self, graph, grad, var):
@@ -150,9 +154,17 @@ class AllreduceOptimizer(WrappingOptimizer):
                 total = math_ops.divide(total, self._count(grad.dtype))
             return array_ops.reshape(total, var.shape.as_list())
 
-    def _gather_rows(self, grad):
+    def _gather_rows(self, grad, var):
         if self.joinable:           # a joined worker gathers no rows
-            row = grad.values.shape.as_list()[1:]
+            # A row's shape, from the variable where the gradient's leaves it open.
+            declared = var.shape.as_list()[1:] if var.shape.ndims else []
+            given = grad.values.shape.as_list()[1:] if grad.values.shape.ndims is not None \
+                else [None] * len(declared)
+            row = [d if d is not None else v for d, v in zip(given, declared)]
+            if None in row or len(row) != len(given):
+                raise errors.InvalidArgumentError(
+                    f"{self._name}: joinable=True needs the row shape of '{var.op.name}' "
+                    f"known (a joined worker sends no rows of it), got {var.shape}")
             self._join_feeds += [(grad.values, np.zeros([0] + row, grad.values.dtype.np_dtype)),
                                  (grad.indices, np.zeros([0], grad.indices.dtype.np_dtype))]
         values = self._in_order(collective_ops.all_gather, grad.values, group=self._group)

@@ -29,11 +29,11 @@ def test_collectives_and_messages_count_the_bytes_each_rank_moves(run_mpi, ranks
 
 
 def test_the_ring_adds_half_floats_from_the_wire_in_float32(run_mpi):
-    """2048 + 1 + 2 over 3 ranks, averaged, float16 on the wire. Whatever order a chunk's
-    partial sums take, the ring adds in float32 and divides the float32 sum: 683.5 (the
-    float16 nearest 2051 / 3 and 2050 / 3). Rounding each addition to float16, as MPI's
-    sum of the format does, gives 684 for the chunks that add 2048 last (2051 rounds to
-    2052 first)."""
+    """2048 + 1 + 2 over 3 ranks, averaged, float16 on the wire. Each rank's part is
+    divided by 3 first, in float32 (so no partial sum crosses past float16's range where
+    the average does not), the ring adds in float32, and a partial sum is rounded to
+    float16 only to cross: whatever order a chunk's partial sums take, the result is
+    within one float16 step (0.5 here) of 2051 / 3 = 683.67, and every rank gets the same."""
     out = run_mpi(3, PROGS / "traffic_counts.py", timeout=90).stdout
-    for r in map(json.loads, out.strip().splitlines()):
-        assert r["average_wire_ring"] == [683.5]
+    seen = [r["average_wire_ring"] for r in map(json.loads, out.strip().splitlines())]
+    assert all(r == seen[0] for r in seen) and set(seen[0]) <= {683.5, 684.0}, seen

@@ -125,8 +125,9 @@ class Collective:
                 float32 (compressed gradients). A strategy that can
                 (``accumulates_wire_in_float32``: the ring) still adds in float32, each
                 partial sum rounded to the format only to cross; MPI's applies a sum of
-                the format (each addition rounded to it). Without it, half floats are
-                summed in float32 and rounded once.
+                the format (each addition rounded to it). An average divides each rank's
+                part first, so it stays in the format's range wherever the average does.
+                Without it, half floats are summed in float32 and rounded once.
 
         Raises:
             InvalidArgumentError: bad op, dtype or out, or this strategy cannot run here.
@@ -155,6 +156,11 @@ class Collective:
         send, out, target = self._allreduce_buffers(describe, plan, array, out)
         widen, wire = plan.widen, plan.wire
         work = half_floats.astype(send, np.float32) if widen else None
+        if wire is not None and op == "average":
+            # Partial sums cross in the half format: divided first, they stay within it
+            # wherever the average does (float16 ends at 65504).
+            work /= self.size
+            op = "sum"
         if plan.request is not None:
             build = request_stages(plan.request, plan.request_what, send, out)
         else:

@@ -68,6 +68,14 @@ class MpiCollective(Collective):
 
     def _allreduce_stages(self, send, recv, op: str, seq: int, wire=None) -> list[Stage]:
         datatype, reduction = _reduction_for(send.dtype)
+        if op == "average" and send.dtype in HALF_FLOATS:
+            # Divided before the sum of the format, not after: the sum overflows (float16
+            # past 65504) where the average does not.
+            def prescale():
+                half_floats.copyto(recv, half_floats.astype(send, np.float32) / self.size)
+            return [CallStage(prescale, "the division by the number of ranks"),
+                    RequestStage(lambda: self.state.data_comm.Iallreduce(
+                        MPI.IN_PLACE, [recv, datatype], reduction), "MPI_Iallreduce")]
         source = MPI.IN_PLACE if send is recv else [send, datatype]
         stages: list[Stage] = [RequestStage(
             lambda: self.state.data_comm.Iallreduce(source, [recv, datatype], reduction),
