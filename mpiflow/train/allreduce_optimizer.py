@@ -275,9 +275,11 @@ class AllreduceOptimizer(WrappingOptimizer):
             raise errors.InvalidArgumentError("broadcast_variables_op: no variables")
         graph = variables[0].graph
         with graph.name_scope(None), graph.control_dependencies(None):
-            assigns = [state_ops.assign(v, collective_ops.broadcast(v.value(), root=root,
-                                                                    group=self._group)).op
-                       for v in variables]
+            # Named after its variable: ranks whose variables differ (one missing) are
+            # told which variable each rank was broadcasting, not just a dtype mismatch.
+            assigns = [state_ops.assign(v, collective_ops.broadcast(
+                v.value(), root=root, group=self._group, name=f"broadcast/{v.op.name}")).op
+                for v in variables]
             return control_ops.group(*assigns, name="broadcast_variables")
 
     def make_session_run_hook(self, var_list=None, root=0):

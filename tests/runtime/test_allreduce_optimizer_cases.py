@@ -5,6 +5,7 @@ what float16 holds, joinable training takes sparse gradients, top-k skips an emp
 variable."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -65,3 +66,14 @@ def test_top_k_compression_leaves_an_empty_variable_alone(run_mpi):
     got = results(run_mpi(2, PROG, "topk_empty"))
     assert len(got) == 2 and got[0] == got[1]
     assert got[0]["values"]["empty"] == []
+
+
+def test_a_variable_missing_on_a_rank_is_named_by_the_initial_broadcast(run_mpi):
+    done = run_mpi(2, PROG, "missing", check=False)
+    assert done.returncode != 0
+    # Variables are broadcast in name order: rank 0 is at 'c' where rank 1 is already past.
+    assert re.search(r"broadcast 'broadcast/c(_\d+)?' \(\w+, float32\[2\]\) on rank 0 of 2",
+                     done.stderr), done.stderr
+    assert re.search(r"broadcast 'broadcast/global_step(_\d+)?' \(\w+, int64\[\]\) on rank 1 "
+                     "of 2", done.stderr), done.stderr
+    assert "ranks disagree on the tensor name" in done.stderr, done.stderr

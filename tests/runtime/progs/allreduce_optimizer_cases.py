@@ -12,6 +12,7 @@ Usage: mpiexec -n K python allreduce_optimizer_cases.py CASE [ARG]
 - ``joinable_sparse``: joinable=True with an embedding lookup (the gradient's rows of
   unknown shape), rank r running r + 2 steps.
 - ``topk_empty``: top-k compression with a variable of no elements.
+- ``missing``: rank 1 has no variable ``c``; the broadcast of the initial values meets it.
 """
 
 import json
@@ -84,6 +85,17 @@ def joinable_sparse(server, rank):
         report(table=sess.run(table).tolist())
 
 
+def missing(server, rank):
+    names = "abc" if rank == 0 else "ab"
+    variables = [mf.Variable(np.zeros(2, np.float32), name=k) for k in names]
+    opt = mf.train.AllreduceOptimizer(mf.train.GradientDescentOptimizer(1.0))
+    opt.minimize(mf.add_n([mf.reduce_sum(v) for v in variables]),
+                 global_step=mf.train.get_or_create_global_step())
+    with mf.Session(server.target) as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(opt.broadcast_variables_op())
+
+
 def topk_empty(server, rank):
     empty = mf.Variable(np.zeros(0, np.float32), name="empty")
     w = mf.Variable(np.zeros(200, np.float32), name="w")
@@ -97,7 +109,7 @@ def main(case, *args):
     cluster = mf.train.ClusterSpec.from_mpi(ps=0)
     server = mf.train.Server(cluster)
     {"swap": swap, "no_gradient": no_gradient, "reuse": reuse, "fp16": fp16,
-     "joinable_sparse": joinable_sparse, "topk_empty": topk_empty}[case](
+     "joinable_sparse": joinable_sparse, "topk_empty": topk_empty, "missing": missing}[case](
         server, server.task_index, *args)
 
 
