@@ -8,6 +8,7 @@ per step. The client's own piece runs here, inside the same step as the remote o
 from __future__ import annotations
 
 from mpiflow import errors
+from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import GRAPH_DEF_VERSION, import_graph_def
 from mpiflow.ops.registry import registered_op_types
@@ -87,6 +88,12 @@ class DistributedPlan:
         except errors.FailedPreconditionError as exc:
             if UNINITIALIZED_VALUE not in exc.message or self._is_chief:
                 raise
+            if self._on_this_task(exc.op):
+                raise type(exc)(
+                    f"{exc.message}. It lives on this task (/job:{self._task[0]}/task:"
+                    f"{self._task[1]}), not on a ps: the chief does not initialize it; run "
+                    "mf.local_variables_initializer() (a local variable) or its initializer "
+                    "here", exc.op) from exc
             raise type(exc)(
                 f"{exc.message}. This is /job:{self._task[0]}/task:{self._task[1]}, not the "
                 f"chief (/job:{self._chief[0]}/task:{self._chief[1]}): the chief initializes "
@@ -95,6 +102,11 @@ class DistributedPlan:
                 "mf.train.MonitoredTrainingSession(master, is_chief=False) (or a Supervisor, "
                 "or mf.train.SessionManager().wait_for_session(master)), or call "
                 "TrainingMode.initialize(sess, is_chief) on a plain Session", exc.op) from exc
+
+    def _on_this_task(self, op) -> bool:
+        """Whether ``op`` (a variable an error names) is placed on this client's task."""
+        spec = DeviceSpec.from_string(getattr(op, "device", "") or "")
+        return (spec.job, spec.task) == tuple(self._task)
 
     def close(self):
         self._service.unregister(self.handles)

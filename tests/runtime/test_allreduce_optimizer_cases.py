@@ -77,3 +77,11 @@ def test_a_variable_missing_on_a_rank_is_named_by_the_initial_broadcast(run_mpi)
     assert re.search(r"broadcast 'broadcast/global_step(_\d+)?' \(\w+, int64\[\]\) on rank 1 "
                      "of 2", done.stderr), done.stderr
     assert "ranks disagree on the tensor name" in done.stderr, done.stderr
+
+
+def test_an_uninitialized_local_variable_is_not_blamed_on_the_chief(run_mpi):
+    done = run_mpi(2, PROG, "local_uninitialized", check=False)
+    assert done.returncode != 0
+    assert "w_residual" in done.stderr and "It lives on this task (/job:worker/task:1), " \
+        "not on a ps" in done.stderr and "mf.local_variables_initializer()" in done.stderr, \
+        done.stderr

@@ -13,6 +13,7 @@ Usage: mpiexec -n K python allreduce_optimizer_cases.py CASE [ARG]
   unknown shape), rank r running r + 2 steps.
 - ``topk_empty``: top-k compression with a variable of no elements.
 - ``missing``: rank 1 has no variable ``c``; the broadcast of the initial values meets it.
+- ``local_uninitialized``: top-k's residuals (local variables) left uninitialized.
 """
 
 import json
@@ -96,6 +97,16 @@ def missing(server, rank):
         sess.run(opt.broadcast_variables_op())
 
 
+def local_uninitialized(server, rank):
+    w = mf.Variable(np.zeros(200, np.float32), name="w")
+    opt = mf.train.AllreduceOptimizer(mf.train.GradientDescentOptimizer(1.0),
+                                      compression="topk:0.5")
+    step = opt.minimize(mf.reduce_sum(w))
+    with mf.Session(server.target) as sess:
+        sess.run(mf.global_variables_initializer())     # not the residuals: local ones
+        sess.run(step)
+
+
 def topk_empty(server, rank):
     empty = mf.Variable(np.zeros(0, np.float32), name="empty")
     w = mf.Variable(np.zeros(200, np.float32), name="w")
@@ -109,7 +120,8 @@ def main(case, *args):
     cluster = mf.train.ClusterSpec.from_mpi(ps=0)
     server = mf.train.Server(cluster)
     {"swap": swap, "no_gradient": no_gradient, "reuse": reuse, "fp16": fp16,
-     "joinable_sparse": joinable_sparse, "topk_empty": topk_empty, "missing": missing}[case](
+     "joinable_sparse": joinable_sparse, "topk_empty": topk_empty, "missing": missing,
+     "local_uninitialized": local_uninitialized}[case](
         server, server.task_index, *args)
 
 
