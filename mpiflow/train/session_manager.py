@@ -238,7 +238,12 @@ class SessionManager:
                         f"{master or 'in-process'} for the model to be initialized: "
                         f"{message}. The chief has not initialized them: is it running, and "
                         "did it create its MonitoredTrainingSession (is_chief=True)? If it "
-                        f"needs longer to start, raise {source}.")
+                        f"needs longer to start, raise {source}. If the chief trains, this "
+                        "worker may place them on other ps tasks than the chief does: "
+                        "replica_device_setter spreads variables over the ps in the order "
+                        "they are made, so a variable made on some workers only moves the "
+                        "ones after it; every worker must make the same variables in the "
+                        "same order.")
                 if now - last_log >= _LOG_EVERY_S:
                     _LOG.info("Waiting for the chief to initialize the model: %s", message)
                     last_log = now
