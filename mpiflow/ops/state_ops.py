@@ -11,6 +11,8 @@ it (an initializer).
 
 from __future__ import annotations
 
+import hashlib
+
 from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
@@ -159,6 +161,35 @@ class IsVariableInitializedOp(OpDef):
 
     def forward(self, xp, ctx, ref):
         return xp.asarray(ref.initialized)
+
+
+@register_op("VariablesHeld")
+class VariablesHeldOp(OpDef):
+    """The variables initialized on the device it runs on (a ps), as ``name_hash`` of
+    their names: how a worker that waits for variables the chief never initialized where
+    it looks tells a model built differently (placed or partitioned otherwise) from a
+    chief that is late."""
+
+    stateful = True
+    gradient = None
+
+    def infer(self, b):
+        return [(dtypes.int64, [None])]
+
+    def forward(self, xp, ctx):
+        return xp.asarray([name_hash(n) for n in sorted(ctx.env.store.buffers)],
+                          dtype="int64").reshape(-1)
+
+
+def name_hash(name: str) -> int:
+    """A stable int64 of a variable's name (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little",
+                          signed=True)
+
+
+def variables_held(name=None):
+    """``name_hash`` of every variable initialized where the op is placed."""
+    return apply_op("VariablesHeld", [], name=name).outputs[0]
 
 
 def _ref_of(ref):

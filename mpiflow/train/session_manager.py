@@ -19,8 +19,10 @@ import numpy as np
 
 from mpiflow import config as config_module
 from mpiflow import errors
-from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.framework.device_spec import DeviceSpec
+from mpiflow.framework.graph import Graph, GraphKeys, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
+from mpiflow.framework.scopes import device
 from mpiflow.logger import get_logger
 from mpiflow.ops import constant_ops, math_ops, state_ops
 from mpiflow.ops.array_ops import stack
@@ -36,6 +38,8 @@ _REPORT_NAMES = PerGraph(dict)
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.25
 _LOG_EVERY_S = 10.0
+_DIAGNOSE_AFTER_S = 2.0         # a chief that is merely late is not suspected before
+_DIAGNOSE_EVERY_S = 5.0
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables"):
@@ -89,6 +93,60 @@ def broadcast_replicas(session) -> None:
     if ops and not session.replicas_broadcast:
         session.run(ops)
         session.replicas_broadcast = True
+
+
+def _built_otherwise(sess, ready_op, master, config) -> str | None:
+    """Why the variables ``ready_op`` reports uninitialized will never be initialized where
+    this worker looks, if the tasks that hold variables say so: one the chief initialized
+    on another task than this worker places it on, or whole where this worker splits it
+    into parts (or the reverse). None when nothing says so: the chief may just be late."""
+    try:
+        missing = uninitialized_names(ready_op, sess.run(ready_op))
+        graph = ready_op.graph
+        placed = {v.op.name: _task_of(v.device) for v in
+                  graph.get_collection(GraphKeys.GLOBAL_VARIABLES) +
+                  graph.get_collection(GraphKeys.LOCAL_VARIABLES)}
+        tasks = sorted({t for t in placed.values() if t is not None})
+        if not missing or not tasks:
+            return None
+        probe = Graph()
+        with probe.as_default():
+            held_ops = {}
+            for job, task in tasks:
+                with device(f"/job:{job}/task:{task}"):
+                    held_ops[(job, task)] = state_ops.variables_held()
+        with Session(master, graph=probe, config=config) as probing:
+            held = {t: set(np.asarray(v).tolist()) for t, v in probing.run(held_ops).items()}
+    except errors.OpError:
+        return None             # the diagnosis never stands in the wait's way
+    anywhere = set().union(*held.values())
+    problems = []
+    for name in missing:
+        mine = placed.get(name)
+        found = [t for t, hashes in held.items() if state_ops.name_hash(name) in hashes]
+        base = name.rsplit("/part_", 1)[0]
+        if found and mine not in found:
+            here = "itself" if mine is None else f"/job:{mine[0]}/task:{mine[1]}"
+            problems.append(f"'{name}' is initialized on /job:{found[0][0]}/task:"
+                            f"{found[0][1]}, but this worker places it on {here}")
+        elif not found and base != name and state_ops.name_hash(base) in anywhere:
+            problems.append(f"'{base}' is initialized whole, but this worker splits it "
+                            f"into parts ('{name}')")
+        elif not found and state_ops.name_hash(f"{name}/part_0") in anywhere:
+            problems.append(f"'{name}' is initialized in parts ('{name}/part_0', ...), but "
+                            "this worker builds it whole")
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return ("This worker built its variables otherwise than the chief: " +
+            "; ".join(problems[:5]) + more + ". Every worker must make the same variables, "
+            "in the same order (replica_device_setter spreads them over the ps in the order "
+            "they are made) and with the same partitioner")
+
+
+def _task_of(device_name):
+    spec = DeviceSpec.from_string(device_name or "")
+    return None if spec.job is None or spec.task is None else (spec.job, int(spec.task))
 
 
 def _restore_newest(sess, saver, checkpoint_dir) -> bool:
@@ -221,6 +279,7 @@ class SessionManager:
         source = "MPIFLOW_TIMEOUT" if max_wait_secs is None else "max_wait_secs"
         sess = Session(master, graph=self._graph, config=config)
         start = last_log = time.monotonic()
+        next_diagnosis = start + _DIAGNOSE_AFTER_S
         pause = _FIRST_POLL_S
         try:
             initialize_replicas(sess)
@@ -232,6 +291,11 @@ class SessionManager:
                         broadcast_replicas(sess)
                         return sess
                 now = time.monotonic()
+                if self._ready_op is not None and now >= next_diagnosis:
+                    next_diagnosis = now + _DIAGNOSE_EVERY_S
+                    problem = _built_otherwise(sess, self._ready_op, master, config)
+                    if problem is not None:
+                        raise errors.FailedPreconditionError(f"{message}. {problem}")
                 if now - start >= timeout:
                     raise errors.DeadlineExceededError(
                         f"Waited {now - start:.1f} s ({source}={timeout:g}) on session "
