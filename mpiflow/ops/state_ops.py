@@ -171,6 +171,7 @@ class VariablesHeldOp(OpDef):
     chief that is late."""
 
     stateful = True
+    gpu_kernel = False
     gradient = None
 
     def infer(self, b):

@@ -98,6 +98,7 @@ NOT_RUN_ON_GPU = {
         "GradientStaleness", "StalenessHistogram", "RecentStaleness", "WorkerRoundRead",
         "WorkerRoundAllRead", "WorkerRoundDone", "WorkerRoundBound", "WorkerClocksRecord")},
     "TopKByMagnitude": "host only (gpu_kernel = False): picks a pushed gradient's entries",
+    "VariablesHeld": "host only (gpu_kernel = False): names what a task's store holds",
 }
 
 OPTIMIZERS = {
