@@ -178,7 +178,7 @@ class VariablesHeldOp(OpDef):
         return [(dtypes.int64, [None])]
 
     def forward(self, xp, ctx):
-        return xp.asarray([name_hash(n) for n in sorted(ctx.env.store.buffers)],
+        return xp.asarray([name_hash(n) for n in ctx.env.variables_held()],
                           dtype="int64").reshape(-1)
 
 

@@ -39,6 +39,10 @@ class KernelEnv:
         """The random generator of random op ``op``, seeded from its attrs."""
         return self.store.rng(op)
 
+    def variables_held(self) -> list:
+        """The names of the variables initialized in this task's store, sorted."""
+        return sorted(self.store.buffers)
+
     def print_lines(self, text: str, stream: str) -> None:
         """Print ``text`` to ``stream`` ("stdout" or "stderr"), each line tagged with this
         rank's role, all with one system call: a launcher forwards every rank's output as
