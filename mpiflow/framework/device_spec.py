@@ -126,6 +126,13 @@ def canonical(spec) -> str:
     return DeviceSpec.from_string(spec).to_string()
 
 
+def job_and_task(device: str) -> tuple:
+    """``(job, task)`` of a device string, None for a field it leaves open: the task a
+    placed op or variable lives on."""
+    spec = DeviceSpec.from_string(device or "")
+    return spec.job, spec.task
+
+
 def merge_device(base: str, override: str) -> str:
     """Return ``base`` with the fields ``override`` sets on top (both device strings)."""
     if not override:

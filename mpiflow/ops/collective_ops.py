@@ -290,8 +290,8 @@ def overlapped_all_reduce(tensors, fusion, op="average", group="worker", algorit
     ``fusion`` names the buffers (one per optimizer); every rank must build the same list
     (``labels``: what each tensor is, as in ``fused_all_reduce``).
     """
-    labels = _labels(labels, tensors) or [convert_to_tensor(t).op.name for t in tensors]
     tensors = [convert_to_tensor(t) for t in tensors]
+    labels = _labels(labels, tensors) or [t.op.name for t in tensors]
     for i, t in enumerate(tensors):
         if not t.shape.is_fully_defined():
             raise errors.InvalidArgumentError(

@@ -8,7 +8,7 @@ per step. The client's own piece runs here, inside the same step as the remote o
 from __future__ import annotations
 
 from mpiflow import errors
-from mpiflow.framework.device_spec import DeviceSpec
+from mpiflow.framework.device_spec import job_and_task
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import GRAPH_DEF_VERSION, import_graph_def
 from mpiflow.ops.registry import registered_op_types
@@ -105,8 +105,7 @@ class DistributedPlan:
 
     def _on_this_task(self, op) -> bool:
         """Whether ``op`` (a variable an error names) is placed on this client's task."""
-        spec = DeviceSpec.from_string(getattr(op, "device", "") or "")
-        return (spec.job, spec.task) == tuple(self._task)
+        return job_and_task(getattr(op, "device", "")) == tuple(self._task)
 
     def close(self):
         self._service.unregister(self.handles)

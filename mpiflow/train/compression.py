@@ -24,7 +24,7 @@ import math
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
-from mpiflow.framework.device_spec import DeviceSpec
+from mpiflow.framework.device_spec import job_and_task
 from mpiflow.framework.graph import GraphKeys
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import array_ops, control_ops, math_ops, sparse_ops, state_ops
@@ -139,15 +139,10 @@ def top_k_with_feedback(graph, grad, var, ratio, owner):
     return positions, sent, residual
 
 
-def _task(device: str):
-    spec = DeviceSpec.from_string(device or "")
-    return spec.job, spec.task
-
-
 def _crosses(grad, var) -> bool:
     """Whether ``grad`` is made on another task than ``var`` lives on (it travels)."""
     values = grad.values if isinstance(grad, IndexedSlices) else grad
-    return _task(values.device) != _task(var.device)
+    return job_and_task(values.device) != job_and_task(var.device)
 
 
 __all__ = ["GradientCompressionOptimizer", "parse_compression", "top_k_with_feedback"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from mpiflow import config as config_module
 from mpiflow import errors
-from mpiflow.framework.device_spec import DeviceSpec
+from mpiflow.framework.device_spec import job_and_task
 from mpiflow.framework.graph import Graph, GraphKeys, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.framework.scopes import device
@@ -103,10 +103,10 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
     try:
         missing = uninitialized_names(ready_op, sess.run(ready_op))
         graph = ready_op.graph
-        placed = {v.op.name: _task_of(v.device) for v in
+        placed = {v.op.name: job_and_task(v.device) for v in
                   graph.get_collection(GraphKeys.GLOBAL_VARIABLES) +
                   graph.get_collection(GraphKeys.LOCAL_VARIABLES)}
-        tasks = sorted({t for t in placed.values() if t is not None})
+        tasks = sorted({t for t in placed.values() if None not in t})
         if not missing or not tasks:
             return None
         probe = Graph()
@@ -122,11 +122,11 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
     anywhere = set().union(*held.values())
     problems = []
     for name in missing:
-        mine = placed.get(name)
+        mine = placed.get(name, (None, None))
         found = [t for t, hashes in held.items() if state_ops.name_hash(name) in hashes]
         base = name.rsplit("/part_", 1)[0]
         if found and mine not in found:
-            here = "itself" if mine is None else f"/job:{mine[0]}/task:{mine[1]}"
+            here = "itself" if None in mine else f"/job:{mine[0]}/task:{mine[1]}"
             problems.append(f"'{name}' is initialized on /job:{found[0][0]}/task:"
                             f"{found[0][1]}, but this worker places it on {here}")
         elif not found and base != name and state_ops.name_hash(base) in anywhere:
@@ -142,11 +142,6 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
             "; ".join(problems[:5]) + more + ". Every worker must make the same variables, "
             "in the same order (replica_device_setter spreads them over the ps in the order "
             "they are made) and with the same partitioner")
-
-
-def _task_of(device_name):
-    spec = DeviceSpec.from_string(device_name or "")
-    return None if spec.job is None or spec.task is None else (spec.job, int(spec.task))
 
 
 def _restore_newest(sess, saver, checkpoint_dir) -> bool:
