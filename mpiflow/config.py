@@ -161,6 +161,11 @@ _declare(
                "bytes and MPI's Iallreduce below; 0 = never the ring; unset: 256 KiB "
                "between 2 ranks, 1 MiB among more (the measurements behind it are in "
                "mpiflow/comm/collectives/__init__.py)"),
+    Option("MPIFLOW_CHECK_CARRY_BYTES", "int", 32 << 10, minimum=0,
+           doc="a checked allreduce of MPI's strategy of at most this many bytes moves in "
+               "the cross-rank check's own messages (a recursive-doubling exchange, one "
+               "latency for check and data) instead of the check followed by MPI's "
+               "Iallreduce; 0 = never. Every rank must use the same value"),
     Option("MPIFLOW_COLLECTIVE_SPIN_US", "int", 2000, minimum=0,
            doc="microseconds a rank waiting in a collective keeps polling (yielding the "
                "CPU) before it starts to sleep; longer than the server loop's spin even on "

@@ -34,12 +34,16 @@ of MiB, where MPICH's own allreduce slows down. Between 2 ranks the ring is two 
 wins from 256 KiB: auto's bus bandwidth there against the better of ring and mpi went
 from 0.89-0.92 (1 MiB threshold, auto took mpi) to 1.03-1.04 (256 KiB), at 64 KiB mpi
 still ahead (0.76-0.79 of MPI against the ring's 0.60-0.62), two runs each. Small
-messages are best left to MPI: a blocking call with nothing queued before it runs at
-once (``handle.run_request_now``), its check and its one Iallreduce posted without a
-stage, closure or handle, and still costs a few microseconds of Python and one latency
-of the check. 2 ranks, 4 KiB, medians of 21 batches in 6 launches: 11.0-13.7 us against
-MPI's blocking Allreduce 5.4-7.6 (0.49-0.57 of it), 7.8-9.9 us without the check; the
-check's and the data's Iallreduce alone, polled in a bare loop, take 6.6-9.3 us.
+messages are best left to MPI, or to the check itself: a checked allreduce of at most
+MPIFLOW_CHECK_CARRY_BYTES (32 KiB) moves in the cross-rank check's own recursive-doubling
+messages (``exchange.py``), so check and data cost one exchange; a blocking call with
+nothing queued before it runs that exchange at once (``handle.run_carried_now``), without
+a stage, closure or handle. 2 ranks, 4 KiB, medians of 9 batches of 2000-3000 calls per
+launch: 8.9-9.1 us against MPI's blocking Allreduce at 5.4 (0.60), where the check
+followed by the data's Iallreduce took 11.6-14.6 us against 5.4-7.4 (0.47-0.52); the
+exchange alone, without the call's Python around it, 5.1 us. Larger sums below the
+ring's threshold (and unchecked ones) go to MPI's Iallreduce (``handle.run_request_now``),
+a checked one after the check's exchange.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from mpi4py import MPI
 from mpiflow import backend, dtype_table, errors, half_floats
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
-from mpiflow.comm.collectives.check import OPS, fingerprint_of, make_record
+from mpiflow.comm.collectives.check import OPS, make_record
+from mpiflow.comm.collectives.exchange import Exchange
 from mpiflow.comm.collectives.handle import (
     CallStage,
     Handle,
@@ -27,7 +28,9 @@ from mpiflow.comm.collectives.handle import (
     Stage,
     describe_array,
     describe_call,
+    no_stages,
     request_stages,
+    run_carried_now,
     run_now,
     run_request_now,
 )
@@ -55,8 +58,9 @@ class _Plan(NamedTuple):
 
     xp: Any                 # numpy or cupy
     widen: bool             # half floats summed in float32
-    record: np.ndarray | None   # the cross-rank check's record (None: no check)
-    fingerprint: np.ndarray | None   # what the check reduces (None: no check to run)
+    record: np.ndarray | None   # the cross-rank check's record (None: no check to run)
+    carried: bool           # the check's messages carry the data (``exchange.Exchange``)
+    exchanges: list         # carried: exchanges of this signature, free to reuse
     wire: Any               # the dtype chunks cross in, where not the working array's
     moved: int              # bytes sent (and received) by a bandwidth-optimal algorithm
     request: Callable | None    # post(send, recv): one request that does it all
@@ -78,6 +82,9 @@ class Collective:
     """
 
     name: ClassVar[str] = "base"
+    # True: a checked allreduce of at most MPIFLOW_CHECK_CARRY_BYTES moves in the check's
+    # own messages (one exchange for both), where this strategy would post one request.
+    carries_small_sums: ClassVar[bool] = False
     native_half: ClassVar[bool] = False   # False: float16 and bfloat16 are summed in float32
     # True: sums float32 chunks whose crossings go as half floats (half_on_wire)
     accumulates_wire_in_float32: ClassVar[bool] = False
@@ -88,6 +95,8 @@ class Collective:
         self.state = comm_state(comm)
         self.rank, self.size = self.state.rank, self.state.size
         self.timeout = self.config.get("MPIFLOW_TIMEOUT")
+        self._carry_bytes = self.config.get("MPIFLOW_CHECK_CARRY_BYTES") \
+            if self.carries_small_sums and self.size > 1 else -1
         model = make_backoff(self.config)
         self._backoff_args = (model.spin_s, model.first_s, model.max_s)
         self._new_backoff = lambda: Backoff(*self._backoff_args)
@@ -151,9 +160,20 @@ class Collective:
         return send, self._output(describe, out, plan.xp), None
 
     def _allreduce_call(self, describe, plan: _Plan, array, op, out, timeout) -> tuple:
-        """An allreduce's closures: ``(describe, build, finish, record, timeout)``, for
-        ``_issue`` or ``_run_now``."""
+        """An allreduce's closures: ``(describe, build, finish, record, timeout,
+        exchange)``, for ``_issue`` or ``_run_now``."""
         send, out, target = self._allreduce_buffers(describe, plan, array, out)
+        if plan.carried:    # the check's messages sum it: nothing is left to do after
+            exchanges = plan.exchanges
+            exchange = exchanges.pop() if exchanges else Exchange(send.dtype, send.shape)
+            exchange.load(send)
+            divisor = self.size if op == "average" else None
+
+            def finish_carried():
+                exchange.deliver(out, divisor)
+                exchanges.append(exchange)
+                return out if target is None else _copy_into(target, out)
+            return describe, no_stages, finish_carried, plan.record, timeout, exchange
         widen, wire = plan.widen, plan.wire
         work = half_floats.astype(send, np.float32) if widen else None
         if wire is not None and op == "average":
@@ -173,7 +193,7 @@ class Collective:
             if widen:
                 half_floats.copyto(out, work)
             return out if target is None else _copy_into(target, out)
-        return describe, build, finish, plan.record, timeout
+        return describe, build, finish, plan.record, timeout, None
 
     def _plan_of(self, describe, array, op, name, check, half_on_wire) -> _Plan:
         """What a call's signature allows, found out once: training makes the same calls
@@ -211,13 +231,14 @@ class Collective:
             else None
         widen = half and (not half_on_wire or wire is not None)
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
-                             array.shape) if check else None
+                             array.shape) if check and self.size > 1 else None
         moved = allreduce_bytes(array.size * (4 if widen and wire is None else
                                               array.dtype.itemsize), self.size)
         request = None if widen else self._allreduce_request(array.dtype, op, half_on_wire)
-        fingerprint = fingerprint_of(record) if record is not None and self.size > 1 \
-            else None
-        return _Plan(_array_module(array), widen, record, fingerprint, wire, moved,
+        # An average of half floats kept on the wire divides before the sum: not carried.
+        carried = record is not None and not widen and array.nbytes <= self._carry_bytes \
+            and not (op == "average" and array.dtype in HALF_FLOATS)
+        return _Plan(_array_module(array), widen, record, carried, [], wire, moved,
                      *(request or (None, None)))
 
     def allreduce(self, array, op: str = "sum", out=None, *, name: str | None = None,
@@ -228,14 +249,19 @@ class Collective:
         MPI request does it all, ``handle.run_request_now``)."""
         describe = ("allreduce", name, self.name, array, self.rank, self.size)
         plan = self._plan_of(describe, array, op, name, check, half_on_wire)
+        timeout = self.timeout if timeout is None else timeout
+        if plan.carried:
+            send, out, target = self._allreduce_buffers(describe, plan, array, out)
+            result = run_carried_now(self.state, describe, plan.record, plan.exchanges,
+                                     send, out, self.size if op == "average" else None,
+                                     timeout, self._new_backoff)
+            return result if target is None else _copy_into(target, result)
         if plan.request is None:
             return self._run_now(*self._allreduce_call(describe, plan, array, op, out,
                                                        timeout))
         send, out, target = self._allreduce_buffers(describe, plan, array, out)
-        result = run_request_now(self.state, describe, plan.record, plan.fingerprint,
-                                 plan.request, plan.request_what, send, out,
-                                 self.timeout if timeout is None else timeout,
-                                 self._new_backoff)
+        result = run_request_now(self.state, describe, plan.record, plan.request,
+                                 plan.request_what, send, out, timeout, self._new_backoff)
         return result if target is None else _copy_into(target, result)
 
     # -- broadcast -------------------------------------------------------------------------
@@ -414,13 +440,15 @@ class Collective:
                                     f"into it; pass a writable array (or out=None for a "
                                     f"new one)")
 
-    def _issue(self, describe, build, finish, record, timeout) -> Handle:
+    def _issue(self, describe, build, finish, record, timeout, exchange=None) -> Handle:
         return Handle(self.state, describe, build, finish, record,
-                      self.timeout if timeout is None else timeout, self._new_backoff())
+                      self.timeout if timeout is None else timeout, self._new_backoff(),
+                      exchange)
 
-    def _run_now(self, describe, build, finish, record, timeout) -> Any:
+    def _run_now(self, describe, build, finish, record, timeout, exchange=None) -> Any:
         return run_now(self.state, describe, build, finish, record,
-                       self.timeout if timeout is None else timeout, self._new_backoff)
+                       self.timeout if timeout is None else timeout, self._new_backoff,
+                       exchange)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}' on {self.size} ranks>"

@@ -1,18 +1,19 @@
-"""The cross-rank check run before a collective moves any data.
+"""The cross-rank check run before a collective moves its data (or as it moves it).
 
 Every rank describes its call in a small int64 record (collective, tensor name, algorithm,
-reduction, root, dtype, shape) whose last two entries are a fingerprint of the rest, ``f``
-and ``-f``. The ranks take the maximum of that pair in one tiny allreduce on a private
-communicator: ``max(f) == -max(-f)`` means every rank made the same call. That costs one
-latency of the MPI library's own allreduce, where gathering the records on rank 0 and
-sending its verdict back cost two point-to-point latencies and a Python round on rank 0.
+reduction, root, dtype, shape) whose last two entries are a fingerprint of the rest. The
+ranks swap the fingerprint, with the operation's number, in a recursive-doubling exchange
+of point-to-point messages (``exchange.py``): any rank that sees a header unlike its own
+raises a flag that the later steps carry to every rank, so after log2(n) steps every rank
+knows whether all made the same call. A small allreduce rides in the same messages
+(``exchange.Exchange``): its check and its data cost one exchange.
 
-Only when the fingerprints differ (a bug: every rank sees it at once) are the records
-gathered on rank 0, compared field by field, and the table sent back, so every rank
-raises ``InvalidArgumentError`` naming the field and which ranks hold which value,
-instead of hanging in MPI or writing past a buffer. A rank that never makes the call is
-named at the deadline: the ranks that wait tell rank 0 they are there, and rank 0 tells
-them who is missing (Horovod's coordinator knows the same, at a cost on every call).
+Only when the flag is up (a bug: every rank sees it at once) are the records gathered on
+rank 0, compared field by field, and the table sent back, so every rank raises
+``InvalidArgumentError`` naming the field and which ranks hold which value, instead of
+hanging in MPI or writing past a buffer. A rank that never makes the call is named at the
+deadline: the ranks that wait tell rank 0 they are there, and rank 0 tells them who is
+missing (Horovod's coordinator knows the same, at a cost on every call).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mpi4py import MPI
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
 from mpiflow.comm.cluster import rank_ranges
+from mpiflow.comm.collectives.exchange import Exchange
 from mpiflow.comm.collectives.state import (
     CHECK_TAG,
     DETAIL_TAG,
@@ -47,6 +49,7 @@ _FIELDS = (("collective", (0,)), ("tensor name", (1,)), ("algorithm", (2,)),
            ("shape", (6, 7, 8, 9, 10, 11)))
 FIELDS_LEN = 12       # the described call; then its fingerprint f and -f
 RECORD_LEN = FIELDS_LEN + 2
+TABLE_ROW_LEN = RECORD_LEN + 2      # a gathered row: the record, its number, carried bytes
 _SHOWN_DIMS = 4
 
 
@@ -125,31 +128,35 @@ def describe_mismatch(table: np.ndarray) -> str | None:
 class CrossRankCheck:
     """The check of one operation, advanced by ``test()`` (never blocks while the ranks
     agree). Posted by ``post()`` in issue order, once the state's check communicator is
-    ready (``CommState`` does both).
+    ready (``CommState`` does both); only the oldest check in flight moves past its
+    first step, so every rank sends its messages to a partner in one order.
 
     Args:
         state: the communicator's state.
         record: this rank's ``make_record(...)``.
         seq: the operation's number in issue order (the same on every rank).
         label: returns the operation as error messages name it (built only for errors).
+        exchange: the ``exchange.Exchange`` it runs on: one carrying a small allreduce's
+            tensor, summed when the check passes; None: a new one for the check alone.
+        posted: the exchange was begun already (a blocking call's express run hands
+            over the one it could not finish).
     """
 
     def __init__(self, state: CommState, record: np.ndarray, seq: int,
-                 label: Callable[[], str], posted: tuple | None = None):
+                 label: Callable[[], str], exchange: Exchange | None = None,
+                 posted: bool = False):
         self.state = state
         self.record = record
         self.seq = seq
         self.label = label
+        self.exchange = exchange if exchange is not None else Exchange()
         self.rank, self.size = state.rank, state.size
         self.passed = False
-        # posted: (request, maxima) of a check already posted by ``post_fingerprint``
-        # (a blocking call's express run hands over the one it could not finish).
-        self.posted = posted is not None
-        self._request, self._maxima = posted or (None, np.zeros(2, dtype=np.int64))
+        self.posted = posted
 
     def post(self) -> None:
-        self._request = post_fingerprint(self.state, fingerprint_of(self.record),
-                                         self._maxima)
+        self.exchange.begin(self.state.check_comm, self.state.doubling_steps,
+                            int(self.record[FIELDS_LEN]), self.seq)
         self.posted = True
 
     def test(self) -> bool:
@@ -160,16 +167,18 @@ class CrossRankCheck:
         """
         if self.passed:
             return True
-        if not self.posted or not self._request.Test():
+        if not self.posted or not self.exchange.advance():
             return False
-        if agreed(self._maxima):
+        if not self.exchange.mismatch:
             self.passed = True
             return True
-        raise self._mismatch_error(describe_mismatch(self._gather_records()))
+        raise self._mismatch_error(self._describe_mismatch(self._gather_records()))
 
     def waiting_on(self) -> tuple[str, list[int] | None]:
         """Return (what this rank waits for, the ranks it has not heard from: unknown)."""
-        return "the cross-rank check (an allreduce of each rank's call fingerprint)", None
+        where = f", {self.exchange.waiting_for()}" if self.posted else ""
+        return (f"the cross-rank check (an exchange of each rank's call fingerprint{where})",
+                None)
 
     def expire(self, timeout: float) -> errors.DeadlineExceededError:
         """At the deadline: find out who never joined, and return the error to raise.
@@ -178,6 +187,7 @@ class CrossRankCheck:
         which needs no rank to join anything); rank 0 listens for ``_roll_call_s`` and
         answers each with the ranks it did not hear from.
         """
+        self.exchange.cancel()
         window = _roll_call_s(timeout)
         comm = self.state.comm
         if self.rank == 0:
@@ -199,7 +209,7 @@ class CrossRankCheck:
                     f"(MPIFLOW_TIMEOUT={timeout:g} s)")
             time.sleep(0.001)
         missing = np.empty(int(count[0]), dtype=np.int64)
-        self._receive(comm, missing, DETAIL_TAG)
+        self._receive_from(comm, missing, DETAIL_TAG)
         return self._missing_error(
             missing.tolist(), f"rank 0 reports that {format_ranks(missing)} never joined "
                               f"this collective")
@@ -230,20 +240,45 @@ class CrossRankCheck:
             f"{format_ranks(missing)}: {why}")
 
     def _gather_records(self) -> np.ndarray:
-        """Every rank's record, in rank order, on every rank (the fingerprints differ)."""
+        """Every rank's record, with its operation number and carried bytes, in rank
+        order, on every rank (the check saw a mismatch)."""
         comm = self.state.check_comm
-        table = np.empty((self.size, RECORD_LEN), dtype=np.int64)
+        mine = np.concatenate([self.record, [self.seq, self.exchange.nbytes]]).astype(np.int64)
+        table = np.empty((self.size, TABLE_ROW_LEN), dtype=np.int64)
         if self.rank == 0:
-            table[0] = self.record
+            table[0] = mine
             for j in range(1, self.size):
-                self._receive(comm, table[j], CHECK_TAG, source=j)
+                self._receive_from(comm, table[j], CHECK_TAG, source=j)
             for j in range(1, self.size):
                 self.state.track_send(comm.Isend([table, MPI.INT64_T], j, DETAIL_TAG), table)
         else:
-            self.state.track_send(comm.Isend([self.record, MPI.INT64_T], 0, CHECK_TAG),
-                                  self.record)
-            self._receive(comm, table, DETAIL_TAG)
+            self.state.track_send(comm.Isend([mine, MPI.INT64_T], 0, CHECK_TAG), mine)
+            self._receive_from(comm, table, DETAIL_TAG)
         return table
+
+    @staticmethod
+    def _describe_mismatch(table: np.ndarray) -> str:
+        """What the gathered ``table`` says the ranks disagree on."""
+        problem = describe_mismatch(table[:, :RECORD_LEN])
+        if problem is not None:
+            return problem
+        for column, what, show in (
+                (RECORD_LEN, "the collective's number on this communicator",
+                 lambda v: f"#{v}"),
+                (RECORD_LEN + 1, "the bytes carried with the check",
+                 lambda v: str(v) if v else "none")):
+            groups: dict[int, list[int]] = {}
+            for rank, row in enumerate(table):
+                groups.setdefault(int(row[column]), []).append(rank)
+            if len(groups) > 1:
+                parts = "; ".join(f"{show(v)} on {format_ranks(rs)}" for v, rs in
+                                  groups.items())
+                why = (" (a collective issued on some ranks only, or with check=False on "
+                       "some ranks only?)" if column == RECORD_LEN else
+                       " (MPIFLOW_CHECK_CARRY_BYTES set differently, or half_on_wire given "
+                       "on some ranks only?)")
+                return f"ranks disagree on {what}: {parts}{why}"
+        return "ranks disagree on the call"
 
     def _answer(self, ranks, missing) -> None:
         """Tell ``ranks`` the ranks ``missing``: their count, then the list."""
@@ -253,7 +288,7 @@ class CrossRankCheck:
             self.state.track_send(comm.Isend([verdict, MPI.INT64_T], j, VERDICT_TAG), verdict)
             self.state.track_send(comm.Isend([missing, MPI.INT64_T], j, DETAIL_TAG), missing)
 
-    def _receive(self, comm, buf: np.ndarray, tag: int, source: int = 0) -> None:
+    def _receive_from(self, comm, buf: np.ndarray, tag: int, source: int = 0) -> None:
         # The sender sends it as soon as it knows, so this is a short wait.
         request = comm.Irecv([buf, MPI.INT64_T], source, tag)
 
@@ -268,25 +303,6 @@ class CrossRankCheck:
             f"{self.label()}: cross-rank check failed, {problem}. Every rank must issue the "
             f"same collectives in the same order, with the same algorithm, dtype and "
             f"shape (allgather: the same shape after the first dimension)")
-
-
-def fingerprint_of(record: np.ndarray) -> np.ndarray:
-    """The pair of ``record`` that the check reduces, ``(f, -f)`` (a view)."""
-    return record[FIELDS_LEN:]
-
-
-def post_fingerprint(state: CommState, fingerprint: np.ndarray,
-                     maxima: np.ndarray) -> MPI.Request:
-    """Post the check's allreduce: the maxima of a record's ``fingerprint_of`` pair into
-    ``maxima`` (2 int64), on the state's check communicator."""
-    return state.check_comm.Iallreduce([fingerprint, MPI.INT64_T], [maxima, MPI.INT64_T],
-                                       MPI.MAX)
-
-
-def agreed(maxima: np.ndarray) -> bool:
-    """Whether a completed check's maxima say that every rank made the same call."""
-    high, low = maxima.tolist()
-    return high == -low
 
 
 def _roll_call_s(timeout: float) -> float:

@@ -10,7 +10,8 @@ longer than ``_EXPRESS_S`` becomes a ``Handle`` (adopted where it stands) and wa
 the back-off and the deadline. Small collectives spend most of their time in that
 bookkeeping otherwise (4 KiB on 2 ranks: 3 us in MPI, 7 more in the queue and handle).
 An operation that one MPI request does whole (``run_request_now``: the mpi strategy's
-sums) goes further: no stage or closure exists unless it has to wait.
+sums) or that its check's messages carry (``run_carried_now``: its small sums) goes
+further: no stage or closure exists unless it has to wait.
 A wait polls without yielding for ``CommState.tight_poll_s`` first (not at all on a
 crowded node).
 """
@@ -28,13 +29,8 @@ from mpi4py import MPI
 
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
-from mpiflow.comm.collectives.check import (
-    CrossRankCheck,
-    agreed,
-    fingerprint_of,
-    format_ranks,
-    post_fingerprint,
-)
+from mpiflow.comm.collectives.check import FIELDS_LEN, CrossRankCheck, format_ranks
+from mpiflow.comm.collectives.exchange import Exchange
 from mpiflow.comm.collectives.state import CommState
 
 _MISSING = object()
@@ -123,7 +119,7 @@ class Handle:
 
     def __init__(self, state: CommState, describe: tuple, build: Callable[[int], list[Stage]],
                  finish: Callable[[], Any], record: np.ndarray | None, timeout: float,
-                 backoff: Backoff):
+                 backoff: Backoff, exchange: Exchange | None = None):
         self._describe = describe
         self.timeout = timeout
         self._state = state
@@ -143,7 +139,8 @@ class Handle:
             self.seq = state.submit(self)
             if record is not None and state.size > 1:
                 # Checks are posted in issue order: they match by order on every rank.
-                self._check = CrossRankCheck(state, record, self.seq, lambda: self.label)
+                self._check = CrossRankCheck(state, record, self.seq, lambda: self.label,
+                                             exchange)
                 state.submit_check(self._check)
 
     @classmethod
@@ -339,7 +336,7 @@ def _settles(test, tight_s: float) -> bool:
 
 
 def run_now(state: CommState, describe: tuple, build, finish, record, timeout: float,
-            new_backoff: Callable[[], Backoff]) -> Any:
+            new_backoff: Callable[[], Backoff], exchange: Exchange | None = None) -> Any:
     """Run a blocking collective; return its result.
 
     With no operation of the communicator queued or unposted (nothing issued before it
@@ -347,28 +344,30 @@ def run_now(state: CommState, describe: tuple, build, finish, record, timeout: f
     for up to ``_EXPRESS_S``; one that takes longer makes the operation a ``Handle``,
     adopted where it stands, whose ``wait()`` goes on with the back-off and the deadline.
     Otherwise it is issued as a Handle and waited for. Either way it takes its number in
-    issue order, as on every other rank.
+    issue order, as on every other rank. ``exchange``: the check's, carrying the
+    operation's data (a small allreduce), as ``Handle`` takes it.
     """
     with state.lock:
         seq = state.start_now()
         if seq is None:
-            handle = Handle(state, describe, build, finish, record, timeout, new_backoff())
+            handle = Handle(state, describe, build, finish, record, timeout, new_backoff(),
+                            exchange)
         else:
             handle = _express(state, seq, describe, build, finish, record, timeout,
-                              new_backoff)
+                              new_backoff, exchange)
             if handle is None:
                 return finish()
     return handle.wait()
 
 
-def run_request_now(state: CommState, describe: tuple, record, fingerprint, post,
+def run_request_now(state: CommState, describe: tuple, record, post,
                     what: str, send, out, timeout: float,
                     new_backoff: Callable[[], Backoff]) -> Any:
     """``run_now`` for an operation that one MPI request does whole (``post(send, out)``
     posts it, ``what`` names it; ``out`` is the result), as small allreduces are.
 
-    The express run is the whole call here: the check (``fingerprint``: the record's
-    ``fingerprint_of`` pair, None for no check), the request, each polled for up to
+    The express run is the whole call here: the check (``record``; None for no check),
+    the request, each polled for up to
     ``_EXPRESS_S``; the stages and closures a Handle needs are built only for a call
     that waits its turn or outlives its express run. A 4 KiB allreduce costs a few
     microseconds, so each object made per call shows.
@@ -380,8 +379,8 @@ def run_request_now(state: CommState, describe: tuple, record, fingerprint, post
                             lambda: out, record, timeout, new_backoff())
         else:
             issued = time.monotonic()
-            check = None if fingerprint is None else \
-                _express_check(state, describe, record, fingerprint, seq)
+            check = None if record is None else \
+                _express_check(state, describe, record, seq, None)
             if check is not None:
                 handle = Handle.adopt(state, describe, request_stages(post, what, send, out),
                                       lambda: out, timeout, new_backoff(), seq, issued,
@@ -396,35 +395,77 @@ def run_request_now(state: CommState, describe: tuple, record, fingerprint, post
     return handle.wait()
 
 
+def run_carried_now(state: CommState, describe: tuple, record, exchanges: list, send, out,
+                    divisor: int | None, timeout: float,
+                    new_backoff: Callable[[], Backoff]) -> Any:
+    """``run_now`` for an allreduce whose check carries it (``exchange.Exchange``): the
+    express run is the exchange alone, on an exchange taken from ``exchanges`` (the
+    free ones of this signature) and given back when the sum is in ``out`` (divided by
+    ``divisor``, an average); a Handle and its closures are made only for a call that
+    waits its turn or outlives its express run."""
+    with state.lock:
+        seq = state.start_now()
+        exchange = exchanges.pop() if exchanges else Exchange(send.dtype, send.shape)
+        exchange.load(send)
+        if seq is not None:
+            issued = time.monotonic()
+            check = _express_check(state, describe, record, seq, exchange)
+            if check is None:
+                exchange.deliver(out, divisor)
+                exchanges.append(exchange)
+                return out
+
+        def finish():
+            exchange.deliver(out, divisor)
+            exchanges.append(exchange)
+            return out
+        if seq is None:
+            handle = Handle(state, describe, no_stages, finish, record, timeout,
+                            new_backoff(), exchange)
+        else:
+            handle = Handle.adopt(state, describe, no_stages, finish, timeout, new_backoff(),
+                                  seq, issued, check, None, None)
+    return handle.wait()
+
+
+def no_stages(seq: int) -> list[Stage]:
+    """The ``build`` of an operation its check does whole (a carried allreduce)."""
+    return []
+
+
 def request_stages(post, what: str, send, out) -> Callable[[int], list[Stage]]:
     """The ``build`` of an operation that one request does whole (``post(send, out)``)."""
     return lambda seq: [RequestStage(lambda: post(send, out), what)]
 
 
-def _express_check(state, describe, record, fingerprint, seq) -> CrossRankCheck | None:
-    """An express run's cross-rank check, posted now and polled for up to ``_EXPRESS_S``:
+def _express_check(state, describe, record, seq, exchange) -> CrossRankCheck | None:
+    """An express run's cross-rank check, begun now and polled for up to ``_EXPRESS_S``:
     None when it passed; the check, still in flight, for the Handle that adopts the
-    operation (it takes the maxima buffer with it and leaves a new one). A failed check
-    raises here, as ``test()`` would."""
-    maxima = state.check_maxima
-    checking = post_fingerprint(state, fingerprint, maxima)
-    if _settles(checking.Test, state.tight_poll_s):
-        if agreed(maxima):
-            return None
-        CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
-                       posted=(checking, maxima.copy())).test()     # raises
-    state.check_maxima = np.zeros(2, dtype=np.int64)
-    return CrossRankCheck(state, record, seq, lambda: describe_call(*describe),
-                          posted=(checking, maxima))
+    operation. A failed check raises here, as ``test()`` would. Runs on ``exchange``
+    (a carried allreduce's), else on the state's spare one: no object is made for a check
+    that passes at once."""
+    if exchange is None:
+        exchange = state.spare_exchange
+    exchange.begin(state.check_comm, state.doubling_steps, int(record[FIELDS_LEN]), seq)
+    passed = _settles(exchange.advance, state.tight_poll_s)
+    if passed and not exchange.mismatch:
+        return None
+    if exchange is state.spare_exchange:     # the check takes it along
+        state.spare_exchange = Exchange()
+    check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe), exchange,
+                           posted=True)
+    if passed:
+        check.test()            # raises: the ranks made different calls
+    return check
 
 
-def _express(state, seq, describe, build, finish, record, timeout, new_backoff):
+def _express(state, seq, describe, build, finish, record, timeout, new_backoff, exchange):
     """``run_now``'s direct run of operation ``seq``, under the state's lock: None when it
     completed, else the Handle that goes on with it."""
     issued = time.monotonic()
     check = None
     if record is not None and state.size > 1:
-        check = _express_check(state, describe, record, fingerprint_of(record), seq)
+        check = _express_check(state, describe, record, seq, exchange)
         if check is not None:
             return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                                 issued, check, None, None)

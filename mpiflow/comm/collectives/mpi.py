@@ -46,6 +46,7 @@ class MpiCollective(Collective):
     """Collectives by the MPI library (buffer-based, non-blocking), on host arrays."""
 
     name = "mpi"
+    carries_small_sums = True
 
     @classmethod
     def enabled(cls, comm, array) -> tuple[bool, str]:

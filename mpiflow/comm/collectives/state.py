@@ -17,9 +17,11 @@ from mpi4py import MPI
 from mpiflow import backend
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
+from mpiflow.comm.collectives.exchange import Exchange, doubling_steps
 
-# Tags of the cross-rank check's point-to-point messages. After a mismatch the records
-# (CHECK) and their table (DETAIL) go on the check duplicate. The roll call at a deadline
+# Tags of the cross-rank check's point-to-point messages besides its exchange's
+# (``exchange.EXCHANGE_TAG``). After a mismatch the records (CHECK) and their table
+# (DETAIL) go on the check duplicate. The roll call at a deadline
 # (PRESENT, VERDICT, DETAIL) goes on the caller's communicator itself: the duplicates are
 # not usable before every rank has joined them, and the roll call is what names a rank
 # that never does. Chosen far from the transport's 7101/7102 and below MPI's minimum
@@ -120,9 +122,11 @@ class CommState:
         self._active: list = []           # operations in their data phase, in issue order
         self._ready = False               # both duplicates made (then for good)
         self.tight_poll_s = 0.0 if backend.node_crowded() else TIGHT_POLL_S
-        # Where a blocking call's express check takes the maxima (one at a time; a check
-        # that outlives its express run takes this buffer with it and leaves a new one).
-        self.check_maxima = np.zeros(2, dtype=np.int64)
+        # This rank's steps in the checks' exchange (the same for every check), and the
+        # exchange a blocking call's express check runs on (one at a time; a check that
+        # outlives its express run takes it along and leaves a new one).
+        self.doubling_steps = doubling_steps(self.rank, self.size)
+        self.spare_exchange = Exchange()
 
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
@@ -165,6 +169,9 @@ class CommState:
     def _check_dup_ready(self) -> bool:
         if self._check_dup_request is not None and self._check_dup_request.Test():
             self._check_dup_request = None
+            # A partner that sends a longer message (another call) must fail the receive
+            # with an error the check reads, whatever the caller's communicator does.
+            self.check_comm.Set_errhandler(MPI.ERRORS_RETURN)
         return self._check_dup_request is None
 
     def submit_check(self, check) -> None:

@@ -1,0 +1,188 @@
+"""The pairwise exchange the cross-rank check runs on, and the small tensor it can carry.
+
+Recursive doubling over point-to-point messages: in step k every rank swaps its message
+with the rank whose number differs in bit k, and folds what it received into its own, so
+after log2(n) steps every rank holds what all hold. Ranks beyond the largest power of two
+first hand their message to a partner below it and get the end result back from it.
+
+A message is a 32-byte header (the call's fingerprint, the operation's number, a
+"mismatch seen" flag, the payload's size) and, for a small allreduce, the tensor itself
+(``Exchange``), summed on the way: the check and the data move in the same messages, so a
+4 KiB allreduce costs one exchange's latency instead of two collectives'. A point-to-point
+receive is safe whatever the sender sent (a longer message fails with MPI's truncation
+error, a shorter one shows in the header), which a collective with mismatched counts is
+not: that is why the data may travel before the check has passed.
+
+Sums are bit-identical on every rank: each step adds two partial sums that both partners
+hold (``a + b`` on one, ``b + a`` on the other, equal in IEEE arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import half_floats
+from mpiflow.comm.wire_dtypes import HALF_FLOATS
+
+HEADER_BYTES = 32       # int64: fingerprint, operation number, mismatch flag, payload bytes
+FLAG = 2                # the header's "mismatch seen" entry
+_HEADER = struct.Struct("=4q")
+# One tag on the check duplicate, matched in order: every rank sends to a partner in
+# issue order (only the oldest check in flight moves past its first step).
+EXCHANGE_TAG = 0x4D4A
+
+
+class Step(NamedTuple):
+    """One step of a rank's exchange with ``partner``."""
+
+    partner: int
+    receive: str | None     # "incoming" (folded into this rank's message), "stage"
+    #                         (replaces it: the end result), or None
+    send: bool              # this rank's message goes to the partner
+    fold: bool              # the received message is folded into this rank's
+
+
+def doubling_steps(rank: int, size: int) -> tuple[Step, ...]:
+    """Return the steps of ``rank`` in a recursive-doubling exchange among ``size``."""
+    p = 1 << (size.bit_length() - 1)        # the largest power of two <= size
+    if rank >= p:       # hand this rank's message down, take the end result back
+        return (Step(rank - p, None, True, False), Step(rank - p, "stage", False, False))
+    partner_above = rank + p < size
+    steps = [Step(rank + p, "incoming", False, True)] if partner_above else []
+    bit = 1
+    while bit < p:
+        steps.append(Step(rank ^ bit, "incoming", True, True))
+        bit <<= 1
+    if partner_above:
+        steps.append(Step(rank + p, None, True, False))
+    return tuple(steps)
+
+
+def _fold_function(dtype):
+    """How two partial sums of ``dtype`` are added (commutative, as the exchange needs)."""
+    if dtype.kind == "b":
+        return lambda mine, theirs: np.logical_or(mine, theirs, out=mine)
+    if dtype in HALF_FLOATS:          # kept in the format (compressed gradients)
+        return half_floats.add_into
+    return lambda mine, theirs: np.add(mine, theirs, out=mine)
+
+
+class Exchange:
+    """One check's exchange: the buffers of its messages, this rank's (``stage``) and the
+    partner's (``incoming``), each a header and, for a carried allreduce, the tensor
+    (``acc``: the running sum in ``stage``; ``received``: the partner's in ``incoming``),
+    and how far the steps have come. Reusable: ``begin`` starts it anew once the last
+    run is over (a blocking call keeps one per signature, so a call allocates nothing).
+
+    Args:
+        dtype, shape: the carried tensor's dtype and shape; None: the check alone.
+    """
+
+    __slots__ = ("_at", "_comm", "_receive", "_send", "_steps", "acc", "fold", "header",
+                 "incoming", "nbytes", "own_header", "received", "stage", "their_header")
+
+    def __init__(self, dtype=None, shape: tuple = ()):
+        dtype = None if dtype is None else np.dtype(dtype)
+        nbytes = 0 if dtype is None else math.prod(shape) * dtype.itemsize
+        length = HEADER_BYTES + nbytes
+        buf = np.empty(2 * length, dtype=np.uint8)
+        self.stage, self.incoming = buf[:length], buf[length:]
+        self.header = self.stage[:HEADER_BYTES].view(np.int64)
+        self.own_header = memoryview(self.stage)[:HEADER_BYTES]
+        self.their_header = memoryview(self.incoming)[:HEADER_BYTES]
+        self.nbytes = nbytes
+        self._steps: tuple[Step, ...] = ()
+        self._at = 0
+        self._comm = self._receive = self._send = None
+        if dtype is None:
+            self.acc = self.received = self.fold = None
+            return
+        # Shaped as the tensor: copies in and out are plain assignments.
+        self.acc = self.stage[HEADER_BYTES:].view(dtype).reshape(shape)
+        self.received = self.incoming[HEADER_BYTES:].view(dtype).reshape(shape)
+        self.fold = _fold_function(dtype)
+
+    def load(self, send) -> None:
+        """Copy this rank's tensor in (its dtype and shape): the sum starts from it."""
+        self.acc[...] = send
+
+    def begin(self, comm, steps: tuple[Step, ...], fingerprint: int, seq: int) -> None:
+        """Start the exchange on ``comm`` with this rank's ``steps`` (``doubling_steps``),
+        for the call of ``fingerprint`` as operation number ``seq``."""
+        _HEADER.pack_into(self.stage, 0, fingerprint, seq, 0, self.nbytes)
+        self._comm, self._steps, self._at = comm, steps, 0
+        self._start(steps[0])
+
+    def _start(self, step: Step) -> None:
+        if step.receive is not None:
+            into = self.incoming if step.receive == "incoming" else self.stage
+            self._receive = self._comm.Irecv([into, MPI.BYTE], step.partner, EXCHANGE_TAG)
+        if step.send:
+            self._send = self._comm.Isend([self.stage, MPI.BYTE], step.partner,
+                                          EXCHANGE_TAG)
+
+    def advance(self) -> bool:
+        """Move the exchange on as far as it goes; return whether every step is done."""
+        if self._at == len(self._steps):
+            return True
+        while True:
+            receive = self._receive
+            if receive is not None:
+                try:
+                    if not receive.Test():
+                        return False
+                except MPI.Exception as exc:    # the partner sent more: another call
+                    if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+                        raise
+                    self.header[FLAG] = 1
+                self._receive = None
+            if self._send is not None:
+                if not self._send.Test():
+                    return False
+                self._send = None
+            if self._steps[self._at].fold:
+                self._fold_in()
+            self._at += 1
+            if self._at == len(self._steps):
+                return True
+            self._start(self._steps[self._at])
+
+    def _fold_in(self) -> None:
+        """Fold the partner's message into this rank's: a header that differs in any
+        byte (another call, another operation number, a mismatch it saw, another size)
+        marks the mismatch, which then travels on to every rank."""
+        if self.own_header != self.their_header:
+            self.header[FLAG] = 1
+        elif self.fold is not None:
+            self.fold(self.acc, self.received)
+
+    @property
+    def mismatch(self) -> bool:
+        """Whether some rank made another call (valid once ``advance()`` returned True)."""
+        return bool(self.header[FLAG])
+
+    def waiting_for(self) -> str:
+        """The step under way, for messages: e.g. "step 2 of 3: rank 5's message"."""
+        if self._at >= len(self._steps):
+            return "done"
+        step = self._steps[self._at]
+        return f"step {self._at + 1} of {len(self._steps)}, with rank {step.partner}"
+
+    def cancel(self) -> None:
+        """Give up the receive under way (past the deadline: its message never came)."""
+        if self._receive is not None:
+            self._receive.Cancel()
+            self._receive = None
+
+    def deliver(self, out, divisor: int | None = None) -> None:
+        """Write the sum (divided by ``divisor``: an average) into ``out`` (the tensor's
+        shape and dtype)."""
+        if divisor is None:
+            out[...] = self.acc
+        else:
+            np.divide(self.acc, divisor, out=out)

@@ -1,0 +1,134 @@
+"""The cross-rank check's exchange, and the small allreduces it carries, at any number of
+ranks (powers of two or not).
+
+Usage: check_exchange.py CASE
+  CASE sums       carried and uncarried allreduces (sizes around MPIFLOW_CHECK_CARRY_BYTES,
+                  every kind of dtype, sum and average, blocking and async, in place) give
+                  every rank the same bytes, the numpy reference within rounding; prints
+                  ``SUMS {"rank", "cases", "failures"}``
+  CASE numbers    rank 0 issues one collective more than the others before a checked one;
+                  the checked one raises on every rank naming the operation numbers
+  CASE carry      rank 0 carries nothing with its checks (MPIFLOW_CHECK_CARRY_BYTES=0),
+                  the others carry a 4 KiB allreduce; every rank raises naming the carried
+                  bytes, and a correct allreduce works afterwards
+Each failure case prints ``RAISED {"rank", "case", "error", "message"}`` and ``AFTER {...}``
+where the communicator is still usable, then leaves with os._exit (a collective left
+pending cannot be finalized).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiflow import config
+from mpiflow.comm.collectives import get_collective
+from mpiflow.errors import MpiflowError
+
+CARRY = config.default().get("MPIFLOW_CHECK_CARRY_BYTES")
+
+
+def report(kind, **fields):
+    sys.stdout.write(f"{kind} " + json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def contribution(rank, dtype, count, seed):
+    rng = np.random.default_rng(seed * 1000 + rank)
+    if dtype == np.bool_:
+        return rng.random(count) < 0.2
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-1000, 1000, count).astype(dtype)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def sums(comm):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    failures, cases = [], 0
+    counts = [0, 1, 1000, CARRY // 4, CARRY // 4 + 1]     # float32: up to and past the bound
+    for seed, (dtype, count, op, how) in enumerate(
+            (d, c, o, h) for d in (np.float32, np.float64, np.int32, np.bool_, np.float16)
+            for c in counts for o in ("sum", "average") for h in ("blocking", "async",
+                                                                  "in place")):
+        if op == "average" and np.dtype(dtype).kind not in "f":
+            continue
+        x = contribution(rank, dtype, count, seed)
+        c = get_collective("mpi", comm, x)
+        half = dtype == np.float16
+        if how == "blocking":
+            got = c.allreduce(x, op=op, half_on_wire=half)
+        elif how == "async":
+            got = c.allreduce_async(x, op=op, half_on_wire=half).wait()
+        else:
+            got = x.copy()
+            c.allreduce(got, op=op, out=got, half_on_wire=half)
+        everyone = comm.allgather(got.tobytes())
+        label = f"{np.dtype(dtype).name}[{count}] {op} {how}"
+        cases += 1
+        if len(set(everyone)) != 1:
+            failures.append(f"{label}: ranks hold different bytes")
+        parts = [contribution(r, dtype, count, seed) for r in range(size)]
+        if dtype == np.bool_:
+            expected = np.logical_or.reduce(parts) if count else np.zeros(0, bool)
+            ok = np.array_equal(got, expected)
+        else:
+            wide = np.sum([p.astype(np.float64) for p in parts], axis=0) if count else \
+                np.zeros(0)
+            if op == "average":
+                wide = wide / size
+            tol = {np.float16: 5e-2, np.float32: 1e-4, np.float64: 1e-10}.get(dtype, 0)
+            ok = got.dtype == dtype and np.allclose(got.astype(np.float64), wide,
+                                                    rtol=tol, atol=tol * size)
+        if not ok:
+            failures.append(f"{label}: not the reference sum")
+    report("SUMS", rank=rank, cases=cases, failures=failures)
+
+
+def attempt(rank, case, call):
+    try:
+        call()
+    except MpiflowError as exc:
+        report("RAISED", rank=rank, case=case, error=type(exc).__name__, message=str(exc))
+    else:
+        report("RETURNED", rank=rank, case=case)
+
+
+def numbers(comm):
+    rank = comm.Get_rank()
+    x = np.ones(64, dtype=np.float32)
+    c = get_collective("mpi", comm, x)
+    c.allreduce(x, name="warm-up")
+    if rank == 0:       # one more collective here than anywhere else, unchecked
+        c.allreduce_async(np.ones(64, dtype=np.float32), check=False)
+    attempt(rank, "numbers", lambda: c.allreduce(x, name="grad/w"))
+
+
+def carry(comm):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    settings = config.Config(env={"MPIFLOW_CHECK_CARRY_BYTES": "0" if rank == 0 else "65536"})
+    x = np.ones(1024, dtype=np.float32)
+    c = get_collective("mpi", comm, x, settings)
+    attempt(rank, "carry", lambda: c.allreduce(x, name="grad/w"))
+    ok = np.full(1009, rank, dtype=np.float64)
+    result = get_collective("mpi", comm, ok).allreduce(ok)
+    report("AFTER", rank=rank, correct=bool((result == size * (size - 1) / 2).all()))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=("sums", "numbers", "carry"))
+    args = parser.parse_args()
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    {"sums": sums, "numbers": numbers, "carry": carry}[args.case](comm)
+    report("DONE", rank=world.Get_rank())
+    world.Barrier()
+    if args.case != "sums":
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The cross-rank check's recursive-doubling exchange (``collectives/exchange.py``) and the
+small allreduces its messages carry."""
+
+from pathlib import Path
+
+import pytest
+
+from mpiflow.comm.collectives.exchange import doubling_steps
+from tests.comm.test_cluster_mpi import records
+from tests.comm.test_collectives import CLEAN_ENV
+
+PROG = Path(__file__).parent / "progs" / "check_exchange.py"
+TIMEOUT = 180
+
+
+def simulate(size):
+    """Run every rank's steps in lock step on sets of rank numbers (the "sum"); return
+    what each rank holds at the end. Fails on a send without its receive, or back."""
+    held = {rank: {rank} for rank in range(size)}
+    steps = {rank: list(doubling_steps(rank, size)) for rank in range(size)}
+    while any(steps.values()):
+        # A step runs once its partner is at the matching step: a send to the partner
+        # meets a receive from this rank.
+        progressed = False
+        for rank in range(size):
+            if not steps[rank]:
+                continue
+            step = steps[rank][0]
+            other = steps[step.partner][0] if steps[step.partner] else None
+            if other is None or other.partner != rank:
+                continue
+            if step.send != (other.receive is not None) or \
+                    other.send != (step.receive is not None):
+                continue
+            mine, theirs = set(held[rank]), set(held[step.partner])
+            for who, got, step_of in ((rank, theirs, step), (step.partner, mine, other)):
+                if step_of.fold:
+                    held[who] = held[who] | got
+                elif step_of.receive == "stage":
+                    held[who] = set(got)
+            steps[rank].pop(0)
+            steps[step.partner].pop(0)
+            progressed = True
+        assert progressed, f"{size} ranks: the steps deadlock at {steps}"
+    return held
+
+
+@pytest.mark.parametrize("size", range(1, 14))
+def test_after_the_exchange_every_rank_holds_every_rank_once(size):
+    held = simulate(size)
+    assert all(value == set(range(size)) for value in held.values()), held
+
+
+def test_a_power_of_two_takes_log2_steps_and_the_ranks_beyond_it_two():
+    assert [s.partner for s in doubling_steps(5, 8)] == [4, 7, 1]
+    assert [(s.partner, s.receive, s.send) for s in doubling_steps(5, 6)] == [
+        (1, None, True), (1, "stage", False)]
+    assert [s.partner for s in doubling_steps(1, 6)] == [5, 0, 3, 5]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3, 5, 6])
+def test_carried_and_uncarried_sums_agree_bit_for_bit_on_every_rank(run_mpi, ranks):
+    result = run_mpi(ranks, PROG, "sums", timeout=TIMEOUT, env=CLEAN_ENV)
+    found = {rec["rank"]: rec for rec in records(result.stdout, "SUMS")}
+    assert sorted(found) == list(range(ranks)), result.stdout + result.stderr
+    for rank, rec in found.items():
+        assert rec["failures"] == [], f"rank {rank}: {rec['failures']}"
+        assert rec["cases"] >= 100, rec
+
+
+def raised(result, case, ranks):
+    recs = {rec["rank"]: rec for rec in records(result.stdout, "RAISED") if rec["case"] == case}
+    assert sorted(recs) == list(range(ranks)), result.stdout + result.stderr
+    assert all(rec["error"] == "InvalidArgumentError" for rec in recs.values()), recs
+    return recs
+
+
+@pytest.mark.mpi
+def test_a_collective_issued_on_one_rank_only_is_named_by_the_operation_numbers(run_mpi):
+    result = run_mpi(3, PROG, "numbers", timeout=TIMEOUT, env=CLEAN_ENV, check=False)
+    for rec in raised(result, "numbers", 3).values():
+        assert "ranks disagree on the collective's number on this communicator: #2 on " \
+               "rank 0; #1 on ranks 1-2" in rec["message"], rec
+        assert "'grad/w'" in rec["message"], rec
+
+
+@pytest.mark.mpi
+def test_ranks_that_carry_differently_are_named_and_the_communicator_goes_on(run_mpi):
+    # Rank 0's 32-byte receive meets a 4 KiB message (MPI's truncation error), the others'
+    # receives a short one: both are the check's mismatch, and nothing is left on the wire.
+    result = run_mpi(4, PROG, "carry", timeout=TIMEOUT, env=CLEAN_ENV, check=False)
+    for rec in raised(result, "carry", 4).values():
+        assert "ranks disagree on the bytes carried with the check: none on rank 0; " \
+               "4096 on ranks 1-3" in rec["message"], rec
+    after = records(result.stdout, "AFTER")
+    assert len(after) == 4 and all(rec["correct"] for rec in after), result.stdout
