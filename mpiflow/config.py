@@ -159,7 +159,7 @@ _declare(
     Option("MPIFLOW_RING_MIN_BYTES", "int", None, minimum=0,
            doc="algorithm='auto' uses mpiflow's ring for host arrays of at least this many "
                "bytes and MPI's Iallreduce below; 0 = never the ring; unset: 256 KiB "
-               "between 2 ranks, 1 MiB among more (the measurements behind it are in "
+               "between 2 ranks, 4 MiB among more (the measurements behind it are in "
                "mpiflow/comm/collectives/__init__.py)"),
     Option("MPIFLOW_CHECK_CARRY_BYTES", "int", 32 << 10, minimum=0,
            doc="a checked allreduce of MPI's strategy of at most this many bytes moves in "

@@ -82,11 +82,11 @@ class _Ranks:
     (2, (256 << 10) - 4, False),
     (2, 256 << 10, True),               # a pair: the ring's two steps win from 256 KiB
     (3, 256 << 10, False),
-    (4, (1 << 20) - 4, False),
-    (4, 1 << 20, True),                 # more ranks: from 1 MiB
-    (1, 1 << 20, True),
+    (4, (4 << 20) - 4, False),
+    (4, 4 << 20, True),                 # more ranks: from 4 MiB
+    (1, 4 << 20, True),
 ])
-def test_unset_the_rings_threshold_is_256_kib_between_two_ranks_and_1_mib_among_more(
+def test_unset_the_rings_threshold_is_256_kib_between_two_ranks_and_4_mib_among_more(
         ranks, nbytes, takes_ring):
     unset = config.Config(env={})
     array = np.empty(nbytes // 4, np.float32)
@@ -98,7 +98,7 @@ def test_unset_the_rings_threshold_is_256_kib_between_two_ranks_and_1_mib_among_
                        "(MPIFLOW_RING_MIN_BYTES unset)")
     # a threshold that is set holds whatever the ranks
     assert RingCollective.preferred(_Ranks(ranks), array, config.Config(
-        env={"MPIFLOW_RING_MIN_BYTES": str(4 << 20)}))[0] is False
+        env={"MPIFLOW_RING_MIN_BYTES": str(8 << 20)}))[0] is False
 
 
 def test_auto_takes_nccl_first_for_gpu_arrays(monkeypatch):

@@ -7,10 +7,10 @@ array)`` returns the named one (an error says why when it cannot run here), or f
 - NCCL for cupy arrays (where ``cupy.cuda.nccl`` imports, a GPU is visible, no two ranks
   of the node share one, and NCCL has a type for the dtype: ``runs_on_gpu``);
 - mpiflow's ring for host arrays of at least MPIFLOW_RING_MIN_BYTES (unset: 256 KiB
-  between 2 ranks, 1 MiB among more, ``ring.ring_min_bytes``; 0 = never);
+  between 2 ranks, 4 MiB among more, ``ring.ring_min_bytes``; 0 = never);
 - MPI's Iallreduce otherwise.
 
-Why 1 MiB, and 256 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH
+Why 4 MiB, and 256 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH
 5.0.2, float32, with the cross-rank check, bus bandwidth in MB/s (ring vs the mpi
 strategy; MPI = the library's blocking Allreduce for reference)::
 
@@ -29,8 +29,12 @@ strategy; MPI = the library's blocking Allreduce for reference)::
     4      64 MiB  1106    995   1869
 
 Below 1 MiB the ring's Python per message and its 2 (n-1) dependent steps lose to MPI's
-Iallreduce on 4 ranks; from 1 MiB it is as fast or faster on both, and far ahead at tens
-of MiB, where MPICH's own allreduce slows down. Between 2 ranks the ring is two steps and
+Iallreduce on 4 ranks; from 4 MiB it is as fast or faster on both, and far ahead at tens
+of MiB, where MPICH's own allreduce slows down. Between 1 and 4 MiB on 4 ranks the two
+traded places in the runs of the table; once the check became one exchange (it now
+costs the mpi strategy less), three launches of ring against mpi, medians of 9 batches
+each, gave the ring 0.73-0.95 of mpi's speed at 1 MiB, 0.75-1.04 at 2 MiB and 0.98-1.06
+at 4 MiB: the threshold among more than two ranks went from 1 to 4 MiB. Between 2 ranks the ring is two steps and
 wins from 256 KiB: auto's bus bandwidth there against the better of ring and mpi went
 from 0.89-0.92 (1 MiB threshold, auto took mpi) to 1.03-1.04 (256 KiB), at 64 KiB mpi
 still ahead (0.76-0.79 of MPI against the ring's 0.60-0.62), two runs each. Small
