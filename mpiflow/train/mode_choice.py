@@ -107,10 +107,8 @@ class Link:
                 f"{_rate(self.receive_s_per_byte)}, through a ps "
                 f"{self.ps_round_trip_s * 1e6:.0f} us + {_rate(self.ps_s_per_byte)} "
                 f"({self.ps_busy_round_trip_s * 1e6:.0f} us while the workers compute), "
-                f"updates "
-                f"{1e-6 / max(self.update_s_per_element, 1e-15):.0f} M elements/s, "
-                f"{1e-6 / max(self.row_update_s_per_element, 1e-15):.0f} M row "
-                f"elements/s")
+                f"updates {_rate(self.update_s_per_element, 1e-6, 'M elements/s')}, "
+                f"{_rate(self.row_update_s_per_element, 1e-6, 'M row elements/s')}")
 
 
 class Prediction(NamedTuple):
@@ -136,13 +134,21 @@ def model_shape(grads_and_vars, slots: int, ids_per_step: int | None = None) -> 
     step looks up in every table together, as the user knows them (a batch dimension of
     None says nothing); it takes the place of the lookups' count."""
     dense = table = row = ids = 0
+    assumed_for = set()     # the tables (a partitioned one once) priced at ASSUMED_IDS
     for grad, var in grads_and_vars:
         nbytes = var.shape.num_elements() * var.dtype.np_dtype.itemsize
         if isinstance(grad, IndexedSlices):
             table += nbytes
             row = max(row, int(np.prod(var.shape.as_list()[1:])) * var.dtype.np_dtype.itemsize)
             looked_up = grad.indices.shape.as_list()[:1]
-            ids += looked_up[0] if looked_up and looked_up[0] is not None else ASSUMED_IDS
+            if looked_up and looked_up[0] is not None:
+                ids += looked_up[0]
+            else:
+                part_of = getattr(var, "_save_slice_info", None)
+                whole = part_of.full_name if part_of is not None else var.name
+                if whole not in assumed_for:
+                    assumed_for.add(whole)
+                    ids += ASSUMED_IDS
         else:
             dense += nbytes
     if ids_per_step is not None and table:
@@ -521,8 +527,12 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def _rate(seconds_per_byte: float) -> str:
-    return f"{1e-9 / max(seconds_per_byte, 1e-18):.2f} GB/s"
+def _rate(seconds_per_unit: float, scale: float = 1e-9, unit: str = "GB/s") -> str:
+    """A measured cost per byte (element) as a rate; a cost of 0 was not measured (no ps
+    in the launch, one rank alone) and says so instead of an infinite rate."""
+    if seconds_per_unit <= 0:
+        return "(not measured)"
+    return f"{scale / seconds_per_unit:.{2 if unit == 'GB/s' else 0}f} {unit}"
 
 
 __all__ = ["ASSUMED_IDS", "CANDIDATES", "Choice", "Link", "PS_ADVICE_GAIN", "Prediction",

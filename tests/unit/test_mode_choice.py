@@ -172,6 +172,25 @@ def test_ids_per_step_given_by_the_user_replace_the_lookups_unknown_batch():
     assert "8192 ids a step looked up in the tables" in choice.reason
 
 
+def test_a_partitioned_table_of_unknown_batch_is_assumed_its_ids_once_not_per_part():
+    with mf.Graph().as_default():
+        ids = mf.placeholder(mf.int64, [None])
+        table = mf.get_variable("emb", [100, 8],
+                                partitioner=mf.fixed_size_partitioner(4))
+        loss = mf.reduce_sum(mf.nn.embedding_lookup(table, ids))
+        pairs = mf.train.AdagradOptimizer(0.1).compute_gradients(loss)
+    assert sum(1 for grad, _ in pairs if grad is not None) == 4
+    assert mode_choice.model_shape(pairs, 1).ids_per_step == mode_choice.ASSUMED_IDS
+
+
+def test_a_rate_never_measured_is_said_so_instead_of_an_infinite_one():
+    link = mode_choice.Link.from_array(LINK.as_array())
+    link.ps_s_per_byte, link.row_update_s_per_element = 0.0, 0.0
+    text = link.describe()
+    assert "GB/s" in text and "(not measured)" in text
+    assert "1000000000" not in text
+
+
 def test_rows_are_priced_at_the_sparse_update_rate_and_allreduce_applies_every_workers():
     """A sparse update costs more per element than a dense one; allreduce mode has every
     worker apply all workers' rows, ps and hybrid mode the ps each worker's once."""
