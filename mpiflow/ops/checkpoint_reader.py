@@ -116,19 +116,23 @@ def _pieces_well_formed(tensors: dict) -> bool:
     return True
 
 
-def find_pieces(index: dict, prefix: str, name: str, op=None) -> list:
-    """Return the saved pieces of ``name``; a missing name lists the closest names."""
+def find_pieces(index: dict, prefix: str, name: str, op=None, fallback: str = "") -> list:
+    """Return the saved pieces of ``name`` (of ``fallback`` where there is no ``name``);
+    a missing name lists the closest names."""
     pieces = index["tensors"].get(name)
+    if pieces is None and fallback:
+        pieces = index["tensors"].get(fallback)
     if pieces is None:
         close = difflib.get_close_matches(name, list(index["tensors"]), n=3, cutoff=0.5)
         hint = f" (close keys: {', '.join(repr(c) for c in close)})" if close else ""
-        raise errors.op_error(errors.NotFoundError, f"Key '{name}' not found in checkpoint "
-                              f"'{prefix}'{hint}", op)
+        also = f" (nor '{fallback}', read in its place)" if fallback else ""
+        raise errors.op_error(errors.NotFoundError, f"Key '{name}'{also} not found in "
+                              f"checkpoint '{prefix}'{hint}", op)
     return pieces
 
 
 def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None,
-               lookup: str = "") -> np.ndarray:
+               lookup: str = "", fallback: str = "") -> np.ndarray:
     """Assemble the ``spec`` slice of checkpoint tensor ``name`` from its saved pieces.
 
     Args:
@@ -138,6 +142,7 @@ def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None,
         lookup: how a table's parts are addressed now: "mod:<parts>" or "div:<parts>"
             for a part of a table, "" for a plain variable, None to read the saved pieces
             as they are (``load_variable``: no graph, no parts).
+        fallback: the tensor read where the checkpoint has no ``name`` ("": none).
 
     Raises:
         NotFoundError: ``name`` or one of its shard files is missing.
@@ -146,6 +151,8 @@ def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None,
         DataLossError: a shard or the index is corrupted, or does not cover the slice.
     """
     index = read_index(prefix, op)
+    if fallback and name not in index["tensors"]:
+        name = fallback
     pieces = find_pieces(index, prefix, name, op)
     boxes = [_piece_box(p, prefix, name, op) for p in pieces]
     saved_full = boxes[0].full_shape

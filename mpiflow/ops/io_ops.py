@@ -91,11 +91,13 @@ class SaveShardOp(OpDef):
 
 
 @register_op("RestoreSlice", attrs={"name": REQUIRED, "slice": "", "dtype": REQUIRED,
-                                    "shape": TensorShape(None), "lookup": ""})
+                                    "shape": TensorShape(None), "lookup": "",
+                                    "fallback": ""})
 class RestoreSliceOp(OpDef):
     """Return slice ``slice`` ("" = whole) of checkpoint tensor ``name``, however it was
     saved (whole, or as slices of another partitioning). ``lookup`` "mod:<parts>": the
-    variable is a part of a table looked up with "mod" (see ``read_slice``)."""
+    variable is a part of a table looked up with "mod" (see ``read_slice``).
+    ``fallback``: the tensor read where the checkpoint has no ``name``."""
     gpu_kernel = False
 
     stateful = True
@@ -118,7 +120,7 @@ class RestoreSliceOp(OpDef):
         value = checkpoint_reader.read_slice(
             decode_path(_host(xp, prefix), ctx.op), ctx.attrs["name"], ctx.attrs["slice"],
             ctx.attrs["dtype"], None if shape.ndims is None else shape.as_list(), ctx.op,
-            ctx.attrs["lookup"])
+            ctx.attrs["lookup"], ctx.attrs["fallback"])
         return xp.asarray(value)
 
 
@@ -152,10 +154,11 @@ def save_shard(prefix, save_id, values, names, slices, shard: int = 0, num_shard
 
 
 def restore_slice(prefix, tensor_name: str, slice_spec: str, dtype, shape=None, lookup="",
-                  name=None):
-    """Add a RestoreSlice op reading ``slice_spec`` of ``tensor_name``; return its value."""
+                  fallback="", name=None):
+    """Add a RestoreSlice op reading ``slice_spec`` of ``tensor_name`` (of ``fallback``
+    where the checkpoint has no ``tensor_name``); return its value."""
     return apply_op("RestoreSlice", [prefix],
                     {"name": str(tensor_name), "slice": str(slice_spec),
                      "dtype": dtypes.as_dtype(dtype), "shape": TensorShape(shape),
-                     "lookup": str(lookup)},
+                     "lookup": str(lookup), "fallback": str(fallback)},
                     name=name).outputs[0]

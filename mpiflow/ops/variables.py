@@ -118,6 +118,10 @@ class Variable:
             collections.append(GraphKeys.TRAINABLE_VARIABLES)
         graph.add_to_collections(collections, self)
         self._save_slice_info = None
+        # The checkpoint key a restore reads where this variable's own is absent (a
+        # hybrid worker's copy of Adam's beta powers restores from the one copy another
+        # mode saved); None: none.
+        self._restore_fallback = None
 
     # -- identity ------------------------------------------------------------------------
     @property

@@ -294,7 +294,8 @@ class Optimizer:
 
         The first domain's copy is called ``name`` (TensorFlow's name); another domain's
         ``<name>_<job>`` (a hybrid model's ``beta1_power_worker`` on every worker beside
-        its tables' ``beta1_power`` on the ps, see ``_domains``).
+        its tables' ``beta1_power`` on the ps, see ``_domains``), which a checkpoint of a
+        mode with one copy restores from ``name`` (``_restore_fallback``).
         """
         graph = colocate_with.graph
         domain = self._non_slot_domain(colocate_with)
@@ -303,9 +304,11 @@ class Optimizer:
             taken = any(k[:2] == (name, graph) for k in self._non_slot_dict)
             with graph.as_default(), graph.name_scope(None), \
                     graph.control_dependencies(None), graph.colocate_with(colocate_with.op):
-                self._non_slot_dict[key] = Variable(
-                    initial_value, trainable=False,
-                    name=f"{name}_{domain or 'local'}" if taken else name)
+                variable = Variable(initial_value, trainable=False,
+                                    name=f"{name}_{domain or 'local'}" if taken else name)
+                if taken:   # a checkpoint of another mode holds the one copy, ``name``
+                    variable._restore_fallback = name
+                self._non_slot_dict[key] = variable
         return self._non_slot_dict[key]
 
     def _get_non_slot_variable(self, name, graph=None, var=None):

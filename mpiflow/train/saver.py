@@ -41,13 +41,17 @@ class _Entry:
     part of a table, how ids address it: "mod:<parts>" or "div:<parts>" (see
     ``SaveSliceInfo.lookup``)."""
 
-    __slots__ = ("lookup", "name", "spec", "variable")
+    __slots__ = ("fallback", "lookup", "name", "spec", "variable")
 
     def __init__(self, name: str, spec: str, variable: Variable):
         self.name = name
         self.spec = spec
         self.variable = variable
         self.lookup = ""
+        # The key read where ``name`` is absent (``Variable._restore_fallback``), only
+        # for a variable saved under its own name.
+        self.fallback = (variable._restore_fallback or "") if name == variable.op.name \
+            else ""
 
 
 def _entries(var_list) -> list:
@@ -201,7 +205,7 @@ class Saver:
             with graph.colocate_with(var.op):
                 value = io_ops.restore_slice(self._filename, e.name, e.spec, var.dtype,
                                              var.shape, lookup=e.lookup,
-                                             name="restore_slice")
+                                             fallback=e.fallback, name="restore_slice")
                 assigns.append(state_ops.assign(var, value, name="restore_assign",
                                                 validate_shape=var.shape.is_fully_defined()))
         return control_ops.group(*assigns, name="restore_all")
@@ -310,7 +314,10 @@ class Saver:
         absolute = os.path.abspath(prefix)
         index = reader.read_index(absolute)
         for e in self._entries:         # name the missing key here, before any ps is asked
-            reader.find_pieces(index, prefix, e.name)
+            reader.find_pieces(index, prefix, e.name, fallback=e.fallback)
+            if e.fallback and e.name not in index["tensors"]:
+                _LOG.info("Restoring '%s' from '%s' of %s: the checkpoint was written in "
+                          "a mode with one copy of it", e.name, e.fallback, prefix)
         sess.run(self._restore_op, {self._filename: io_ops.encode_path(absolute)})
 
     # -- bookkeeping -------------------------------------------------------------------------
