@@ -95,3 +95,19 @@ def test_ranks_that_carry_differently_are_named_and_the_communicator_goes_on(run
                "4096 on ranks 1-3" in rec["message"], rec
     after = records(result.stdout, "AFTER")
     assert len(after) == 4 and all(rec["correct"] for rec in after), result.stdout
+
+
+def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_cap():
+    import numpy as np
+
+    from mpiflow.comm.collectives.exchange import HEADER_BYTES, ExchangePool
+
+    pool = ExchangePool(max_bytes=2 * (HEADER_BYTES + 4096))
+    first = pool.take(np.dtype(np.float32), (1024,))
+    pool.give(first)
+    assert pool.take(np.dtype(np.float32), (1024,)) is first
+    assert pool.take(np.dtype(np.float32), (1024,)) is not first     # in use: a new one
+    pool.give(first)
+    other = pool.take(np.dtype(np.float64), (4,))
+    pool.give(other)            # past the cap with first kept: dropped
+    assert pool.take(np.dtype(np.float64), (4,)) is not other

@@ -20,7 +20,6 @@ from mpiflow import backend, dtype_table, errors, half_floats
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
 from mpiflow.comm.collectives.check import OPS, make_record
-from mpiflow.comm.collectives.exchange import Exchange
 from mpiflow.comm.collectives.handle import (
     CallStage,
     Handle,
@@ -60,7 +59,6 @@ class _Plan(NamedTuple):
     widen: bool             # half floats summed in float32
     record: np.ndarray | None   # the cross-rank check's record (None: no check to run)
     carried: bool           # the check's messages carry the data (``exchange.Exchange``)
-    exchanges: list         # carried: exchanges of this signature, free to reuse
     wire: Any               # the dtype chunks cross in, where not the working array's
     moved: int              # bytes sent (and received) by a bandwidth-optimal algorithm
     request: Callable | None    # post(send, recv): one request that does it all
@@ -164,14 +162,15 @@ class Collective:
         exchange)``, for ``_issue`` or ``_run_now``."""
         send, out, target = self._allreduce_buffers(describe, plan, array, out)
         if plan.carried:    # the check's messages sum it: nothing is left to do after
-            exchanges = plan.exchanges
-            exchange = exchanges.pop() if exchanges else Exchange(send.dtype, send.shape)
+            pool = self.state.exchanges
+            with self.state.lock:
+                exchange = pool.take(send.dtype, send.shape)
             exchange.load(send)
             divisor = self.size if op == "average" else None
 
-            def finish_carried():
+            def finish_carried():       # under the state's lock (Handle.test)
                 exchange.deliver(out, divisor)
-                exchanges.append(exchange)
+                pool.give(exchange)
                 return out if target is None else _copy_into(target, out)
             return describe, no_stages, finish_carried, plan.record, timeout, exchange
         widen, wire = plan.widen, plan.wire
@@ -238,7 +237,7 @@ class Collective:
         # An average of half floats kept on the wire divides before the sum: not carried.
         carried = record is not None and not widen and array.nbytes <= self._carry_bytes \
             and not (op == "average" and array.dtype in HALF_FLOATS)
-        return _Plan(_array_module(array), widen, record, carried, [], wire, moved,
+        return _Plan(_array_module(array), widen, record, carried, wire, moved,
                      *(request or (None, None)))
 
     def allreduce(self, array, op: str = "sum", out=None, *, name: str | None = None,
@@ -252,7 +251,7 @@ class Collective:
         timeout = self.timeout if timeout is None else timeout
         if plan.carried:
             send, out, target = self._allreduce_buffers(describe, plan, array, out)
-            result = run_carried_now(self.state, describe, plan.record, plan.exchanges,
+            result = run_carried_now(self.state, describe, plan.record,
                                      send, out, self.size if op == "average" else None,
                                      timeout, self._new_backoff)
             return result if target is None else _copy_into(target, result)

@@ -1,7 +1,7 @@
 """The cross-rank check run before a collective moves its data (or as it moves it).
 
 Every rank describes its call in a small int64 record (collective, tensor name, algorithm,
-reduction, root, dtype, shape) whose last two entries are a fingerprint of the rest. The
+reduction, root, dtype, shape) whose last entry is a fingerprint of the rest. The
 ranks swap the fingerprint, with the operation's number, in a recursive-doubling exchange
 of point-to-point messages (``exchange.py``): any rank that sees a header unlike its own
 raises a flag that the later steps carry to every rank, so after log2(n) steps every rank
@@ -47,8 +47,8 @@ OPS = ("sum", "average")
 _FIELDS = (("collective", (0,)), ("tensor name", (1,)), ("algorithm", (2,)),
            ("reduction", (3,)), ("root", (4,)), ("dtype", (5,)),
            ("shape", (6, 7, 8, 9, 10, 11)))
-FIELDS_LEN = 12       # the described call; then its fingerprint f and -f
-RECORD_LEN = FIELDS_LEN + 2
+FIELDS_LEN = 12       # the described call; then its fingerprint
+RECORD_LEN = FIELDS_LEN + 1
 TABLE_ROW_LEN = RECORD_LEN + 2      # a gathered row: the record, its number, carried bytes
 _SHOWN_DIMS = 4
 
@@ -78,7 +78,7 @@ def _record(kind, name, algorithm, op, root, dtype, shape) -> np.ndarray:
                        len(shape), shape_hash, *dims], dtype=np.int64)
     fingerprint = int.from_bytes(hashlib.blake2b(fields.tobytes(), digest_size=7).digest(),
                                  "little")
-    record = np.concatenate([fields, np.array([fingerprint, -fingerprint], np.int64)])
+    record = np.concatenate([fields, np.array([fingerprint], np.int64)])
     record.flags.writeable = False
     return record
 

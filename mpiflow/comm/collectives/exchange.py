@@ -84,10 +84,12 @@ class Exchange:
     """
 
     __slots__ = ("_at", "_comm", "_receive", "_send", "_steps", "acc", "fold", "header",
-                 "incoming", "nbytes", "own_header", "received", "stage", "their_header")
+                 "incoming", "key", "nbytes", "own_header", "received", "stage",
+                 "their_header")
 
     def __init__(self, dtype=None, shape: tuple = ()):
         dtype = None if dtype is None else np.dtype(dtype)
+        self.key = (dtype, tuple(shape))
         nbytes = 0 if dtype is None else math.prod(shape) * dtype.itemsize
         length = HEADER_BYTES + nbytes
         buf = np.empty(2 * length, dtype=np.uint8)
@@ -186,3 +188,30 @@ class Exchange:
             out[...] = self.acc
         else:
             np.divide(self.acc, divisor, out=out)
+
+
+class ExchangePool:
+    """Exchanges of carried allreduces that no operation uses, by dtype and shape, for the
+    next call of the same signature (training makes the same calls every step), up to
+    ``max_bytes`` of buffers in all: a program of ever new shapes keeps no more."""
+
+    def __init__(self, max_bytes: int = 8 << 20):
+        self.max_bytes = max_bytes
+        self._free: dict[tuple, list[Exchange]] = {}
+        self._bytes = 0
+
+    def take(self, dtype, shape: tuple) -> Exchange:
+        """A free exchange for a tensor of ``dtype`` and ``shape``, else a new one."""
+        free = self._free.get((dtype, shape))
+        if free:
+            exchange = free.pop()
+            self._bytes -= exchange.stage.nbytes * 2
+            return exchange
+        return Exchange(dtype, shape)
+
+    def give(self, exchange: Exchange) -> None:
+        """Keep ``exchange`` (its run is over) for the next call of its signature."""
+        size = exchange.stage.nbytes * 2
+        if self._bytes + size <= self.max_bytes:
+            self._free.setdefault(exchange.key, []).append(exchange)
+            self._bytes += size

@@ -404,29 +404,29 @@ def run_request_now(state: CommState, describe: tuple, record, post,
     return handle.wait()
 
 
-def run_carried_now(state: CommState, describe: tuple, record, exchanges: list, send, out,
+def run_carried_now(state: CommState, describe: tuple, record, send, out,
                     divisor: int | None, timeout: float,
                     new_backoff: Callable[[], Backoff]) -> Any:
     """``run_now`` for an allreduce whose check carries it (``exchange.Exchange``): the
-    express run is the exchange alone, on an exchange taken from ``exchanges`` (the
-    free ones of this signature) and given back when the sum is in ``out`` (divided by
-    ``divisor``, an average); a Handle and its closures are made only for a call that
-    waits its turn or outlives its express run."""
+    express run is the exchange alone, on an exchange taken from the state's pool and
+    given back when the sum is in ``out`` (divided by ``divisor``, an average); a Handle
+    and its closures are made only for a call that waits its turn or outlives its
+    express run."""
     with state.lock:
         seq = state.start_now()
-        exchange = exchanges.pop() if exchanges else Exchange(send.dtype, send.shape)
+        exchange = state.exchanges.take(send.dtype, send.shape)
         exchange.load(send)
         if seq is not None:
             issued = time.monotonic()
             check = _express_check(state, describe, record, seq, exchange)
             if check is None:
                 exchange.deliver(out, divisor)
-                exchanges.append(exchange)
+                state.exchanges.give(exchange)
                 return out
 
         def finish():
             exchange.deliver(out, divisor)
-            exchanges.append(exchange)
+            state.exchanges.give(exchange)
             return out
         if seq is None:
             handle = Handle(state, describe, no_stages, finish, record, timeout,

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from mpiflow import backend
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
-from mpiflow.comm.collectives.exchange import Exchange, doubling_steps
+from mpiflow.comm.collectives.exchange import Exchange, ExchangePool, doubling_steps
 
 # Tags of the cross-rank check's point-to-point messages besides its exchange's
 # (``exchange.EXCHANGE_TAG``). After a mismatch the records (CHECK) and their table
@@ -127,6 +127,7 @@ class CommState:
         # outlives its express run takes it along and leaves a new one).
         self.doubling_steps = doubling_steps(self.rank, self.size)
         self.spare_exchange = Exchange()
+        self.exchanges = ExchangePool()       # carried allreduces' (``run_carried_now``)
 
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
