@@ -97,6 +97,21 @@ def test_ranks_that_carry_differently_are_named_and_the_communicator_goes_on(run
     assert len(after) == 4 and all(rec["correct"] for rec in after), result.stdout
 
 
+@pytest.mark.mpi
+def test_a_handle_waited_from_two_threads_finishes_once(run_mpi):
+    result = run_mpi(2, PROG, "threads", timeout=TIMEOUT, env=CLEAN_ENV)
+    found = records(result.stdout, "THREADS")
+    assert len(found) == 2 and all(rec["wrong"] == 0 for rec in found), result.stdout
+
+
+@pytest.mark.mpi
+def test_half_floats_on_the_wire_on_some_ranks_only_are_named_as_the_reduction(run_mpi):
+    result = run_mpi(2, PROG, "half_wire", timeout=TIMEOUT, env=CLEAN_ENV, check=False)
+    for rec in raised(result, "half_wire", 2).values():
+        assert "ranks disagree on the reduction: 'average' with half floats on the wire on " \
+               "rank 0; 'average' on rank 1" in rec["message"], rec
+
+
 def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_cap():
     import numpy as np
 

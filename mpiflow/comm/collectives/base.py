@@ -230,7 +230,8 @@ class Collective:
             else None
         widen = half and (not half_on_wire or wire is not None)
         record = make_record("allreduce", name, self.name, op, -1, array.dtype,
-                             array.shape) if check and self.size > 1 else None
+                             array.shape, half_on_wire and array.dtype in HALF_FLOATS) \
+            if check and self.size > 1 else None
         moved = allreduce_bytes(array.size * (4 if widen and wire is None else
                                               array.dtype.itemsize), self.size)
         request = None if widen else self._allreduce_request(array.dtype, op, half_on_wire)

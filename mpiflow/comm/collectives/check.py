@@ -62,19 +62,23 @@ def _decode(code: int) -> str:
 
 
 def make_record(kind: str, name: str | None, algorithm: str, op: str | None, root: int,
-                dtype, shape) -> np.ndarray:
-    """Return the int64 record that describes one rank's call (shared: do not modify)."""
-    return _record(kind, name, algorithm, op, root, wire_name(dtype), tuple(shape))
+                dtype, shape, half_on_wire: bool = False) -> np.ndarray:
+    """Return the int64 record that describes one rank's call (shared: do not modify).
+    ``half_on_wire``: half floats move as they are (the reduction differs)."""
+    return _record(kind, name, algorithm, op, root, wire_name(dtype), tuple(shape),
+                   half_on_wire)
 
 
 @functools.lru_cache(maxsize=4096)
-def _record(kind, name, algorithm, op, root, dtype, shape) -> np.ndarray:
+def _record(kind, name, algorithm, op, root, dtype, shape, half_on_wire) -> np.ndarray:
     # Training issues the same calls every step: build each record once.
     dims = (list(shape) + [-1] * _SHOWN_DIMS)[:_SHOWN_DIMS]
     shape_hash = zlib.crc32(np.asarray(shape, dtype=np.int64).tobytes())
     name_hash = 0 if name is None else zlib.crc32(name.encode()) + 1
     fields = np.array([KINDS.index(kind), name_hash, _encode(algorithm),
-                       -1 if op is None else OPS.index(op), root, _encode(dtype),
+                       -1 if op is None else OPS.index(op) + (len(OPS) if half_on_wire
+                                                              else 0),
+                       root, _encode(dtype),
                        len(shape), shape_hash, *dims], dtype=np.int64)
     fingerprint = int.from_bytes(hashlib.blake2b(fields.tobytes(), digest_size=7).digest(),
                                  "little")
@@ -98,7 +102,10 @@ def _show(field: str, value: tuple) -> str:
     if field == "algorithm":
         return repr(_decode(value[0]))
     if field == "reduction":
-        return "-" if value[0] < 0 else repr(OPS[value[0]])
+        if value[0] < 0:
+            return "-"
+        wire = " with half floats on the wire" if value[0] >= len(OPS) else ""
+        return repr(OPS[value[0] % len(OPS)]) + wire
     if field == "dtype":
         return from_wire(_decode(value[0])).name
     if field == "shape":
@@ -275,8 +282,7 @@ class CrossRankCheck:
                                   groups.items())
                 why = (" (a collective issued on some ranks only, or with check=False on "
                        "some ranks only?)" if column == RECORD_LEN else
-                       " (MPIFLOW_CHECK_CARRY_BYTES set differently, or half_on_wire given "
-                       "on some ranks only?)")
+                       " (MPIFLOW_CHECK_CARRY_BYTES set differently on some ranks?)")
                 return f"ranks disagree on {what}: {parts}{why}"
         return "ranks disagree on the call"
 

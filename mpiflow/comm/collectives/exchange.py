@@ -14,7 +14,8 @@ error, a shorter one shows in the header), which a collective with mismatched co
 not: that is why the data may travel before the check has passed.
 
 Sums are bit-identical on every rank: each step adds two partial sums that both partners
-hold (``a + b`` on one, ``b + a`` on the other, equal in IEEE arithmetic).
+hold (``a + b`` on one, ``b + a`` on the other, equal in IEEE arithmetic; a NaN's payload
+bits may differ, as they may through MPI's own sums).
 """
 
 from __future__ import annotations

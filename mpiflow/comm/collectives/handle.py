@@ -221,6 +221,8 @@ class Handle:
         if self._result is not _MISSING:
             return True
         with self._state.lock:
+            if self._result is not _MISSING:    # another thread finished it meanwhile
+                return True
             if self._error is None:
                 if self._state.has_queued():    # move on what is in flight, start what
                     self._state.pump()          # waits for its turn

@@ -8,6 +8,10 @@ Usage: check_exchange.py CASE
                   ``SUMS {"rank", "cases", "failures"}``
   CASE numbers    rank 0 issues one collective more than the others before a checked one;
                   the checked one raises on every rank naming the operation numbers
+  CASE threads    two threads wait on one carried handle (100 times); the allreduces after
+                  it get their own sums; prints ``THREADS {"rank", "wrong"}``
+  CASE half_wire  rank 0 averages float16 with half_on_wire, the others without; every
+                  rank raises naming the reduction
   CASE carry      rank 0 carries nothing with its checks (MPIFLOW_CHECK_CARRY_BYTES=0),
                   the others carry a 4 KiB allreduce; every rank raises naming the carried
                   bytes, and a correct allreduce works afterwards
@@ -117,16 +121,53 @@ def carry(comm):
     report("AFTER", rank=rank, correct=bool((result == size * (size - 1) / 2).all()))
 
 
+def threads(comm):
+    """Two threads wait on one carried handle, then two allreduces of its signature run
+    together: each must get its own sum (the handle finishes once, its buffers are given
+    back once)."""
+    import threading
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    x = np.full(256, rank + 1, np.float32)
+    c = get_collective("mpi", comm, x)
+    total, wrong = size * (size + 1) / 2, 0
+    for _ in range(100):
+        handle = c.allreduce_async(x)
+        start = threading.Barrier(2)
+
+        def wait_for_it(handle=handle, start=start):
+            start.wait()
+            handle.wait()
+        waiters = [threading.Thread(target=wait_for_it) for _ in range(2)]
+        for t in waiters:
+            t.start()
+        for t in waiters:
+            t.join()
+        a, b = c.allreduce_async(x), c.allreduce_async(100 * x)
+        if not ((a.wait() == total).all() and (b.wait() == 100 * total).all()):
+            wrong += 1
+    report("THREADS", rank=rank, wrong=wrong)
+
+
+def half_wire(comm):
+    rank = comm.Get_rank()
+    x = np.ones(1024, dtype=np.float16)
+    c = get_collective("mpi", comm, x)
+    attempt(rank, "half_wire", lambda: c.allreduce(x, op="average", name="grad/w",
+                                                   half_on_wire=rank == 0))
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("sums", "numbers", "carry"))
+    parser.add_argument("case", choices=("sums", "numbers", "carry", "threads", "half_wire"))
     args = parser.parse_args()
     world = MPI.COMM_WORLD
     comm = world.Dup()
-    {"sums": sums, "numbers": numbers, "carry": carry}[args.case](comm)
+    {"sums": sums, "numbers": numbers, "carry": carry, "threads": threads,
+     "half_wire": half_wire}[args.case](comm)
     report("DONE", rank=world.Get_rank())
     world.Barrier()
-    if args.case != "sums":
+    if args.case not in ("sums", "threads"):
         os._exit(0)
 
 
