@@ -25,6 +25,7 @@ from mpiflow.comm.collectives.handle import (
     Handle,
     RequestStage,
     Stage,
+    carry,
     describe_array,
     describe_call,
     no_stages,
@@ -162,16 +163,12 @@ class Collective:
         exchange)``, for ``_issue`` or ``_run_now``."""
         send, out, target = self._allreduce_buffers(describe, plan, array, out)
         if plan.carried:    # the check's messages sum it: nothing is left to do after
-            pool = self.state.exchanges
             with self.state.lock:
-                exchange = pool.take(send.dtype, send.shape)
-            exchange.load(send)
-            divisor = self.size if op == "average" else None
+                exchange, deliver = carry(self.state, send, out, self._divisor(op))
 
             def finish_carried():       # under the state's lock (Handle.test)
-                exchange.deliver(out, divisor)
-                pool.give(exchange)
-                return out if target is None else _copy_into(target, out)
+                result = deliver()
+                return result if target is None else _copy_into(target, result)
             return describe, no_stages, finish_carried, plan.record, timeout, exchange
         widen, wire = plan.widen, plan.wire
         work = half_floats.astype(send, np.float32) if widen else None
@@ -252,9 +249,8 @@ class Collective:
         timeout = self.timeout if timeout is None else timeout
         if plan.carried:
             send, out, target = self._allreduce_buffers(describe, plan, array, out)
-            result = run_carried_now(self.state, describe, plan.record,
-                                     send, out, self.size if op == "average" else None,
-                                     timeout, self._new_backoff)
+            result = run_carried_now(self.state, describe, plan.record, send, out,
+                                     self._divisor(op), timeout, self._new_backoff)
             return result if target is None else _copy_into(target, result)
         if plan.request is None:
             return self._run_now(*self._allreduce_call(describe, plan, array, op, out,
@@ -439,6 +435,10 @@ class Collective:
         raise self._error(describe, f"the {what} is read-only, and the result is written "
                                     f"into it; pass a writable array (or out=None for a "
                                     f"new one)")
+
+    def _divisor(self, op: str) -> int | None:
+        """What a carried sum is divided by: the ranks for an average, nothing for a sum."""
+        return self.size if op == "average" else None
 
     def _issue(self, describe, build, finish, record, timeout, exchange=None) -> Handle:
         return Handle(self.state, describe, build, finish, record,

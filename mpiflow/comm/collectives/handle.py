@@ -416,20 +416,12 @@ def run_carried_now(state: CommState, describe: tuple, record, send, out,
     express run."""
     with state.lock:
         seq = state.start_now()
-        exchange = state.exchanges.take(send.dtype, send.shape)
-        exchange.load(send)
+        exchange, finish = carry(state, send, out, divisor)
         if seq is not None:
             issued = time.monotonic()
             check = _express_check(state, describe, record, seq, exchange)
             if check is None:
-                exchange.deliver(out, divisor)
-                state.exchanges.give(exchange)
-                return out
-
-        def finish():
-            exchange.deliver(out, divisor)
-            state.exchanges.give(exchange)
-            return out
+                return finish()
         if seq is None:
             handle = Handle(state, describe, no_stages, finish, record, timeout,
                             new_backoff(), exchange)
@@ -437,6 +429,20 @@ def run_carried_now(state: CommState, describe: tuple, record, send, out,
             handle = Handle.adopt(state, describe, no_stages, finish, timeout, new_backoff(),
                                   seq, issued, check, None, None)
     return handle.wait()
+
+
+def carry(state: CommState, send, out, divisor: int | None) -> tuple[Exchange, Callable]:
+    """An exchange from the state's pool loaded with ``send``, and the ``finish`` of its
+    operation: the sum into ``out`` (divided by ``divisor``: an average), the exchange
+    given back; returns ``out``. Under the state's lock, as ``finish`` runs."""
+    exchange = state.exchanges.take(send.dtype, send.shape)
+    exchange.load(send)
+
+    def finish():
+        exchange.deliver(out, divisor)
+        state.exchanges.give(exchange)
+        return out
+    return exchange, finish
 
 
 def no_stages(seq: int) -> list[Stage]:
