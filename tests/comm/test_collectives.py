@@ -122,6 +122,49 @@ def test_rank_that_never_joins_is_named_within_the_timeout(run_mpi, algorithm, a
             "message"]
 
 
+@pytest.mark.parametrize("algorithm,ranks,late", [
+    ("mpi", 2, 1),     # carried in the check: the late rank completes it from the message
+    ("ring", 2, 1),    # the late rank passes the check, then waits in the ring
+    ("mpi", 3, 0),     # the rank that answers the roll call is the late one
+])
+def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ranks, late):
+    # The others' deadline passes while rank `late` sleeps; it arrives after their roll
+    # call. Nobody may take a stale message of that collective for a later one's, and
+    # nobody may wait more than one deadline (plus the roll call) per collective.
+    result = run_mpi(ranks, ERRORS, "late", algorithm, "--late", late, timeout=TIMEOUT,
+                     env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    assert len(records(result.stdout, "DONE")) == ranks, result.stdout + result.stderr
+    outcomes = {}
+    for kind in ("RAISED", "RETURNED"):
+        for rec in records(result.stdout, kind):
+            outcomes[rec["rank"], rec["case"]] = rec
+    assert len(outcomes) == 3 * ranks, result.stdout
+    timed_out = [r for r in range(ranks) if r != late]
+    for rank in timed_out:
+        first = outcomes[rank, "first"]
+        assert first["error"] == "DeadlineExceededError", first
+        assert "'grad/first'" in first["message"], first
+        for case in ("second", "third"):
+            rec = outcomes[rank, case]
+            assert rec["error"] == "AbortedError", rec
+            assert rec["seconds"] < 0.5, rec
+            assert "stopped when collective #1 passed its deadline" in rec["message"], rec
+            assert "'grad/first'" in rec["message"], rec
+    # The late rank: its first collective either completes correctly from the messages
+    # sent before the others gave up, or fails at its deadline; then it is told why.
+    first = outcomes[late, "first"]
+    failed_at = "first" if "error" in first else "second"
+    if failed_at == "second":
+        assert first["correct"] is True, first
+    rec = outcomes[late, failed_at]
+    assert rec["error"] == "DeadlineExceededError", rec
+    assert rec["seconds"] < 5, rec
+    stopped = "rank 0" if late != 0 else "ranks 1-2"
+    assert (f"{stopped} stopped {'its' if late != 0 else 'their'} collectives on this "
+            f"communicator when collective #1 passed its deadline there") in rec["message"], rec
+    assert outcomes[late, "third"]["error"] == "AbortedError", outcomes[late, "third"]
+
+
 def test_ring_without_check_names_the_neighbour_it_waits_for(run_mpi):
     result = run_mpi(4, ERRORS, "absent", "ring", "--absent", 2, "--warm", "--no-check",
                      timeout=TIMEOUT, env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)

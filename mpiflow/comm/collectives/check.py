@@ -143,6 +143,8 @@ class CrossRankCheck:
         record: this rank's ``make_record(...)``.
         seq: the operation's number in issue order (the same on every rank).
         label: returns the operation as error messages name it (built only for errors).
+        timeout: the operation's deadline (s): also bounds the wait for the records of
+            a failed check.
         exchange: the ``exchange.Exchange`` it runs on: one carrying a small allreduce's
             tensor, summed when the check passes; None: a new one for the check alone.
         posted: the exchange was begun already (a blocking call's express run hands
@@ -150,12 +152,13 @@ class CrossRankCheck:
     """
 
     def __init__(self, state: CommState, record: np.ndarray, seq: int,
-                 label: Callable[[], str], exchange: Exchange | None = None,
+                 label: Callable[[], str], timeout: float, exchange: Exchange | None = None,
                  posted: bool = False):
         self.state = state
         self.record = record
         self.seq = seq
         self.label = label
+        self.timeout = timeout
         self.exchange = exchange if exchange is not None else Exchange()
         self.rank, self.size = state.rank, state.size
         self.passed = False
@@ -197,11 +200,18 @@ class CrossRankCheck:
         self.exchange.cancel()
         window = _roll_call_s(timeout)
         comm = self.state.comm
+        stopped = self.state.stopped_elsewhere()
+        if self.rank != 0 and 0 in stopped:
+            # Rank 0, which would name the ranks missing, stopped: it will not answer.
+            return errors.DeadlineExceededError(
+                f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
+                f"{timeout:g} s){stopped_note(stopped)}")
         if self.rank == 0:
             heard = self._roll_call(window)
             missing = sorted(set(range(1, self.size)) - heard)
             self._answer(sorted(heard), np.array(missing, dtype=np.int64))
-            return self._missing_error(missing, f"(MPIFLOW_TIMEOUT={timeout:g} s)")
+            return self._missing_error(
+                missing, f"(MPIFLOW_TIMEOUT={timeout:g} s){stopped_note(stopped)}")
         here = np.array([self.seq], dtype=np.int64)
         self.state.track_send(comm.Isend([here, MPI.INT64_T], 0, PRESENT_TAG), here)
         count = np.zeros(1, dtype=np.int64)      # rank 0's verdict: how many are missing
@@ -218,8 +228,8 @@ class CrossRankCheck:
         missing = np.empty(int(count[0]), dtype=np.int64)
         self._receive_from(comm, missing, DETAIL_TAG)
         return self._missing_error(
-            missing.tolist(), f"rank 0 reports that {format_ranks(missing)} never joined "
-                              f"this collective")
+            missing.tolist(), f"(rank 0 reports that {format_ranks(missing)} never joined "
+                              f"this collective){stopped_note(stopped)}")
 
     def _roll_call(self, window: float) -> set:
         """On rank 0: the ranks that said, within ``window`` s, that they wait at this
@@ -244,7 +254,7 @@ class CrossRankCheck:
                 f"communicator before it (one with check=False?) {why}")
         return errors.DeadlineExceededError(
             f"{self.label()}: waited for the cross-rank check; not heard from "
-            f"{format_ranks(missing)}: {why}")
+            f"{format_ranks(missing)} {why}")
 
     def _gather_records(self) -> np.ndarray:
         """Every rank's record, with its operation number and carried bytes, in rank
@@ -295,20 +305,37 @@ class CrossRankCheck:
             self.state.track_send(comm.Isend([missing, MPI.INT64_T], j, DETAIL_TAG), missing)
 
     def _receive_from(self, comm, buf: np.ndarray, tag: int, source: int = 0) -> None:
-        # The sender sends it as soon as it knows, so this is a short wait.
+        # The sender sends it as soon as it knows, so this is a short wait, unless the
+        # ranks are out of step: then the operation's deadline ends it.
         request = comm.Irecv([buf, MPI.INT64_T], source, tag)
 
         def expired(waited):
             return errors.DeadlineExceededError(
                 f"{self.label()}: the details of a failed cross-rank check did not arrive "
                 f"from rank {source} within {waited:.0f} s")
-        poll_until(request.Test, 30.0, expired, Backoff(spin_s=0.0, first_s=1e-5))
+        poll_until(request.Test, self.timeout, expired, Backoff(spin_s=0.0, first_s=1e-5))
 
     def _mismatch_error(self, problem: str) -> errors.InvalidArgumentError:
         return errors.InvalidArgumentError(
             f"{self.label()}: cross-rank check failed, {problem}. Every rank must issue the "
             f"same collectives in the same order, with the same algorithm, dtype and "
             f"shape (allgather: the same shape after the first dimension)")
+
+
+def stopped_note(stopped: dict[int, int]) -> str:
+    """``"; rank 0 stopped its collectives here ..."`` for the ranks ``stopped`` (rank:
+    the operation that stopped it, ``CommState.stopped_elsewhere``), or ``""``."""
+    if not stopped:
+        return ""
+    by_seq: dict[int, list[int]] = {}
+    for rank, seq in stopped.items():
+        by_seq.setdefault(seq, []).append(rank)
+    parts = "; ".join(
+        f"{format_ranks(ranks)} stopped {'its' if len(ranks) == 1 else 'their'} "
+        f"collectives on this communicator when collective #{seq} passed its deadline "
+        f"there" for seq, ranks in sorted(by_seq.items()))
+    return (f"; {parts}, so the ranks are out of step on this communicator (this rank "
+            f"arrived late?)")
 
 
 def _roll_call_s(timeout: float) -> float:

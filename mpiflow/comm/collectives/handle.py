@@ -29,7 +29,12 @@ from mpi4py import MPI
 
 from mpiflow import errors
 from mpiflow.comm.backoff import Backoff, poll_until
-from mpiflow.comm.collectives.check import FIELDS_LEN, CrossRankCheck, format_ranks
+from mpiflow.comm.collectives.check import (
+    FIELDS_LEN,
+    CrossRankCheck,
+    format_ranks,
+    stopped_note,
+)
 from mpiflow.comm.collectives.exchange import Exchange
 from mpiflow.comm.collectives.state import CommState
 
@@ -146,7 +151,7 @@ class Handle:
             if record is not None and state.size > 1:
                 # Checks are posted in issue order: they match by order on every rank.
                 self._check = CrossRankCheck(state, record, self.seq, lambda: self.label,
-                                             exchange)
+                                             timeout, exchange)
                 state.submit_check(self._check)
 
     @classmethod
@@ -223,9 +228,12 @@ class Handle:
         with self._state.lock:
             if self._result is not _MISSING:    # another thread finished it meanwhile
                 return True
+            state = self._state
+            if self._error is None and state.stopped is not None:
+                self._error = state.refusal()
             if self._error is None:
-                if self._state.has_queued():    # move on what is in flight, start what
-                    self._state.pump()          # waits for its turn
+                if state.has_queued():          # move on what is in flight, start what
+                    state.pump()                # waits for its turn
                 if self._error is None and self._data_started and self._advance():
                     self._result = self._finish()
                     return True
@@ -234,6 +242,7 @@ class Handle:
                     self._error = self._check.expire(self.timeout)
                 else:
                     self._error = self._deadline_error(time.monotonic() - self._issued)
+                state.stop(self, self._error)
             if self._error is not None:
                 raise self._error
         return False
@@ -321,7 +330,8 @@ class Handle:
             heard = f"not heard from {format_ranks(ranks)}" if ranks else "all ranks heard"
         return errors.DeadlineExceededError(
             f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
-            f"(MPIFLOW_TIMEOUT={self.timeout:g} s)")
+            f"(MPIFLOW_TIMEOUT={self.timeout:g} s)"
+            f"{stopped_note(self._state.stopped_elsewhere())}")
 
 
 _ADOPTED = object()      # Handle's record argument when ``adopt`` builds it
@@ -391,7 +401,7 @@ def run_request_now(state: CommState, describe: tuple, record, post,
         else:
             issued = time.monotonic()
             check = None if record is None else \
-                _express_check(state, describe, record, seq, None)
+                _express_check(state, describe, record, seq, timeout, None)
             if check is not None:
                 handle = Handle.adopt(state, describe, request_stages(post, what, send, out),
                                       lambda: out, timeout, new_backoff(), seq, issued,
@@ -419,7 +429,7 @@ def run_carried_now(state: CommState, describe: tuple, record, send, out,
         exchange, finish = carry(state, send, out, divisor)
         if seq is not None:
             issued = time.monotonic()
-            check = _express_check(state, describe, record, seq, exchange)
+            check = _express_check(state, describe, record, seq, timeout, exchange)
             if check is None:
                 return finish()
         if seq is None:
@@ -455,7 +465,7 @@ def request_stages(post, what: str, send, out) -> Callable[[int], list[Stage]]:
     return lambda seq: [RequestStage(lambda: post(send, out), what)]
 
 
-def _express_check(state, describe, record, seq, exchange) -> CrossRankCheck | None:
+def _express_check(state, describe, record, seq, timeout, exchange) -> CrossRankCheck | None:
     """An express run's cross-rank check, begun now and polled for up to ``_EXPRESS_S``:
     None when it passed; the check, still in flight, for the Handle that adopts the
     operation. A failed check raises here, as ``test()`` would. Runs on ``exchange``
@@ -469,8 +479,8 @@ def _express_check(state, describe, record, seq, exchange) -> CrossRankCheck | N
         return None
     if exchange is state.spare_exchange:     # the check takes it along
         state.spare_exchange = Exchange()
-    check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe), exchange,
-                           posted=True)
+    check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe), timeout,
+                           exchange, posted=True)
     if passed:
         check.test()            # raises: the ranks made different calls
     return check
@@ -482,7 +492,7 @@ def _express(state, seq, describe, build, finish, record, timeout, new_backoff, 
     issued = time.monotonic()
     check = None
     if record is not None and state.size > 1:
-        check = _express_check(state, describe, record, seq, exchange)
+        check = _express_check(state, describe, record, seq, timeout, exchange)
         if check is not None:
             return Handle.adopt(state, describe, build, finish, timeout, new_backoff(), seq,
                                 issued, check, None, None)

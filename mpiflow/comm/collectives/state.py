@@ -14,7 +14,7 @@ import threading
 import numpy as np
 from mpi4py import MPI
 
-from mpiflow import backend
+from mpiflow import backend, errors
 from mpiflow import config as config_lib
 from mpiflow.comm.backoff import Backoff
 from mpiflow.comm.collectives.exchange import Exchange, ExchangePool, doubling_steps
@@ -30,6 +30,9 @@ CHECK_TAG = 0x4D46
 VERDICT_TAG = 0x4D47
 DETAIL_TAG = 0x4D48
 PRESENT_TAG = 0x4D49
+# A rank whose collective passed its deadline tells every other rank so (``stop``), on
+# the caller's communicator too: read at their own deadlines, to say why they wait.
+STOPPED_TAG = 0x4D4B
 # Data tags on the duplicate cycle through [1, DATA_TAGS]: an operation's point-to-point
 # messages carry its own tag, so operations in flight together never match each other.
 DATA_TAGS = 32000
@@ -128,9 +131,54 @@ class CommState:
         self.doubling_steps = doubling_steps(self.rank, self.size)
         self.spare_exchange = Exchange()
         self.exchanges = ExchangePool()       # carried allreduces' (``run_carried_now``)
+        # Why this rank's collectives here stopped (``stop``), or None.
+        self.stopped: str | None = None
+        self._abandoned: list = []        # operations given up on: MPI may still use them
+        self._stopped_ranks: dict[int, int] = {}     # ``stopped_elsewhere``'s findings
+
+    def stop(self, handle, error: errors.MpiflowError) -> None:
+        """Stop this rank's collectives here: ``handle`` passed its deadline with
+        ``error``.
+
+        The ranks no longer agree on what is on the wire: a rank arriving late completes
+        the operation from the message this rank sent at its issue, while its own message
+        stays unreceived, where it would be taken for a later operation's. So every later
+        collective on this communicator fails at once (``refuse``), as a collective
+        executor stays aborted after a failure in TensorFlow; the operation is kept alive,
+        since MPI may still write into its buffers; and every other rank is told, so that
+        one waiting at its own deadline says why."""
+        if self.stopped is not None:
+            return
+        self.stopped = f"collective #{handle.seq} passed its deadline ({error})"
+        self._abandoned.append(handle)
+        notice = np.array([handle.seq], dtype=np.int64)
+        for rank in range(self.size):
+            if rank != self.rank:
+                self.track_send(self.comm.Isend([notice, MPI.INT64_T], rank, STOPPED_TAG),
+                                notice)
+
+    def refusal(self) -> errors.AbortedError:
+        """The error of a collective issued (or still queued) after ``stop``."""
+        return errors.AbortedError(
+            f"rank {self.rank}'s collectives on this communicator stopped when {self.stopped}"
+            f"; a message of that collective may still arrive, so every later collective "
+            f"here fails at once instead of taking it for its own: end the job, or build a "
+            f"new communicator")
+
+    def stopped_elsewhere(self) -> dict[int, int]:
+        """The ranks that told this one they stopped (``stop``), with the number of the
+        collective that stopped them; their notices are taken off the wire."""
+        status, seq = MPI.Status(), np.empty(1, dtype=np.int64)
+        while self.comm.Iprobe(MPI.ANY_SOURCE, STOPPED_TAG, status):
+            source = status.Get_source()
+            self.comm.Recv([seq, MPI.INT64_T], source, STOPPED_TAG)
+            self._stopped_ranks.setdefault(source, int(seq[0]))
+        return dict(self._stopped_ranks)
 
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
+        if self.stopped is not None:
+            raise self.refusal()
         if self.data_comm is None and self._dup_request is None:
             # Non-blocking, so a rank that never joins surfaces as a deadline with the
             # check's diagnosis instead of a hang inside MPI_Comm_dup.
@@ -155,6 +203,8 @@ class CommState:
     def start_now(self) -> int | None:
         """Number an operation that starts at once, without queueing it, where it can
         (``idle()``); None where it must queue (``submit``)."""
+        if self.stopped is not None:
+            raise self.refusal()
         if not self.idle():
             return None
         seq = self._seq
@@ -225,6 +275,8 @@ class CommState:
         """
         if self._sends:
             self._sends = [(r, k) for r, k in self._sends if not r.Test()]
+        if self.stopped is not None:     # nothing more starts here (``stop``)
+            return
         if self._active:
             self._active = [h for h in self._active if not h.progress()]
         self._post_checks()

@@ -6,10 +6,14 @@ Usage: collectives_errors.py CASE ALGORITHM [--absent R] [--warm] [--no-check]
                   the ranks, and a correct allreduce must still work afterwards
   CASE absent     rank R never calls the allreduce; the others must raise
                   DeadlineExceededError within MPIFLOW_TIMEOUT naming rank R
+  CASE late       rank R joins its second allreduce only after the others' deadline and
+                  roll call, then makes two more; the ranks that timed out must refuse
+                  every later collective at once (AbortedError), and the late rank must
+                  say, at its own deadline, that they stopped
   --warm          one successful allreduce first (the absent rank drops out later)
   --no-check      no cross-rank check (the data phase itself times out)
-Each rank prints ``RAISED {"rank", "case", "error", "message", "seconds"}`` per failure and
-``DONE {...}``; all ranks meet at a world barrier, then leave with os._exit (MPI cannot be
+Each rank prints ``RAISED {"rank", "case", "error", "message", "seconds"}`` per failure,
+``RETURNED {"rank", "case", "seconds", "correct"}`` per success, and ``DONE {...}``; all ranks meet at a world barrier, then leave with os._exit (MPI cannot be
 finalized with a collective nobody will complete).
 """
 
@@ -32,15 +36,17 @@ def report(kind, **fields):
     sys.stdout.flush()
 
 
-def attempt(rank, case, call):
+def attempt(rank, case, call, expected=None):
     start = time.monotonic()
     try:
-        call()
+        result = call()
     except MpiflowError as exc:
         report("RAISED", rank=rank, case=case, error=type(exc).__name__, message=str(exc),
                seconds=time.monotonic() - start)
     else:
-        report("RETURNED", rank=rank, case=case, seconds=time.monotonic() - start)
+        correct = None if expected is None else bool((result == expected).all())
+        report("RETURNED", rank=rank, case=case, seconds=time.monotonic() - start,
+               correct=correct)
 
 
 def mismatch(comm, algorithm):
@@ -71,11 +77,25 @@ def absent(comm, algorithm, absent_rank, warm, check):
     attempt(rank, "absent", lambda: c.allreduce(x, name="grad/b", check=check))
 
 
+def late(comm, algorithm, late_rank):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    timeout = config.get("MPIFLOW_TIMEOUT")
+    x = np.full(1024, rank + 1, dtype=np.float32)
+    total = np.full(1024, size * (size + 1) / 2, dtype=np.float32)
+    c = get_collective(algorithm, comm, x)
+    c.allreduce(x, name="warm-up")
+    if rank == late_rank:       # past the others' deadline and their roll call
+        time.sleep(2 * timeout + 1.5)
+    for case in ("first", "second", "third"):
+        attempt(rank, case, lambda: c.allreduce(x, name=f"grad/{case}"), total)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("mismatch", "absent"))
+    parser.add_argument("case", choices=("mismatch", "absent", "late"))
     parser.add_argument("algorithm")
     parser.add_argument("--absent", type=int, default=0)
+    parser.add_argument("--late", type=int, default=0)
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--no-check", action="store_true")
     args = parser.parse_args()
@@ -83,6 +103,8 @@ def main():
     comm = world.Dup()
     if args.case == "mismatch":
         mismatch(comm, args.algorithm)
+    elif args.case == "late":
+        late(comm, args.algorithm, args.late)
     else:
         absent(comm, args.algorithm, args.absent, args.warm, not args.no_check)
     report("DONE", rank=world.Get_rank(), timeout=config.get("MPIFLOW_TIMEOUT"))
