@@ -116,19 +116,24 @@ def _pieces_well_formed(tensors: dict) -> bool:
     return True
 
 
-def find_pieces(index: dict, prefix: str, name: str, op=None, fallback: str = "") -> list:
-    """Return the saved pieces of ``name`` (of ``fallback`` where there is no ``name``);
-    a missing name lists the closest names."""
-    pieces = index["tensors"].get(name)
-    if pieces is None and fallback:
-        pieces = index["tensors"].get(fallback)
-    if pieces is None:
-        close = difflib.get_close_matches(name, list(index["tensors"]), n=3, cutoff=0.5)
-        hint = f" (close keys: {', '.join(repr(c) for c in close)})" if close else ""
-        also = f" (nor '{fallback}', read in its place)" if fallback else ""
-        raise errors.op_error(errors.NotFoundError, f"Key '{name}'{also} not found in "
-                              f"checkpoint '{prefix}'{hint}", op)
-    return pieces
+def saved_key(index: dict, prefix: str, name: str, fallback: str = "", op=None) -> str:
+    """Return the key the checkpoint holds ``name`` under: ``name``, else ``fallback``
+    (a variable's ``_restore_fallback``: a mode with one copy of it saved the other key);
+    the one place that decides, for the Saver's pre-check and for the restore kernel.
+
+    Raises:
+        NotFoundError: neither is saved; the message lists the closest keys.
+    """
+    tensors = index["tensors"]
+    if name in tensors:
+        return name
+    if fallback and fallback in tensors:
+        return fallback
+    close = difflib.get_close_matches(name, list(tensors), n=3, cutoff=0.5)
+    hint = f" (close keys: {', '.join(repr(c) for c in close)})" if close else ""
+    also = f" (nor '{fallback}', read in its place)" if fallback else ""
+    raise errors.op_error(errors.NotFoundError, f"Key '{name}'{also} not found in "
+                          f"checkpoint '{prefix}'{hint}", op)
 
 
 def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None,
@@ -151,9 +156,8 @@ def read_slice(prefix: str, name: str, spec: str, dtype, shape, op=None,
         DataLossError: a shard or the index is corrupted, or does not cover the slice.
     """
     index = read_index(prefix, op)
-    if fallback and name not in index["tensors"]:
-        name = fallback
-    pieces = find_pieces(index, prefix, name, op)
+    name = saved_key(index, prefix, name, fallback, op)
+    pieces = index["tensors"][name]
     boxes = [_piece_box(p, prefix, name, op) for p in pieces]
     saved_full = boxes[0].full_shape
     if any(b.full_shape != saved_full for b in boxes):

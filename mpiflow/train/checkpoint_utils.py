@@ -66,7 +66,7 @@ class CheckpointReader:
         """
         name = _key(name)
         if name not in self._dtypes:
-            reader.find_pieces({"tensors": self._shapes}, self._prefix, name)   # raises
+            reader.saved_key({"tensors": self._shapes}, self._prefix, name)   # raises
         # lookup=None: the pieces as they were saved (a "mod" table keeps its row order).
         return reader.read_slice(self._prefix, name, "", self._dtypes[name], None,
                                  lookup=None)

@@ -314,8 +314,7 @@ class Saver:
         absolute = os.path.abspath(prefix)
         index = reader.read_index(absolute)
         for e in self._entries:         # name the missing key here, before any ps is asked
-            reader.find_pieces(index, prefix, e.name, fallback=e.fallback)
-            if e.fallback and e.name not in index["tensors"]:
+            if reader.saved_key(index, prefix, e.name, e.fallback) != e.name:
                 _LOG.info("Restoring '%s' from '%s' of %s: the checkpoint was written in "
                           "a mode with one copy of it", e.name, e.fallback, prefix)
         sess.run(self._restore_op, {self._filename: io_ops.encode_path(absolute)})

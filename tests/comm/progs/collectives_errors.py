@@ -87,7 +87,7 @@ def late(comm, algorithm, late_rank):
     if rank == late_rank:       # past the others' deadline and their roll call
         time.sleep(2 * timeout + 1.5)
     for case in ("first", "second", "third"):
-        attempt(rank, case, lambda: c.allreduce(x, name=f"grad/{case}"), total)
+        attempt(rank, case, lambda case=case: c.allreduce(x, name=f"grad/{case}"), total)
 
 
 def main():
