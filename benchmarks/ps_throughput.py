@@ -18,8 +18,14 @@ workers at once. The three alternate in ``--rounds`` rounds, each timed over at 
 ``--round-seconds``: the ratios printed are the medians of the rounds' ratios (mpiflow /
 raw, target >= 0.85), with their spread.
 Part 2: asynchronous SGD on an MLP 784-512-512-10 at batch 128, every worker stepping
-against the ps; steps/s of the whole job, and the CPU seconds each rank used (a ps that
-waits must not take a core from the workers).
+against the ps, against the same step in one process, both in this job: each of
+``--mlp-rounds`` rounds first has the first worker step the model alone (through a local
+``Session.run``, then hand-written in numpy as ``step_overhead.py`` does) while every other
+rank waits idle, then every worker step it against the ps, each side for ``--seconds``.
+Printed: the async steps/s of all workers over the one-process rate (target >= 0.9 with 1
+worker) and over the compute floor, every core at the numpy rate (target >= 0.75 with 2),
+medians of the rounds' ratios with their spread; and the CPU seconds each rank used in
+the async parts (a ps that waits must not take a core from the workers).
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ import mpiflow as mf
 from mpiflow import backend
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
-from mlp import build_mlp  # noqa: E402
+from mlp import build_mlp
+from step_overhead import NumpyStep, init_params
 
 MiB = 1 << 20
 WARMUP_S = 4.0
@@ -145,31 +152,97 @@ def mpiflow_bandwidth(server, graph_parts, nbytes, seconds, is_chief, warmup_s):
     return nbytes / MiB / pull_s, nbytes / MiB / push_s
 
 
-def mlp_async(server, cluster, task, seconds, batch=128):
+class AsyncMlp:
+    """The MLP trained asynchronously against the ps by this worker: built (and, on the
+    chief, initialized) once; ``run(seconds)`` steps it and returns (steps, seconds)."""
+
+    def __init__(self, server, cluster, task, batch=128):
+        g = mf.Graph()
+        with g.as_default():
+            mf.set_random_seed(0)
+            with mf.device(mf.train.replica_device_setter(
+                    cluster=cluster, worker_device=f"/job:worker/task:{task}")):
+                x, y, loss = build_mlp(mf)
+                step = mf.train.GradientDescentOptimizer(0.01).minimize(loss)
+                ready = mf.stack([mf.is_variable_initialized(v)
+                                  for v in mf.global_variables()])
+                init = mf.global_variables_initializer()
+        self.xb, self.yb = mlp_batch(task, batch)
+        self.sess = mf.Session(server.target, graph=g)
+        if server.is_chief:
+            self.sess.run(init)
+        while not self.sess.run(ready).all():
+            time.sleep(0.01)
+        self._step = self.sess.make_callable(step, [x, y])
+        self._step(self.xb, self.yb)
+
+    def run(self, seconds):
+        return steps_for(lambda: self._step(self.xb, self.yb), seconds)
+
+
+def mlp_batch(seed, batch=128):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((batch, 784)).astype(np.float32),
+            rng.integers(0, 10, batch).astype(np.int64))
+
+
+def steps_for(step, seconds):
+    """Run ``step`` for ``seconds``; return (steps, seconds taken)."""
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
+    return steps, time.perf_counter() - start
+
+
+def alone_rates(seconds, batch=128):
+    """Steps/s of the same MLP step in this one process on one thread: through a local
+    ``Session.run`` (mpiflow's one-process rate), and hand-written in numpy with in-place
+    updates (``step_overhead.NumpyStep``: the compute floor's per-core rate)."""
     g = mf.Graph()
     with g.as_default():
         mf.set_random_seed(0)
-        with mf.device(mf.train.replica_device_setter(
-                cluster=cluster, worker_device=f"/job:worker/task:{task}")):
-            x, y, loss = build_mlp(mf)
-            step = mf.train.GradientDescentOptimizer(0.01).minimize(loss)
-            ready = mf.stack([mf.is_variable_initialized(v) for v in mf.global_variables()])
-            init = mf.global_variables_initializer()
-        rng = np.random.default_rng(task)
-        xb = rng.standard_normal((batch, 784)).astype(np.float32)
-        yb = rng.integers(0, 10, batch)
-        with mf.Session(server.target) as sess:
-            if server.is_chief:
-                sess.run(init)
-            while not sess.run(ready).all():
-                time.sleep(0.01)
-            run = sess.make_callable(step, [x, y])
-            run(xb, yb)
-            steps, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                run(xb, yb)
-                steps += 1
-            return steps, time.perf_counter() - start
+        x, y, loss = build_mlp(mf)
+        step = mf.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = mf.global_variables_initializer()
+    xb, yb = mlp_batch(0, batch)
+    with mf.Session(graph=g) as sess:
+        sess.run(init)
+        run = sess.make_callable(step, [x, y])
+        run(xb, yb)
+        own = steps_for(lambda: run(xb, yb), seconds)
+    numpy_step = NumpyStep(init_params(), batch)
+    numpy_step(xb, yb, 0.01)
+    numpy = steps_for(lambda: numpy_step(xb, yb, 0.01), seconds)
+    return own[0] / own[1], numpy[0] / numpy[1]
+
+
+def compare_with_one_process(server, cluster, world, rounds, seconds):
+    """Item 4's ratios, both sides in this job: in each round the first worker first
+    steps the MLP alone (mpiflow in one process, then numpy) while every other rank
+    waits idle in ``server.join()``, then every worker steps it against the ps. Returns,
+    on rank 0, per round: (one-process steps/s, numpy steps/s, the workers' async steps/s
+    in all), and every rank's CPU seconds in the async parts."""
+    is_worker = server.job_name == "worker"
+    model = AsyncMlp(server, cluster, server.task_index) if is_worker else None
+    server.join()
+    per_round = np.zeros((rounds, 3))
+    cpu = 0.0
+    for r in range(rounds):
+        if is_worker and server.task_index == 0:
+            per_round[r, :2] = alone_rates(seconds)
+        server.join()      # the others idle meanwhile (a waiting rank sleeps)
+        start = time.process_time()
+        if is_worker:
+            steps, took = model.run(seconds)
+            per_round[r, 2] = steps / took
+        server.join()
+        cpu += time.process_time() - start
+    total = np.zeros_like(per_round) if world.Get_rank() == 0 else None
+    world.Reduce(per_round, total, op=MPI.SUM, root=0)
+    cpus = np.zeros(world.Get_size()) if world.Get_rank() == 0 else None
+    world.Gather(np.array([cpu]), cpus, root=0)
+    return total, cpus
 
 
 def main():
@@ -177,7 +250,9 @@ def main():
     parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 16, 64])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-seconds", type=float, default=0.4)
-    parser.add_argument("--seconds", type=float, default=10.0, help="MLP part")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="MLP part: seconds of each side in each round")
+    parser.add_argument("--mlp-rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     world = MPI.COMM_WORLD
@@ -206,16 +281,8 @@ def main():
                     server, graphs[n], n, args.round_seconds, server.is_chief,
                     2.0 if r == 0 else 0.3)
             server.join()      # every worker done with this size (the ps serves meanwhile)
-    cpu1, wall1 = time.process_time(), time.perf_counter()
-    steps = np.zeros(2)
-    if is_worker:
-        steps[:] = mlp_async(server, cluster, server.task_index, args.seconds)
-    server.join()
-    cpu2, wall2 = time.process_time(), time.perf_counter()
-
-    per_rank = np.array([cpu2 - cpu1, wall2 - wall1, steps[0], steps[1]])
-    gathered = np.zeros((size, per_rank.size)) if rank == 0 else None
-    world.Gather(per_rank, gathered, root=0)
+    mlp, cpus = compare_with_one_process(server, cluster, world, args.mlp_rounds,
+                                         args.seconds)
     sums = np.zeros_like(results) if rank == 0 else None
     world.Reduce(results, sums, op=MPI.SUM, root=0)
     if rank != 0:
@@ -244,12 +311,19 @@ def main():
                       "push_ratio_per_variable": float(np.median(push_v_ratios)),
                       "push_ratio_per_variable_range": [float(push_v_ratios.min()),
                                                         float(push_v_ratios.max())]})
-    total_steps = gathered[1:, 2].sum()
-    step_wall = gathered[1:, 3].max()
+    cores = os.cpu_count() or 1
+    own, numpy_rate, async_rate = mlp[:, 0], mlp[:, 1], mlp[:, 2]
+    of_own, of_floor = async_rate / own, async_rate / (cores * numpy_rate)
     summary = {"workers": workers, "rounds": args.rounds, "bandwidth": table,
-               "mlp_steps_per_s": total_steps / step_wall,
-               "cpu_s_mlp": {f"rank {r}": round(gathered[r, 0], 2) for r in range(size)},
-               "wall_s_mlp": round(gathered[0, 1], 2)}
+               "mlp_steps_per_s": float(np.median(async_rate)),
+               "one_process_steps_per_s": float(np.median(own)),
+               "numpy_steps_per_s": float(np.median(numpy_rate)), "cores": cores,
+               "of_one_process": float(np.median(of_own)),
+               "of_one_process_range": [float(of_own.min()), float(of_own.max())],
+               "of_floor": float(np.median(of_floor)),
+               "of_floor_range": [float(of_floor.min()), float(of_floor.max())],
+               "mlp_rounds": args.mlp_rounds, "seconds": args.seconds,
+               "cpu_s_mlp": {f"rank {r}": round(float(cpus[r]), 2) for r in range(size)}}
     if args.json:
         print(json.dumps(summary))
         return
@@ -273,10 +347,21 @@ def main():
               f"{row['push_ratio_per_variable']:>6.2f} "
               f"[{row['push_ratio_per_variable_range'][0]:.2f}-"
               f"{row['push_ratio_per_variable_range'][1]:.2f}]")
-    print(f"async MLP 784-512-512-10 batch 128: {summary['mlp_steps_per_s']:.1f} steps/s "
-          f"(all workers), over {summary['wall_s_mlp']} s")
-    print("CPU seconds per rank during the MLP part: " + ", ".join(
+    print(f"MLP 784-512-512-10 batch 128, medians of {args.mlp_rounds} rounds of "
+          f"{args.seconds:g} s per side: async, {workers} worker(s) against the ps "
+          f"{summary['mlp_steps_per_s']:.1f} steps/s in all; one process "
+          f"{summary['one_process_steps_per_s']:.1f}; numpy {summary['numpy_steps_per_s']:.1f}"
+          f" (floor {cores} x that)")
+    print(f"  async / one process {summary['of_one_process']:.2f} "
+          f"[{_spread(summary['of_one_process_range'])}] (target >= 0.9 with 1 worker); "
+          f"async / floor {summary['of_floor']:.2f} [{_spread(summary['of_floor_range'])}] "
+          f"(target >= 0.75 with 2)")
+    print("CPU seconds per rank in the async parts: " + ", ".join(
         f"{k} {'(ps)' if k == 'rank 0' else ''}{v}" for k, v in summary["cpu_s_mlp"].items()))
+
+
+def _spread(bounds):
+    return f"{bounds[0]:.2f}-{bounds[1]:.2f}"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ this machine, each comparison measured back to back in the same environment:
 - allreduce bandwidth: mpiflow's ring / mpi / auto and MPI's own Allreduce
   (benchmarks/allreduce_bw.py) against torch.distributed's gloo all_reduce;
 - one process: a training step through Session.run against the same step in numpy
-  (benchmarks/step_overhead.py), whose numpy rate sets the compute floor of the ps runs;
+  (benchmarks/step_overhead.py), whose numpy rate sets the compute floor of TensorFlow's
+  ps runs; mpiflow's async ps runs against one process and the floor measured in the
+  same job (benchmarks/ps_throughput.py);
 - the modes: an embedding model in ps, allreduce and hybrid mode at several worker
   counts, bytes and memory against the cost model (benchmarks/hybrid_cost.py);
 - a straggler under asynchronous, bounded-staleness and synchronous training
@@ -105,6 +107,20 @@ def transfers(size, log):
                 "--sizes-mib", "1", "16", "--rounds", "3", "--round-seconds", "0.3",
                 "--seconds", "2", "--json"])
     return _last_json(out)["bandwidth"]
+
+
+def ps_floor(size, log):
+    """Item 4's ratios with both sides in one job (``ps_throughput.py``'s MLP part): 1 ps
+    with 1 and with 2 workers, each against the one-process and numpy rates of the same
+    launch."""
+    found = {}
+    for workers in (1, 2):
+        log(f"async ps against one process and the floor, {workers} worker(s), one job")
+        out = _run([_mpiexec(), "-n", str(workers + 1), sys.executable,
+                    BENCH / "ps_throughput.py", "--sizes-mib", "--mlp-rounds", "3",
+                    "--seconds", "2", "--json"])
+        found[workers] = _last_json(out)
+    return found
 
 
 def single_process(size, log):
@@ -410,24 +426,31 @@ def _spread(bounds):
 
 
 def floor_section(results) -> list:
-    """ps mode against the machine's compute floor: every core stepping the model as fast
-    as numpy does in one thread."""
-    single, ps = results["single"], results["ps"]
-    numpy_rate = 1000.0 / single["mlp_step_ms_numpy"]
-    own_rate = 1000.0 / single["mlp_step_ms_mpiflow"]
-    cores = os.cpu_count() or 1
-    floor = cores * numpy_rate
-    lines = ["", "Against the compute floor (`mlp512`, async): the floor is every core "
-             f"stepping the model as fast as numpy does in one thread ({cores} x "
-             f"{numpy_rate:.0f} = {floor:.0f} steps/s, `benchmarks/step_overhead.py` in this "
-             f"run); mpiflow's own one-process step runs {own_rate:.0f} steps/s.", "",
-             "| workers | mpiflow steps/s | of the floor | of one process | TensorFlow "
-             "steps/s | of the floor |", "| --- | --- | --- | --- | --- | --- |"]
+    """ps mode against one process and the machine's compute floor (every core stepping
+    the model as fast as numpy does in one thread), both sides in one job; TensorFlow's
+    runs against the floor of ``step_overhead.py``'s launch."""
+    single, ps, same_job = results["single"], results["ps"], results["floor"]
+    floor = (os.cpu_count() or 1) * 1000.0 / single["mlp_step_ms_numpy"]
+    lines = ["", "Against one process and the compute floor (`mlp512` in "
+             "`benchmarks/ps_throughput.py`, async, 1 ps): in each of 3 rounds the first "
+             "worker steps the model alone, through `Session.run` in one process and in "
+             "numpy, then every worker steps it against the ps, all in one job; the floor "
+             "is every core at that numpy rate. Medians of the rounds' ratios, their spread "
+             "in brackets. TensorFlow (`benchmarks/peers/ps_mlp.py`, its own launch) against "
+             f"the floor of `benchmarks/step_overhead.py` in this run ({floor:.0f} steps/s).",
+             "", "| workers | mpiflow steps/s | one process | of one process | of the floor "
+             "| TensorFlow steps/s | of the floor |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for workers in (1, 2):
-        a = _pick(ps, "mpiflow", "async", workers, "mlp512")
+        run = same_job.get(workers) or same_job.get(str(workers))
         b = _pick(ps, "tensorflow", "async", workers, "mlp512")
-        lines.append(f"| {workers} | {_fmt(a)} | {_share(a, floor)} | {_share(a, own_rate)} "
-                     f"| {_fmt(b)} | {_share(b, floor)} |")
+        if run:
+            ours = (f"{run['mlp_steps_per_s']:.0f} | {run['one_process_steps_per_s']:.0f} | "
+                    f"{run['of_one_process']:.2f} [{_spread(run['of_one_process_range'])}] | "
+                    f"{run['of_floor']:.2f} [{_spread(run['of_floor_range'])}]")
+        else:
+            ours = "- | - | - | -"
+        lines.append(f"| {workers} | {ours} | {_fmt(b)} | {_share(b, floor)} |")
     lines += ["", "(targets: 1 ps + 1 worker at 0.9 of one process, 1 ps + 2 workers at 0.75 "
               "of the floor)"]
     return lines
@@ -502,7 +525,8 @@ def main():
 
     results = {"ps": ps_mode(size, log), "transfers": transfers(size, log),
                "allreduce": allreduce_training(size, log), "bandwidth": bandwidth(size, log),
-               "single": single_process(size, log), "modes": modes(size, log),
+               "single": single_process(size, log), "floor": ps_floor(size, log),
+               "modes": modes(size, log),
                "example_modes": example_modes(size, log),
                "stragglers": stragglers(size, log), "compression": compression(size, log)}
     files = plots(results, Path(args.plots))
