@@ -105,7 +105,7 @@ def transfers(size, log):
     log("ps pull/push vs raw MPI Send/Recv")
     out = _run([_mpiexec(), "-n", "2", sys.executable, BENCH / "ps_throughput.py",
                 "--sizes-mib", "1", "16", "--rounds", "3", "--round-seconds", "0.3",
-                "--seconds", "2", "--json"])
+                "--mlp-rounds", "1", "--seconds", "0.5", "--json"])    # (ps_floor: the MLP)
     return _last_json(out)["bandwidth"]
 
 
