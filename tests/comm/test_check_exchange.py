@@ -110,9 +110,13 @@ def test_a_handle_waited_from_two_threads_finishes_once(run_mpi):
 def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_cap():
     import numpy as np
 
-    from mpiflow.comm.collectives.exchange import HEADER_BYTES, ExchangePool
+    from mpiflow.comm.collectives.exchange import (
+        _EXCHANGE_OVERHEAD_BYTES,
+        HEADER_BYTES,
+        ExchangePool,
+    )
 
-    pool = ExchangePool(max_bytes=2 * (HEADER_BYTES + 4096))
+    pool = ExchangePool(max_bytes=2 * (HEADER_BYTES + 4096) + _EXCHANGE_OVERHEAD_BYTES)
     first = pool.take(np.dtype(np.float32), (1024,))
     pool.give(first)
     assert pool.take(np.dtype(np.float32), (1024,)) is first
@@ -121,3 +125,18 @@ def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_c
     other = pool.take(np.dtype(np.float64), (4,))
     pool.give(other)            # past the cap with first kept: dropped
     assert pool.take(np.dtype(np.float64), (4,)) is not other
+
+
+def test_the_pool_counts_what_a_tiny_exchange_holds_besides_its_buffers():
+    import numpy as np
+
+    from mpiflow.comm.collectives.exchange import ExchangePool
+
+    # A program of ever new tiny shapes: 64 KiB of cap keeps tens of exchanges, not the
+    # thousands their few bytes of buffers alone would allow.
+    pool = ExchangePool(max_bytes=64 << 10)
+    for dtype in (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_):
+        for n in range(1, 65):         # 384 signatures of at most 512 bytes each
+            pool.give(pool.take(np.dtype(dtype), (n,)))
+    kept = sum(len(free) for free in pool._free.values())
+    assert 0 < kept <= 32, kept
