@@ -9,7 +9,8 @@ The model (``build``): a table of ``--rows`` x ``--dim`` (embedding_lookup of ``
 ids per example, Zipf-distributed) under a dense tower ``fields*dim -> hidden... -> 1`` of a
 few million parameters, Adagrad, batch ``--batch``. Each (mode, workers) is one mpiexec
 launch (ps and hybrid with ``--ps`` ps ranks more; oversubscribed here, so steps/s are
-of the same work on the same cores, not a cluster's). Every rank reports:
+of the same work on the same cores, not a cluster's); ``--rounds R`` launches every mode
+R times in turn and shows the launch of median steps/s. Every rank reports:
 - steps/s of all workers together, after a warm-up;
 - bytes sent and received per worker step, by road (``mpiflow.comm.traffic``: what the
   transport and the collectives moved), for workers and for the ps;
@@ -192,6 +193,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30, help="measured steps per worker")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="launches of every mode, taken in turn; the median is shown")
     parser.add_argument("--predict", type=int, nargs="*", default=[64],
                         help="worker counts the cost model predicts beyond the runs")
     parser.add_argument("--timeout", type=int, default=1200)
@@ -209,13 +212,17 @@ def main():
     shape = model_shape(args)
     runs = []
     for workers in args.workers:
+        launches = {mode: [] for mode in args.modes}
+        for _ in range(args.rounds):      # the modes in turn: the machine drifts
+            for mode in args.modes:
+                launches[mode].append(launch(args, mode, workers))
+                print(f"  {mode} x {workers}: {launches[mode][-1]['steps_per_s']:.1f} "
+                      f"steps/s", file=sys.stderr, flush=True)
         for mode in args.modes:
-            measured = launch(args, mode, workers)
+            measured = median_launch(launches[mode])
             chosen = measured["chosen"]
             cost = predict(chosen, shape, workers, 0 if chosen == "allreduce" else args.ps)
             runs.append({"measured": measured, "predicted": cost._asdict()})
-            print(f"  {mode} x {workers}: {measured['steps_per_s']:.1f} steps/s",
-                  file=sys.stderr, flush=True)
     predictions = [{"mode": m, "workers": w, **predict(
         m, shape, w, 0 if m == "allreduce" else args.ps)._asdict()}
         for w in args.predict for m in MODES]
@@ -224,6 +231,14 @@ def main():
                           "predictions": predictions}))
         return
     print(report(args, shape, runs, predictions))
+
+
+def median_launch(launches) -> dict:
+    """The launch of median steps/s among ``launches`` of one mode (its bytes and memory
+    stand for all), with every launch's steps/s and choice in launch order."""
+    middle = sorted(launches, key=lambda m: m["steps_per_s"])[(len(launches) - 1) // 2]
+    return dict(middle, steps_per_s_launches=[m["steps_per_s"] for m in launches],
+                chosen_launches=[m["chosen"] for m in launches])
 
 
 def _mib(value):
@@ -241,9 +256,18 @@ def auto_against_the_best(runs) -> list:
             continue
         best = max(fixed, key=lambda m: rates[m]["steps_per_s"])
         auto = rates["auto"]
-        lines.append(f"- {workers} workers: auto chose {auto['chosen']}, "
+        choices = auto.get("chosen_launches", [auto["chosen"]])
+        chose = auto["chosen"] if len(set(choices)) == 1 else ", ".join(
+            f"{mode} in {choices.count(mode)} of {len(choices)} launches"
+            for mode in sorted(set(choices), key=choices.index))
+        per_round = [a / b for a, b in zip(auto.get("steps_per_s_launches", []),
+                                           rates[best].get("steps_per_s_launches", []))]
+        spread = (f"; per round {min(per_round):.2f}-{max(per_round):.2f}, medians of "
+                  f"{len(per_round)} launches of each taken in turn"
+                  if len(per_round) > 1 else "")
+        lines.append(f"- {workers} workers: auto chose {chose}, "
                      f"{auto['steps_per_s'] / rates[best]['steps_per_s']:.2f} of the best "
-                     f"fixed mode ({best})")
+                     f"fixed mode ({best}{spread})")
     return [""] + lines if lines else []
 
 

@@ -135,7 +135,8 @@ def modes(size, log):
         log(f"modes, {name} embedding model")
         results[name] = _last_json(_run([sys.executable, BENCH / "hybrid_cost.py",
                                          "--workers", *map(str, size["mode_workers"]),
-                                         "--json", *extra], timeout=3000))
+                                         "--rounds", "3", "--json", *extra],
+                                        timeout=6000))
         results[name]["args"] = extra
     return results
 
@@ -478,7 +479,8 @@ def modes_section(mode_results, files) -> list:
     lines = ["## ps, allreduce or hybrid: measured against the cost model", "",
              "An embedding model trained in each mode and in `TrainingMode(\"auto\")` "
              "(`benchmarks/hybrid_cost.py`, 1 ps in "
-             "ps, hybrid and auto mode, every process on the same cores): steps/s, the bytes each "
+             "ps, hybrid and auto mode, every process on the same cores; each mode launched 3 "
+             "times in turn, the launch of median steps/s shown): steps/s, the bytes each "
              "worker and the ps moved per worker step (`mpiflow.comm.traffic`) and their peak "
              "memory, beside what `mpiflow.train.mode_cost` predicts (in brackets), then its "
              "predictions for 64 workers.", ""]
