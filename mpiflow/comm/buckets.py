@@ -328,7 +328,15 @@ class FusedAllreduce:
         return None
 
     def _next_round(self, name: str) -> None:
-        if not self._round_complete():
+        try:
+            complete = self._round_complete()
+        except errors.MpiflowError as exc:
+            # Said as what it is: the last round's error (its wait is long over), not a
+            # new one of this round.
+            raise type(exc)(f"Fused allreduce '{self.name}': tensor '{name}' begins a new "
+                            f"round, but the last round failed, and a fused allreduce does "
+                            f"not go on after a failed round: {exc}") from exc
+        if not complete:
             raise errors.InvalidArgumentError(
                 f"Fused allreduce '{self.name}': tensor '{name}' given twice while its "
                 f"round is in flight")

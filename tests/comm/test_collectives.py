@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from mpiflow import backend
+from mpiflow.comm.collectives.check import format_ranks
 from tests.comm.test_cluster_mpi import records
 
 PROGS = Path(__file__).parent / "progs"
@@ -122,17 +123,21 @@ def test_rank_that_never_joins_is_named_within_the_timeout(run_mpi, algorithm, a
             "message"]
 
 
-@pytest.mark.parametrize("algorithm,ranks,late", [
-    ("mpi", 2, 1),     # carried in the check: the late rank completes it from the message
-    ("ring", 2, 1),    # the late rank passes the check, then waits in the ring
-    ("mpi", 3, 0),     # the rank that answers the roll call is the late one
+@pytest.mark.parametrize("algorithm,ranks,late,cold", [
+    ("mpi", 2, 1, False),   # carried in the check: the late rank completes it from the message
+    ("ring", 2, 1, False),  # the late rank passes the check, then waits in the ring
+    ("mpi", 3, 0, False),   # the rank that answers the roll call is the late one
+    ("mpi", 2, 0, True),    # ... at the communicator's first collective: nothing to complete
 ])
-def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ranks, late):
+def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ranks, late,
+                                                          cold):
     # The others' deadline passes while rank `late` sleeps; it arrives after their roll
     # call. Nobody may take a stale message of that collective for a later one's, and
     # nobody may wait more than one deadline (plus the roll call) per collective.
-    result = run_mpi(ranks, ERRORS, "late", algorithm, "--late", late, timeout=TIMEOUT,
+    result = run_mpi(ranks, ERRORS, "late", algorithm, "--late", late,
+                     *(["--cold"] if cold else []), timeout=TIMEOUT,
                      env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    number = 0 if cold else 1
     assert len(records(result.stdout, "DONE")) == ranks, result.stdout + result.stderr
     outcomes = {}
     for kind in ("RAISED", "RETURNED"):
@@ -148,7 +153,8 @@ def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ra
             rec = outcomes[rank, case]
             assert rec["error"] == "AbortedError", rec
             assert rec["seconds"] < 0.5, rec
-            assert "stopped when collective #1 passed its deadline" in rec["message"], rec
+            assert f"stopped when collective #{number} passed its deadline" in \
+                rec["message"], rec
             assert "'grad/first'" in rec["message"], rec
     # The late rank: its first collective either completes correctly from the messages
     # sent before the others gave up, or fails at its deadline; then it is told why.
@@ -159,10 +165,27 @@ def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ra
     rec = outcomes[late, failed_at]
     assert rec["error"] == "DeadlineExceededError", rec
     assert rec["seconds"] < 5, rec
-    stopped = "rank 0" if late != 0 else "ranks 1-2"
-    assert (f"{stopped} stopped {'its' if late != 0 else 'their'} collectives on this "
-            f"communicator when collective #1 passed its deadline there") in rec["message"], rec
+    stopped = format_ranks(timed_out)
+    assert (f"{stopped} stopped {'its' if len(timed_out) == 1 else 'their'} collectives on "
+            f"this communicator when collective #{number} passed its deadline there") in \
+        rec["message"], rec
+    assert "every rank waits" not in rec["message"], rec
     assert outcomes[late, "third"]["error"] == "AbortedError", outcomes[late, "third"]
+
+
+@pytest.mark.parametrize("algorithm", ["mpi", "ring"])
+def test_a_collective_complete_before_the_stop_still_returns_its_result(run_mpi, algorithm):
+    result = run_mpi(2, ERRORS, "earlier", algorithm, timeout=TIMEOUT,
+                     env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    assert len(records(result.stdout, "DONE")) == 2, result.stdout + result.stderr
+    returned = {(r["rank"], r["case"]): r for r in records(result.stdout, "RETURNED")}
+    assert returned[1, "first"]["correct"] is True, result.stdout
+    assert returned[0, "first"]["correct"] is True, result.stdout
+    rank0 = raised(result, "second")[0]
+    assert rank0["error"] == "DeadlineExceededError", rank0
+    after = raised(result, "after")[0]
+    assert after["error"] == "AbortedError", after
+    assert "every later collective here fails at once" in after["message"], after
 
 
 def test_ring_without_check_names_the_neighbour_it_waits_for(run_mpi):

@@ -182,7 +182,12 @@ class CrossRankCheck:
         if not self.exchange.mismatch:
             self.passed = True
             return True
-        raise self._mismatch_error(self._describe_mismatch(self._gather_records()))
+        try:
+            table = self._gather_records()
+        except errors.DeadlineExceededError as exc:   # the ranks are out of step here
+            self.state.stop(self.seq, exc, self)
+            raise
+        raise self._mismatch_error(self._describe_mismatch(table))
 
     def waiting_on(self) -> tuple[str, list[int] | None]:
         """Return (what this rank waits for, the ranks it has not heard from: unknown)."""
@@ -208,8 +213,16 @@ class CrossRankCheck:
                 f"{timeout:g} s){stopped_note(stopped)}")
         if self.rank == 0:
             heard = self._roll_call(window)
-            missing = sorted(set(range(1, self.size)) - heard)
+            # A rank that stopped has given up (its roll-call message, sent before it
+            # stopped, says nothing of where it is now) and reads no answer.
+            stopped = self.state.stopped_elsewhere()
+            heard -= set(stopped)
+            missing = sorted(set(range(1, self.size)) - heard - set(stopped))
             self._answer(sorted(heard), np.array(missing, dtype=np.int64))
+            if stopped and not missing:
+                return errors.DeadlineExceededError(
+                    f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
+                    f"{timeout:g} s){stopped_note(stopped)}")
             return self._missing_error(
                 missing, f"(MPIFLOW_TIMEOUT={timeout:g} s){stopped_note(stopped)}")
         here = np.array([self.seq], dtype=np.int64)

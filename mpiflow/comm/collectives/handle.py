@@ -229,8 +229,9 @@ class Handle:
             if self._result is not _MISSING:    # another thread finished it meanwhile
                 return True
             state = self._state
-            if self._error is None and state.stopped is not None:
-                self._error = state.refusal()
+            if self._error is None and state.stopped is not None and \
+                    not self._data_started:
+                self._error = state.refusal(self.seq)
             if self._error is None:
                 if state.has_queued():          # move on what is in flight, start what
                     state.pump()                # waits for its turn
@@ -242,7 +243,7 @@ class Handle:
                     self._error = self._check.expire(self.timeout)
                 else:
                     self._error = self._deadline_error(time.monotonic() - self._issued)
-                state.stop(self, self._error)
+                state.stop(self.seq, self._error, self)
             if self._error is not None:
                 raise self._error
         return False

@@ -133,47 +133,56 @@ class CommState:
         self.exchanges = ExchangePool()       # carried allreduces' (``run_carried_now``)
         # Why this rank's collectives here stopped (``stop``), or None.
         self.stopped: str | None = None
+        self._stopped_at = -1
         self._abandoned: list = []        # operations given up on: MPI may still use them
         self._stopped_ranks: dict[int, int] = {}     # ``stopped_elsewhere``'s findings
 
-    def stop(self, handle, error: errors.MpiflowError) -> None:
-        """Stop this rank's collectives here: ``handle`` passed its deadline with
-        ``error``.
+    def stop(self, seq: int, error: errors.MpiflowError, keepalive=None) -> None:
+        """Stop this rank's collectives here: operation ``seq`` passed its deadline with
+        ``error`` (``keepalive``: what MPI may still write into, kept referenced).
 
         The ranks no longer agree on what is on the wire: a rank arriving late completes
         the operation from the message this rank sent at its issue, while its own message
-        stays unreceived, where it would be taken for a later operation's. So every later
-        collective on this communicator fails at once (``refuse``), as a collective
-        executor stays aborted after a failure in TensorFlow; the operation is kept alive,
-        since MPI may still write into its buffers; and every other rank is told, so that
-        one waiting at its own deadline says why."""
+        stays unreceived, where it would be taken for a later operation's. So no
+        collective starts here any more: every later one, and every one not yet in its
+        data phase, fails at once (``refusal``), as a collective executor stays aborted
+        after a failure in TensorFlow; those already moving their data (their check
+        passed on every rank) go on to their end or their own deadline. Every other rank
+        is told, so that one waiting at its own deadline says why."""
         if self.stopped is not None:
             return
-        self.stopped = f"collective #{handle.seq} passed its deadline ({error})"
-        self._abandoned.append(handle)
-        notice = np.array([handle.seq], dtype=np.int64)
+        self._stopped_at = seq
+        self.stopped = f"collective #{seq} passed its deadline ({error})"
+        self._abandoned.append(keepalive)
+        notice = np.array([seq], dtype=np.int64)
         for rank in range(self.size):
             if rank != self.rank:
                 self.track_send(self.comm.Isend([notice, MPI.INT64_T], rank, STOPPED_TAG),
                                 notice)
 
-    def refusal(self) -> errors.AbortedError:
-        """The error of a collective issued (or still queued) after ``stop``."""
+    def refusal(self, seq: int | None = None) -> errors.AbortedError:
+        """The error of operation ``seq`` (None: one being issued), refused after
+        ``stop``."""
+        which = "every later collective here fails at once" if seq is None or \
+            seq > self._stopped_at else f"collective #{seq}, issued before it, cannot start"
         return errors.AbortedError(
             f"rank {self.rank}'s collectives on this communicator stopped when {self.stopped}"
-            f"; a message of that collective may still arrive, so every later collective "
-            f"here fails at once instead of taking it for its own: end the job, or build a "
-            f"new communicator")
+            f"; a message of that collective may still arrive, so {which} instead of "
+            f"taking it for its own: end the job, or build a new communicator")
 
     def stopped_elsewhere(self) -> dict[int, int]:
         """The ranks that told this one they stopped (``stop``), with the number of the
-        collective that stopped them; their notices are taken off the wire."""
+        collective that stopped them; their notices are taken off the wire (a matched
+        probe: threads that look at once never wait for a notice another one took)."""
         status, seq = MPI.Status(), np.empty(1, dtype=np.int64)
-        while self.comm.Iprobe(MPI.ANY_SOURCE, STOPPED_TAG, status):
-            source = status.Get_source()
-            self.comm.Recv([seq, MPI.INT64_T], source, STOPPED_TAG)
-            self._stopped_ranks.setdefault(source, int(seq[0]))
-        return dict(self._stopped_ranks)
+        with self.lock:
+            while True:
+                message = self.comm.Improbe(MPI.ANY_SOURCE, STOPPED_TAG, status)
+                if message is None:
+                    break
+                message.Recv([seq, MPI.INT64_T])
+                self._stopped_ranks.setdefault(status.Get_source(), int(seq[0]))
+            return dict(self._stopped_ranks)
 
     def submit(self, handle) -> int:
         """Number ``handle`` and queue it to start after the operations issued before it."""
@@ -275,10 +284,10 @@ class CommState:
         """
         if self._sends:
             self._sends = [(r, k) for r, k in self._sends if not r.Test()]
-        if self.stopped is not None:     # nothing more starts here (``stop``)
-            return
         if self._active:
             self._active = [h for h in self._active if not h.progress()]
+        if self.stopped is not None:     # nothing more starts here (``stop``)
+            return
         self._post_checks()
         while self._queue:
             handle = self._queue[0]

@@ -10,6 +10,10 @@ Usage: collectives_errors.py CASE ALGORITHM [--absent R] [--warm] [--no-check]
                   roll call, then makes two more; the ranks that timed out must refuse
                   every later collective at once (AbortedError), and the late rank must
                   say, at its own deadline, that they stopped
+  CASE earlier    rank 0 issues two async allreduces, the others only the first; rank 0
+                  waits the second (its deadline passes), then the first, which completed
+                  on every rank and must still return its sum
+  --cold          (late) no allreduce before the late one: the communicator's first
   --warm          one successful allreduce first (the absent rank drops out later)
   --no-check      no cross-rank check (the data phase itself times out)
 Each rank prints ``RAISED {"rank", "case", "error", "message", "seconds"}`` per failure,
@@ -77,26 +81,44 @@ def absent(comm, algorithm, absent_rank, warm, check):
     attempt(rank, "absent", lambda: c.allreduce(x, name="grad/b", check=check))
 
 
-def late(comm, algorithm, late_rank):
+def late(comm, algorithm, late_rank, cold):
     rank, size = comm.Get_rank(), comm.Get_size()
     timeout = config.get("MPIFLOW_TIMEOUT")
     x = np.full(1024, rank + 1, dtype=np.float32)
     total = np.full(1024, size * (size + 1) / 2, dtype=np.float32)
     c = get_collective(algorithm, comm, x)
-    c.allreduce(x, name="warm-up")
+    if not cold:
+        c.allreduce(x, name="warm-up")
     if rank == late_rank:       # past the others' deadline and their roll call
         time.sleep(2 * timeout + 1.5)
     for case in ("first", "second", "third"):
         attempt(rank, case, lambda case=case: c.allreduce(x, name=f"grad/{case}"), total)
 
 
+def earlier(comm, algorithm):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    x = np.full(1024, rank + 1, dtype=np.float32)
+    total = np.full(1024, size * (size + 1) / 2, dtype=np.float32)
+    c = get_collective(algorithm, comm, x)
+    c.allreduce(x, name="warm-up")
+    if rank == 0:
+        first = c.allreduce_async(x, name="grad/first")
+        second = c.allreduce_async(x, name="grad/second")
+        attempt(rank, "second", second.wait)
+        attempt(rank, "first", first.wait, total)
+        attempt(rank, "after", lambda: c.allreduce(x, name="grad/after"), total)
+    else:
+        attempt(rank, "first", lambda: c.allreduce(x, name="grad/first"), total)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("mismatch", "absent", "late"))
+    parser.add_argument("case", choices=("mismatch", "absent", "late", "earlier"))
     parser.add_argument("algorithm")
     parser.add_argument("--absent", type=int, default=0)
     parser.add_argument("--late", type=int, default=0)
     parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--cold", action="store_true")
     parser.add_argument("--no-check", action="store_true")
     args = parser.parse_args()
     world = MPI.COMM_WORLD
@@ -104,7 +126,9 @@ def main():
     if args.case == "mismatch":
         mismatch(comm, args.algorithm)
     elif args.case == "late":
-        late(comm, args.algorithm, args.late)
+        late(comm, args.algorithm, args.late, args.cold)
+    elif args.case == "earlier":
+        earlier(comm, args.algorithm)
     else:
         absent(comm, args.algorithm, args.absent, args.warm, not args.no_check)
     report("DONE", rank=world.Get_rank(), timeout=config.get("MPIFLOW_TIMEOUT"))
