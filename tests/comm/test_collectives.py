@@ -197,3 +197,18 @@ def test_ring_without_check_names_the_neighbour_it_waits_for(run_mpi):
     assert all(rec["error"] == "DeadlineExceededError" for rec in recs.values())
     assert "receives from rank 2" in recs[3]["message"]
     assert "not heard from rank 2" in recs[3]["message"]
+
+
+def test_a_fused_allreduce_after_a_failed_round_says_so_at_once(run_mpi):
+    result = run_mpi(2, ERRORS, "fused", "mpi", timeout=TIMEOUT,
+                     env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    assert len(records(result.stdout, "DONE")) == 2, result.stdout + result.stderr
+    returned = {(r["rank"], r["case"]): r for r in records(result.stdout, "RETURNED")}
+    assert all(returned[rank, case]["correct"] for rank in (0, 1)
+               for case in ("round0", "round1")), result.stdout
+    for rec in raised(result, "round2").values():
+        assert rec["error"] == "DeadlineExceededError", rec
+    for rec in raised(result, "round3").values():
+        assert "begins a new round, but the last round failed" in rec["message"], rec
+        assert rec["seconds"] < 0.5, rec
+    assert sorted(raised(result, "round3")) == [0, 1], result.stdout

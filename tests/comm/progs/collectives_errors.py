@@ -13,6 +13,8 @@ Usage: collectives_errors.py CASE ALGORITHM [--absent R] [--warm] [--no-check]
   CASE earlier    rank 0 issues two async allreduces, the others only the first; rank 0
                   waits the second (its deadline passes), then the first, which completed
                   on every rank and must still return its sum
+  CASE fused      a fused allreduce of 3 buckets, rank 1 late for its third round: every
+                  later round must say it follows a failed round, not wait again
   --cold          (late) no allreduce before the late one: the communicator's first
   --warm          one successful allreduce first (the absent rank drops out later)
   --no-check      no cross-rank check (the data phase itself times out)
@@ -111,9 +113,30 @@ def earlier(comm, algorithm):
         attempt(rank, "first", lambda: c.allreduce(x, name="grad/first"), total)
 
 
+def fused(comm, algorithm):
+    from mpiflow.comm.buckets import FusedAllreduce, TensorSpec
+    rank, size = comm.Get_rank(), comm.Get_size()
+    timeout = config.get("MPIFLOW_TIMEOUT")
+    lengths = (1000, 3000, 200000)
+    specs = [TensorSpec(f"t{i}", np.dtype(np.float32), 4 * n) for i, n in enumerate(lengths)]
+    fusion = FusedAllreduce(comm, specs, algorithm=algorithm, threshold_bytes=16 << 10)
+
+    def one_round():
+        for spec, n in zip(specs, lengths):
+            fusion.add(spec.name, np.full(n, rank + 1, dtype=np.float32))
+        results = fusion.wait_all()
+        return np.concatenate([results[spec.name] for spec in specs])
+
+    total = np.full(sum(lengths), size * (size + 1) / 2, dtype=np.float32)
+    for r in range(4):
+        if rank == 1 and r == 2:
+            time.sleep(2 * timeout + 1.5)
+        attempt(rank, f"round{r}", one_round, total)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("mismatch", "absent", "late", "earlier"))
+    parser.add_argument("case", choices=("mismatch", "absent", "late", "earlier", "fused"))
     parser.add_argument("algorithm")
     parser.add_argument("--absent", type=int, default=0)
     parser.add_argument("--late", type=int, default=0)
@@ -129,6 +152,8 @@ def main():
         late(comm, args.algorithm, args.late, args.cold)
     elif args.case == "earlier":
         earlier(comm, args.algorithm)
+    elif args.case == "fused":
+        fused(comm, args.algorithm)
     else:
         absent(comm, args.algorithm, args.absent, args.warm, not args.no_check)
     report("DONE", rank=world.Get_rank(), timeout=config.get("MPIFLOW_TIMEOUT"))
