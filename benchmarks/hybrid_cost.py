@@ -256,12 +256,12 @@ def auto_against_the_best(runs) -> list:
             continue
         best = max(fixed, key=lambda m: rates[m]["steps_per_s"])
         auto = rates["auto"]
-        choices = auto.get("chosen_launches", [auto["chosen"]])
+        choices = auto["chosen_launches"]
         chose = auto["chosen"] if len(set(choices)) == 1 else ", ".join(
             f"{mode} in {choices.count(mode)} of {len(choices)} launches"
             for mode in sorted(set(choices), key=choices.index))
-        per_round = [a / b for a, b in zip(auto.get("steps_per_s_launches", []),
-                                           rates[best].get("steps_per_s_launches", []))]
+        per_round = [a / b for a, b in zip(auto["steps_per_s_launches"],
+                                           rates[best]["steps_per_s_launches"])]
         spread = (f"; per round {min(per_round):.2f}-{max(per_round):.2f}, medians of "
                   f"{len(per_round)} launches of each taken in turn"
                   if len(per_round) > 1 else "")

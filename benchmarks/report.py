@@ -443,15 +443,12 @@ def floor_section(results) -> list:
              "| TensorFlow steps/s | of the floor |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for workers in (1, 2):
-        run = same_job.get(workers) or same_job.get(str(workers))
+        run = same_job[workers]
         b = _pick(ps, "tensorflow", "async", workers, "mlp512")
-        if run:
-            ours = (f"{run['mlp_steps_per_s']:.0f} | {run['one_process_steps_per_s']:.0f} | "
-                    f"{run['of_one_process']:.2f} [{_spread(run['of_one_process_range'])}] | "
-                    f"{run['of_floor']:.2f} [{_spread(run['of_floor_range'])}]")
-        else:
-            ours = "- | - | - | -"
-        lines.append(f"| {workers} | {ours} | {_fmt(b)} | {_share(b, floor)} |")
+        lines.append(f"| {workers} | {run['mlp_steps_per_s']:.0f} | "
+                     f"{run['one_process_steps_per_s']:.0f} | {run['of_one_process']:.2f} "
+                     f"[{_spread(run['of_one_process_range'])}] | {run['of_floor']:.2f} "
+                     f"[{_spread(run['of_floor_range'])}] | {_fmt(b)} | {_share(b, floor)} |")
     lines += ["", "(targets: 1 ps + 1 worker at 0.9 of one process, 1 ps + 2 workers at 0.75 "
               "of the floor)"]
     return lines
