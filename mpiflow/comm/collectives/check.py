@@ -208,9 +208,7 @@ class CrossRankCheck:
         stopped = self.state.stopped_elsewhere()
         if self.rank != 0 and 0 in stopped:
             # Rank 0, which would name the ranks missing, stopped: it will not answer.
-            return errors.DeadlineExceededError(
-                f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
-                f"{timeout:g} s){stopped_note(stopped)}")
+            return self._stopped_error(timeout, stopped)
         if self.rank == 0:
             heard = self._roll_call(window)
             # A rank that stopped has given up (its roll-call message, sent before it
@@ -220,9 +218,7 @@ class CrossRankCheck:
             missing = sorted(set(range(1, self.size)) - heard - set(stopped))
             self._answer(sorted(heard), np.array(missing, dtype=np.int64))
             if stopped and not missing:
-                return errors.DeadlineExceededError(
-                    f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
-                    f"{timeout:g} s){stopped_note(stopped)}")
+                return self._stopped_error(timeout, stopped)
             return self._missing_error(
                 missing, f"(MPIFLOW_TIMEOUT={timeout:g} s){stopped_note(stopped)}")
         here = np.array([self.seq], dtype=np.int64)
@@ -258,6 +254,12 @@ class CrossRankCheck:
             else:
                 time.sleep(0.001)
         return heard
+
+    def _stopped_error(self, timeout: float, stopped: dict) -> errors.DeadlineExceededError:
+        """At the deadline, where the ranks not heard from are those that ``stopped``."""
+        return errors.DeadlineExceededError(
+            f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
+            f"{timeout:g} s){stopped_note(stopped)}")
 
     def _missing_error(self, missing, why: str) -> errors.DeadlineExceededError:
         if not missing:
