@@ -154,7 +154,7 @@ def mpiflow_bandwidth(server, graph_parts, nbytes, seconds, is_chief, warmup_s):
 
 class AsyncMlp:
     """The MLP trained asynchronously against the ps by this worker: built (and, on the
-    chief, initialized) once; ``run(seconds)`` steps it and returns (steps, seconds)."""
+    chief, initialized) once; ``rate(seconds)`` steps it and returns its steps/s."""
 
     def __init__(self, server, cluster, task, batch=128):
         g = mf.Graph()
@@ -176,23 +176,14 @@ class AsyncMlp:
         self._step = self.sess.make_callable(step, [x, y])
         self._step(self.xb, self.yb)
 
-    def run(self, seconds):
-        return steps_for(lambda: self._step(self.xb, self.yb), seconds)
+    def rate(self, seconds):
+        return 1.0 / timed(lambda: self._step(self.xb, self.yb), seconds)
 
 
 def mlp_batch(seed, batch=128):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((batch, 784)).astype(np.float32),
             rng.integers(0, 10, batch).astype(np.int64))
-
-
-def steps_for(step, seconds):
-    """Run ``step`` for ``seconds``; return (steps, seconds taken)."""
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        step()
-        steps += 1
-    return steps, time.perf_counter() - start
 
 
 def alone_rates(seconds, batch=128):
@@ -210,11 +201,10 @@ def alone_rates(seconds, batch=128):
         sess.run(init)
         run = sess.make_callable(step, [x, y])
         run(xb, yb)
-        own = steps_for(lambda: run(xb, yb), seconds)
+        own = 1.0 / timed(lambda: run(xb, yb), seconds)
     numpy_step = NumpyStep(init_params(), batch)
     numpy_step(xb, yb, 0.01)
-    numpy = steps_for(lambda: numpy_step(xb, yb, 0.01), seconds)
-    return own[0] / own[1], numpy[0] / numpy[1]
+    return own, 1.0 / timed(lambda: numpy_step(xb, yb, 0.01), seconds)
 
 
 def compare_with_one_process(server, cluster, world, rounds, seconds):
@@ -234,8 +224,7 @@ def compare_with_one_process(server, cluster, world, rounds, seconds):
         server.join()      # the others idle meanwhile (a waiting rank sleeps)
         start = time.process_time()
         if is_worker:
-            steps, took = model.run(seconds)
-            per_round[r, 2] = steps / took
+            per_round[r, 2] = model.rate(seconds)
         server.join()
         cpu += time.process_time() - start
     total = np.zeros_like(per_round) if world.Get_rank() == 0 else None
