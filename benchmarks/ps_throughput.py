@@ -2,6 +2,7 @@
 
     mpiexec -n 2 python benchmarks/ps_throughput.py     # 1 ps + 1 worker
     mpiexec -n 4 python benchmarks/ps_throughput.py     # 1 ps + 3 workers
+    MPIR_CVAR_CH4_CMA_ENABLE=0 mpiexec -n 3 ...         # MPICH copying in pieces
 
 Part 1, per size (1, 16, 64 MiB of float32 variables, split over 4 variables): every
 worker pulls the whole set from the ps (``sess.run(variables)``) and pushes a gradient
@@ -241,9 +242,12 @@ def main():
     parser.add_argument("--round-seconds", type=float, default=0.4)
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="MLP part: seconds of each side in each round")
-    parser.add_argument("--mlp-rounds", type=int, default=3)
+    parser.add_argument("--mlp-rounds", type=int, default=3,
+                        help="MLP part: rounds (0: bandwidth only)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.mlp_rounds < 0 or args.rounds < 1:
+        parser.error("--rounds must be at least 1 and --mlp-rounds at least 0")
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     if size < 2:
@@ -271,7 +275,7 @@ def main():
                     2.0 if r == 0 else 0.3)
             server.join()      # every worker done with this size (the ps serves meanwhile)
     mlp, cpus = compare_with_one_process(server, cluster, world, args.mlp_rounds,
-                                         args.seconds)
+                                         args.seconds) if args.mlp_rounds else (None, None)
     sums = np.zeros_like(results) if rank == 0 else None
     world.Reduce(results, sums, op=MPI.SUM, root=0)
     if rank != 0:
@@ -300,22 +304,33 @@ def main():
                       "push_ratio_per_variable": float(np.median(push_v_ratios)),
                       "push_ratio_per_variable_range": [float(push_v_ratios.min()),
                                                         float(push_v_ratios.max())]})
-    cores = os.cpu_count() or 1
-    own, numpy_rate, async_rate = mlp[:, 0], mlp[:, 1], mlp[:, 2]
-    of_own, of_floor = async_rate / own, async_rate / (cores * numpy_rate)
-    summary = {"workers": workers, "rounds": args.rounds, "bandwidth": table,
-               "mlp_steps_per_s": float(np.median(async_rate)),
-               "one_process_steps_per_s": float(np.median(own)),
-               "numpy_steps_per_s": float(np.median(numpy_rate)), "cores": cores,
-               "of_one_process": float(np.median(of_own)),
-               "of_one_process_range": [float(of_own.min()), float(of_own.max())],
-               "of_floor": float(np.median(of_floor)),
-               "of_floor_range": [float(of_floor.min()), float(of_floor.max())],
-               "mlp_rounds": args.mlp_rounds, "seconds": args.seconds,
-               "cpu_s_mlp": {f"rank {r}": round(float(cpus[r]), 2) for r in range(size)}}
+    summary = {"workers": workers, "rounds": args.rounds, "bandwidth": table}
+    if mlp is not None:
+        summary.update(_mlp_summary(mlp, cpus, args))
     if args.json:
         print(json.dumps(summary))
         return
+    _print_bandwidth(args, workers, table)
+    if mlp is not None:
+        _print_mlp(args, workers, summary)
+
+
+def _mlp_summary(mlp, cpus, args) -> dict:
+    cores = os.cpu_count() or 1
+    own, numpy_rate, async_rate = mlp[:, 0], mlp[:, 1], mlp[:, 2]
+    of_own, of_floor = async_rate / own, async_rate / (cores * numpy_rate)
+    return {"mlp_steps_per_s": float(np.median(async_rate)),
+            "one_process_steps_per_s": float(np.median(own)),
+            "numpy_steps_per_s": float(np.median(numpy_rate)), "cores": cores,
+            "of_one_process": float(np.median(of_own)),
+            "of_one_process_range": [float(of_own.min()), float(of_own.max())],
+            "of_floor": float(np.median(of_floor)),
+            "of_floor_range": [float(of_floor.min()), float(of_floor.max())],
+            "mlp_rounds": args.mlp_rounds, "seconds": args.seconds,
+            "cpu_s_mlp": {f"rank {r}": round(float(cpu), 2) for r, cpu in enumerate(cpus)}}
+
+
+def _print_bandwidth(args, workers, table):
     print(f"1 ps + {workers} workers, MiB/s per worker (all workers at once); medians of "
           f"{args.rounds} alternating rounds, ratio spread in brackets")
     print(f"{'MiB':>5} {'raw pull':>10} {'mpiflow':>10} {'ratio':>6} {'':>11} "
@@ -336,6 +351,10 @@ def main():
               f"{row['push_ratio_per_variable']:>6.2f} "
               f"[{row['push_ratio_per_variable_range'][0]:.2f}-"
               f"{row['push_ratio_per_variable_range'][1]:.2f}]")
+
+
+def _print_mlp(args, workers, summary):
+    cores = summary["cores"]
     print(f"MLP 784-512-512-10 batch 128, medians of {args.mlp_rounds} rounds of "
           f"{args.seconds:g} s per side: async, {workers} worker(s) against the ps "
           f"{summary['mlp_steps_per_s']:.1f} steps/s in all; one process "

@@ -208,11 +208,10 @@ def read_inline_frame(raw, source: int, rank: int):
 class Transport:
     """Header-plus-buffers messaging on one communicator (use a Dup of the world)."""
 
-    def __init__(self, comm, backoff: Backoff | None = None):
+    def __init__(self, comm):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.backoff = backoff or Backoff()
         self._pending = []           # [(dest, requests, keepalive objects)]
         self._guarded = {}           # name -> [(dest, request)]
         self._abandoned = []         # sends to dead ranks: never waited for again
@@ -318,7 +317,10 @@ class Transport:
         def expired(waited):
             return errors.DeadlineExceededError(
                 f"Rank {self.rank}: {what} did not complete within {waited:.0f} s")
-        poll_until(lambda: MPI.Request.Testall(requests), timeout, expired, self.backoff)
+        # Yielding between tests, never sleeping: where MPI copies through shared memory
+        # in pieces (no CMA) or over TCP, a send moves only while its sender is in MPI.
+        poll_until(lambda: MPI.Request.Testall(requests), timeout, expired,
+                   Backoff(spin_s=math.inf))
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> Message | None:
