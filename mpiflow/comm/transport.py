@@ -18,8 +18,9 @@ runs.
 
 Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), so an
 idle rank leaves its core to the ranks beside it. A payload whose header came is received
-without blocking: its sender may die between the two (kill -9 during a push), and a
-blocking receive would then wait forever; ``sender_lost`` (the owner's liveness check,
+without blocking, while the rank serves other messages: its sender may be busy computing
+(where MPI needs it to move the data) or die between the two (kill -9 during a push), and
+a blocking receive would then wait forever; ``sender_lost`` (the owner's liveness check,
 asked every ``SENDER_CHECK_S`` while a payload is awaited) drops such a message.
 """
 
@@ -205,6 +206,18 @@ def read_inline_frame(raw, source: int, rank: int):
     return header, arrays
 
 
+class _Arrival:
+    """A received header whose payloads are still arriving (``Transport.poll``)."""
+
+    __slots__ = ("message", "nbytes", "next_check", "requests")
+
+    def __init__(self, message: Message, requests: list, nbytes: int):
+        self.message = message
+        self.requests = requests
+        self.nbytes = nbytes
+        self.next_check = time.monotonic() + SENDER_CHECK_S
+
+
 class Transport:
     """Header-plus-buffers messaging on one communicator (use a Dup of the world)."""
 
@@ -216,6 +229,7 @@ class Transport:
         self._guarded = {}           # name -> [(dest, request)]
         self._abandoned = []         # sends to dead ranks: never waited for again
         self._abandoned_receives = []   # (requests, buffers) of payloads never to come
+        self._arriving: list[_Arrival] = []     # messages whose payloads are on the way
         self._status = MPI.Status()
         self._pool = backend.HostBufferPool()   # receive buffers, reused warm
         # Whether a rank was lost (its owner's liveness check; it may raise for a loss
@@ -324,7 +338,18 @@ class Transport:
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> Message | None:
-        """Return the next message if one has arrived, else None (never blocks long)."""
+        """Return the next message whose payloads are all here, else None (never blocks).
+
+        A message's payloads are received while this rank goes on: where MPI copies a
+        large one in pieces that its sender puts in from inside MPI (shared memory
+        without single-copy CMA, TCP), a sender busy computing would otherwise hold this
+        rank, and every other rank it serves, until its next call into MPI. Messages of
+        one sender come out in the order sent; those of different senders as they
+        complete."""
+        if self._arriving:
+            message = self._next_arrived()
+            if message is not None:
+                return message
         status = self._status
         if not self.comm.Iprobe(MPI.ANY_SOURCE, HEADER_TAG, status):
             return None
@@ -336,8 +361,12 @@ class Transport:
         self.comm.Recv([raw, MPI.BYTE], source, HEADER_TAG)
         if received and raw[0] == _INLINE_MARK:
             header, arrays = read_inline_frame(raw, source, self.rank)
-            TRAFFIC.add("p2p", received=received)
-            return Message(source, header, arrays)
+            message = Message(source, header, arrays)
+            if not self._arriving:
+                TRAFFIC.add("p2p", received=received)
+                return message
+            self._arriving.append(_Arrival(message, [], received))
+            return self._next_arrived()
         header, specs = decode_header(bytes(raw), source, self.rank)
         on_gpu = header.pop(_TO_GPU_KEY, False) is True and cuda_aware_mpi()
         arrays = [backend.device_empty(shape, dtype) if on_gpu else
@@ -345,25 +374,37 @@ class Transport:
         # Posted in order: MPI matches them to the sender's payloads in order.
         requests = [self.comm.Irecv([array, MPI.BYTE], source, PAYLOAD_TAG)
                     for array in arrays]
-        if requests and not self._await_payloads(source, requests, arrays):
-            return None         # its sender was lost before the payload came: dropped
-        TRAFFIC.add("p2p", received=received + sum(a.nbytes for a in arrays))
-        return Message(source, header, arrays)
+        self._arriving.append(_Arrival(Message(source, header, arrays), requests,
+                                       received + sum(a.nbytes for a in arrays)))
+        return self._next_arrived()
 
-    def _await_payloads(self, source: int, requests, arrays) -> bool:
-        """Wait for a message's payloads (they follow its header at once, so this spins
-        while the data moves); return False, their receives cancelled, if the sender is
-        lost first."""
-        next_check = time.monotonic() + SENDER_CHECK_S
-        while not MPI.Request.Testall(requests):
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + SENDER_CHECK_S
+    def receiving(self) -> bool:
+        """Whether a message's payloads are still arriving (they move while polled)."""
+        return bool(self._arriving)
+
+    def _next_arrived(self) -> Message | None:
+        """The oldest message whose payloads are all here and whose sender has none
+        older still arriving; a message whose sender was lost before its payloads came
+        is dropped, its receives cancelled (asked every ``SENDER_CHECK_S`` per message)."""
+        held = set()            # senders with an older message still arriving
+        now = None
+        for i, arrival in enumerate(self._arriving):
+            source = arrival.message.source
+            if source in held:
+                continue
+            if not arrival.requests or MPI.Request.Testall(arrival.requests):
+                del self._arriving[i]
+                TRAFFIC.add("p2p", received=arrival.nbytes)
+                return arrival.message
+            now = now or time.monotonic()
+            if now >= arrival.next_check:
+                arrival.next_check = now + SENDER_CHECK_S
                 if self.sender_lost(source):
-                    self._cancel(requests, arrays)
-                    return False
-            os.sched_yield()
-        return True
+                    del self._arriving[i]
+                    self._cancel(arrival.requests, arrival.message.arrays)
+                    return self._next_arrived()
+            held.add(source)
+        return None
 
     def _cancel(self, requests, arrays) -> None:
         """Cancel receives whose sender is lost; one that does not complete within

@@ -284,12 +284,13 @@ class RankService(JobMembership):
                     "interrupted")
 
         def busy():
-            # A send still in flight moves only while this rank is inside MPI where MPI
-            # copies through shared memory in pieces (MPICH without its single-copy CMA
-            # transfers) or over TCP: a rank that slept here would pace its receiver's
-            # copy by its sleeps (1 ps + 2 workers, MLP, MPICH with CMA off: 8 steps/s
+            # A send still in flight (or a payload arriving) moves only while this rank
+            # is inside MPI where MPI copies through shared memory in pieces (MPICH
+            # without its single-copy CMA transfers) or over TCP: a rank that slept here
+            # would pace the copy by its sleeps (1 ps + 2 workers, MLP, MPICH with CMA off: 8 steps/s
             # sleeping, 85-96 polling; 170-173 with CMA).
-            return self.env.tracking or transport.has_pending_sends()
+            return self.env.tracking or transport.has_pending_sends() or \
+                transport.receiving()
 
         waiting.wait_until(step, describe, timeout or self.timeout,
                            self._new_backoff(), idle=idle, busy=busy,
