@@ -332,7 +332,7 @@ class Transport:
             return errors.DeadlineExceededError(
                 f"Rank {self.rank}: {what} did not complete within {waited:.0f} s")
         # Yielding between tests, never sleeping: where MPI copies through shared memory
-        # in pieces (no CMA) or over TCP, a send moves only while its sender is in MPI.
+        # in pieces (no CMA), a send moves only while its sender is in MPI.
         poll_until(lambda: MPI.Request.Testall(requests), timeout, expired,
                    Backoff(spin_s=math.inf))
 
@@ -342,7 +342,7 @@ class Transport:
 
         A message's payloads are received while this rank goes on: where MPI copies a
         large one in pieces that its sender puts in from inside MPI (shared memory
-        without single-copy CMA, TCP), a sender busy computing would otherwise hold this
+        without single-copy CMA), a sender busy computing would otherwise hold this
         rank, and every other rank it serves, until its next call into MPI. Messages of
         one sender come out in the order sent; those of different senders as they
         complete."""

@@ -286,9 +286,9 @@ class RankService(JobMembership):
         def busy():
             # A send still in flight (or a payload arriving) moves only while this rank
             # is inside MPI where MPI copies through shared memory in pieces (MPICH
-            # without its single-copy CMA transfers) or over TCP: a rank that slept here
-            # would pace the copy by its sleeps (1 ps + 2 workers, MLP, MPICH with CMA off: 8 steps/s
-            # sleeping, 85-96 polling; 170-173 with CMA).
+            # without its single-copy CMA transfers): a rank that slept here would pace
+            # the copy by its sleeps (1 ps + 2 workers, MLP, CMA off: 8 steps/s
+            # sleeping, 90-107 polling and serving others meanwhile; 173-178 with CMA).
             return self.env.tracking or transport.has_pending_sends() or \
                 transport.receiving()
 

@@ -32,8 +32,8 @@ def wait_until(step, describe=None, timeout=None, backoff=None, idle=None, busy=
         backoff: waits between idle rounds (``wait()``/``reset()``); None: ``step``
             blocks by itself.
         idle: called after each idle round (liveness checks; may raise).
-        busy: ``busy()`` true while work advances only when polled (collectives or
-            sends in flight): the round yields the CPU instead of sleeping.
+        busy: ``busy()`` true while work advances only when polled (collectives,
+            sends or payloads in flight): the round yields the CPU instead of sleeping.
         who: the subject of the timeout message ("Rank 3").
 
     Raises:
