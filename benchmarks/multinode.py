@@ -45,34 +45,40 @@ def simulate(num_hosts: int, argv: list[str]) -> int:
         return subprocess.run(hosts.command(hosts.names[0], cmd), env=env).returncode
 
 
-def ps_part(world, sizes, repeats):
-    """Per-worker MiB/s of raw and mpiflow pulls and pushes, summed over workers on rank 0."""
+def ps_part(world, sizes, rounds, seconds):
+    """Per-worker MiB/s of raw and mpiflow pulls and pushes on rank 0: each round's mean
+    over the workers, the median over the rounds (ratios: the median of each round's)."""
     import numpy as np
     from mpi4py import MPI
+    from ps_throughput import bandwidth_round, build_transfer_graph
 
     import mpiflow as mf
-    from ps_throughput import build_transfer_graph, mpiflow_bandwidth, raw_bandwidth
 
-    raw = [raw_bandwidth(world, n, repeats) for n in sizes]
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
-    results = np.zeros((len(sizes), 4))
-    if server.job_name == "worker":
-        graphs = build_transfer_graph(cluster, server.task_index, sizes)
-        for i, n in enumerate(sizes):
-            results[i, :2] = raw[i]
-            results[i, 2:] = mpiflow_bandwidth(server, graphs[n], n, repeats,
-                                               server.is_chief)
-    server.join()
+    graphs = (build_transfer_graph(cluster, server.task_index, sizes)
+              if server.job_name == "worker" else {})
+    # [size, round, (raw pull, raw push, mpiflow pull, mpiflow push, raw per-variable
+    # pull and push)]
+    results = np.stack([bandwidth_round(world, server, graphs, sizes, seconds,
+                                        warmup_s=1.0 if r == 0 else 0.3)
+                        for r in range(rounds)], axis=1)
     sums = np.zeros_like(results)
     world.Reduce(results, sums, op=MPI.SUM, root=0)
     if world.Get_rank() != 0:
         return []
-    workers = world.Get_size() - 1
-    return [{"MiB": n // MiB, "raw_pull": s[0] / workers, "raw_push": s[1] / workers,
-             "mpiflow_pull": s[2] / workers, "mpiflow_push": s[3] / workers,
-             "pull_ratio": s[2] / s[0], "push_ratio": s[3] / s[1]}
-            for n, s in zip(sizes, sums)]
+    rows = []
+    for n, per_round in zip(sizes, sums / (world.Get_size() - 1)):
+        median = np.median(per_round, axis=0)
+        rows.append({"MiB": n // MiB, "raw_pull": median[0], "raw_push": median[1],
+                     "mpiflow_pull": median[2], "mpiflow_push": median[3],
+                     "pull_ratio": float(np.median(per_round[:, 2] / per_round[:, 0])),
+                     "push_ratio": float(np.median(per_round[:, 3] / per_round[:, 1])),
+                     "pull_ratio_per_variable":
+                         float(np.median(per_round[:, 2] / per_round[:, 4])),
+                     "push_ratio_per_variable":
+                         float(np.median(per_round[:, 3] / per_round[:, 5]))})
+    return rows
 
 
 def allreduce_part(world, budget_s):
@@ -108,7 +114,10 @@ def main():
     parser.add_argument("--simulate", type=int, metavar="N",
                         help="build N simulated hosts (root) and run across them")
     parser.add_argument("--sizes-mib", type=int, nargs="*", default=[1, 16, 64])
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="ps part: rounds (medians are reported)")
+    parser.add_argument("--seconds", type=float, default=0.4,
+                        help="ps part: seconds of each measurement in each round")
     parser.add_argument("--budget", type=float, default=1.5,
                         help="seconds of allreduce measurement per size")
     parser.add_argument("--json", help="also write the results to this file (rank 0)")
@@ -122,6 +131,8 @@ def main():
         return simulate(args.simulate, passed)
     if rest:
         parser.error(f"unknown arguments {rest}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     from mpi4py import MPI
 
@@ -130,18 +141,20 @@ def main():
     layout = Layout.from_comm(world)
     if world.Get_size() < 2:
         raise SystemExit("run with 2 or more ranks, one per host")
-    ps_rows = ps_part(world, [s * MiB for s in args.sizes_mib], args.repeats)
+    ps_rows = ps_part(world, [s * MiB for s in args.sizes_mib], args.rounds, args.seconds)
     ar_rows = allreduce_part(world, args.budget)
     if world.Get_rank() != 0:
         return 0
     print(f"# {layout.describe()}; {MPI.Get_library_version().splitlines()[0]}")
-    print("ps (rank 0) <-> each worker, MiB/s per worker")
-    print(f"{'size':>7} | {'raw pull':>8} {'mpiflow':>8} {'ratio':>6} | "
-          f"{'raw push':>8} {'mpiflow':>8} {'ratio':>6}")
+    print("ps (rank 0) <-> each worker, MiB/s per worker (ratio: against raw as one "
+          "buffer; per var: against raw as a buffer per variable, as mpiflow sends)")
+    print(f"{'size':>8} | {'raw pull':>8} {'mpiflow':>8} {'ratio':>6} {'per var':>7} | "
+          f"{'raw push':>8} {'mpiflow':>8} {'ratio':>6} {'per var':>7}")
     for r in ps_rows:
         print(f"{r['MiB']:>4} MiB | {r['raw_pull']:8.0f} {r['mpiflow_pull']:8.0f} "
-              f"{r['pull_ratio']:6.2f} | {r['raw_push']:8.0f} {r['mpiflow_push']:8.0f} "
-              f"{r['push_ratio']:6.2f}")
+              f"{r['pull_ratio']:6.2f} {r['pull_ratio_per_variable']:7.2f} | "
+              f"{r['raw_push']:8.0f} {r['mpiflow_push']:8.0f} {r['push_ratio']:6.2f} "
+              f"{r['push_ratio_per_variable']:7.2f}")
     print("allreduce over all ranks, bus bandwidth MiB/s")
     print(f"{'size':>8} | {'MPI':>7} {'ring':>7} {'auto':>7} | {'ring/MPI':>8} {'auto/MPI':>8}")
     for r in ar_rows:

@@ -64,7 +64,18 @@ def raw_bandwidth(comm, nbytes, seconds, parts=1):
     """Per-worker MiB/s of the same exchanges done with raw mpi4py: a pull is a small
     request answered by ``nbytes`` from the ps, a push ``nbytes`` applied to the ps's
     variables (``var -= lr * grad``) and answered by a small ack; the bytes travel as
-    ``parts`` buffers (messages) each way."""
+    ``parts`` buffers (messages) each way.
+
+    Runs on a duplicate of ``comm``: the ps side probes for any tag, and a worker done
+    here early may already be sending mpiflow's start-up messages on ``comm``."""
+    comm = comm.Dup()
+    try:
+        return _raw_exchanges(comm, nbytes, seconds, parts)
+    finally:
+        comm.Free()
+
+
+def _raw_exchanges(comm, nbytes, seconds, parts):
     rank, size = comm.Get_rank(), comm.Get_size()
     PULL, PUSH, DATA, ACK, DONE = 11, 12, 13, 14, 15
     # Each buffer as mpiflow's counterpart is: the worker's gradients are plain numpy
@@ -151,6 +162,25 @@ def mpiflow_bandwidth(server, graph_parts, nbytes, seconds, is_chief, warmup_s):
         pull_s = timed(pull_fn, seconds)
         push_s = timed(lambda: push_fn(*gvals), seconds)
     return nbytes / MiB / pull_s, nbytes / MiB / push_s
+
+
+def bandwidth_round(world, server, graphs, sizes, seconds, warmup_s):
+    """One round over ``sizes``: this worker's MiB/s of (raw pull, raw push, mpiflow pull,
+    mpiflow push, raw pull and push with a buffer per variable) per size; zeros on a ps.
+    Every rank of ``world`` calls it; ``graphs`` from ``build_transfer_graph`` (workers)."""
+    results = np.zeros((len(sizes), 6))
+    for i, n in enumerate(sizes):
+        world.Barrier()
+        raw = raw_bandwidth(world, n, seconds)
+        world.Barrier()
+        per_variable = raw_bandwidth(world, n, seconds, parts=4)
+        if server.job_name == "worker":
+            results[i, :2] = raw
+            results[i, 4:] = per_variable
+            results[i, 2:4] = mpiflow_bandwidth(server, graphs[n], n, seconds,
+                                                server.is_chief, warmup_s)
+        server.join()      # every worker done with this size (the ps serves meanwhile)
+    return results
 
 
 class AsyncMlp:
@@ -262,18 +292,8 @@ def main():
     results = np.zeros((len(sizes), args.rounds, 6))
     graphs = build_transfer_graph(cluster, server.task_index, sizes) if is_worker else {}
     for r in range(args.rounds):
-        for i, n in enumerate(sizes):
-            world.Barrier()
-            raw = raw_bandwidth(world, n, args.round_seconds)
-            world.Barrier()
-            per_variable = raw_bandwidth(world, n, args.round_seconds, parts=4)
-            if is_worker:
-                results[i, r, :2] = raw
-                results[i, r, 4:] = per_variable
-                results[i, r, 2:4] = mpiflow_bandwidth(
-                    server, graphs[n], n, args.round_seconds, server.is_chief,
-                    2.0 if r == 0 else 0.3)
-            server.join()      # every worker done with this size (the ps serves meanwhile)
+        results[:, r] = bandwidth_round(world, server, graphs, sizes, args.round_seconds,
+                                        warmup_s=2.0 if r == 0 else 0.3)
     mlp, cpus = compare_with_one_process(server, cluster, world, args.mlp_rounds,
                                          args.seconds) if args.mlp_rounds else (None, None)
     sums = np.zeros_like(results) if rank == 0 else None

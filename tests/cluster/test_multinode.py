@@ -1,5 +1,6 @@
 """Jobs across simulated hosts: layout, training and collectives as between real nodes."""
 
+import json
 import re
 
 import pytest
@@ -69,3 +70,19 @@ def test_sync_training_across_hosts_equals_one_process(run_on_hosts, optimizer):
                        env={"MPIFLOW_PS": "2", "MPIFLOW_PS_POLICY": "spread"})
     found = re.findall(rf"OK sync {optimizer}: worker (\d) of 2, 2 ps, 6 steps", job.stdout)
     assert sorted(found) == ["0", "1"], job.report()
+
+
+def test_the_multinode_benchmark_measures_both_parts_across_hosts(run_on_hosts, tmp_path):
+    # Nothing else runs this benchmark: it had hung (its raw baseline, probing for any
+    # tag on the ps, took a worker's start-up message) and then called a changed helper
+    # with too few arguments, unseen. Here it runs end to end on three hosts.
+    results = tmp_path / "multinode.json"
+    run_on_hosts(REPO_ROOT / "benchmarks" / "multinode.py", "--sizes-mib", 1, "--rounds", 1,
+                 "--seconds", 0.05, "--budget", 0.1, "--json", results, ranks_per_host=1)
+    found = json.loads(results.read_text())
+    assert found["layout"].startswith("3 ranks on 3 nodes"), found
+    [ps_row] = found["ps"]
+    assert ps_row["MiB"] == 1 and min(v for k, v in ps_row.items() if k != "MiB") > 0, found
+    assert [row["bytes"] for row in found["allreduce"]] == [64 << 10, 1 << 20, 4 << 20,
+                                                            16 << 20], found
+    assert all(min(row["bus_MiBps"].values()) > 0 for row in found["allreduce"]), found
