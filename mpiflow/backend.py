@@ -225,6 +225,24 @@ def lasting_host_empty(shape, dtype) -> numpy.ndarray:
     return host_empty(shape, dtype)
 
 
+def placed_to_last(array) -> bool:
+    """Whether host ``array`` is where ``lasting_host_empty`` would have put its bytes (so
+    a variable may keep it as its buffer instead of copying it into one): below
+    ``SHARED_HUGE_PAGE_MIN_BYTES`` any array is (pages do not matter there); from half a
+    huge page on, a whole array of ``host_empty``'s mapping (when huge pages can be asked
+    for). Sizes between share a huge page with other buffers: only a copy puts them there."""
+    if type(array) is not numpy.ndarray or not array.flags.c_contiguous or \
+            not array.flags.writeable or array.dtype.hasobject:
+        return False
+    if array.nbytes < SHARED_HUGE_PAGE_MIN_BYTES:
+        return array.base is None
+    if array.nbytes < HUGE_PAGE_MIN_BYTES:
+        return not _HUGE_PAGES_ASKABLE and array.base is None
+    if not _HUGE_PAGES_ASKABLE:
+        return array.base is None
+    return isinstance(array.base, mmap.mmap) and array.ctypes.data % HUGE_PAGE_BYTES == 0
+
+
 def _size_class(nbytes: int) -> int:
     """``nbytes`` rounded up to its pool size class: eight classes between two powers of
     two (at most 1/8 more memory than asked), so sizes that vary from step to step (the

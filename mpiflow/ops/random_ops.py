@@ -19,6 +19,10 @@ from mpiflow.ops.registry import OpDef, apply_op, register_op, require_dtype
 
 class _Random(OpDef):
     stateful = True
+    # Drawn into new memory nobody else holds: the scale and shift of an initializer
+    # (``random_uniform``'s Mul and Add) write into it, and the variable it initializes
+    # keeps it as its buffer (``Assign``): a table is made once, not three times.
+    fresh_output = True
     host_inputs = (0,)
     gradient = None
     attrs = {"dtype": dtypes.float32, "seed": 0, "seed2": 0}
@@ -38,36 +42,41 @@ class _Random(OpDef):
             else np.float32
 
     def forward(self, xp, ctx, shape):
-        out = self.draw(ctx.rng, tuple(int(d) for d in shape), ctx.draw_dtype)
+        # On huge pages from half a huge page, as a variable's buffer is (pulls send from
+        # it): drawing costs the same there.
+        out = ctx.env.state_empty(tuple(int(d) for d in shape), ctx.draw_dtype)
+        self.draw(ctx.rng, out)
         return xp.asarray(out.astype(ctx.np_dtype, copy=False))
 
 
 @register_op("RandomStandardNormal", attrs=dict(_Random.attrs))
 class RandomStandardNormalOp(_Random):
-    def draw(self, rng, shape, dtype):
-        return rng.standard_normal(shape, dtype=dtype)
+    def draw(self, rng, out):
+        rng.standard_normal(out=out, dtype=out.dtype)
 
 
 @register_op("TruncatedNormal", attrs=dict(_Random.attrs))
 class TruncatedNormalOp(_Random):
-    def draw(self, rng, shape, dtype):
-        out = rng.standard_normal(shape, dtype=dtype)
+    def draw(self, rng, out):
+        rng.standard_normal(out=out, dtype=out.dtype)
         bad = np.abs(out) > 2
         while bad.any():   # resample outside two standard deviations, as TensorFlow does
-            out[bad] = rng.standard_normal(int(bad.sum()), dtype=dtype)
+            out[bad] = rng.standard_normal(int(bad.sum()), dtype=out.dtype)
             bad = np.abs(out) > 2
-        return out
 
 
 @register_op("RandomUniform", attrs=dict(_Random.attrs))
 class RandomUniformOp(_Random):
-    def draw(self, rng, shape, dtype):
-        return rng.random(shape, dtype=dtype)
+    def draw(self, rng, out):
+        rng.random(out=out, dtype=out.dtype)
 
 
 @register_op("Fill")
 class FillOp(OpDef):
     host_inputs = (0,)
+    # A large constant initializer (an Adagrad accumulator's 0.1, a zero table): on the
+    # host it is filled where a variable's buffer goes, and its variable keeps it.
+    fresh_output = True
 
     def infer(self, b):
         require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "dims")
@@ -76,7 +85,12 @@ class FillOp(OpDef):
         return [(b.dtype(1), shape_from_tensor(b.inputs[0]))]
 
     def forward(self, xp, ctx, dims, value):
-        return xp.full(tuple(int(d) for d in dims), value, dtype=value.dtype)
+        shape = tuple(int(d) for d in dims)
+        if xp is not np:
+            return xp.full(shape, value, dtype=value.dtype)
+        out = ctx.env.state_empty(shape, value.dtype)
+        out[...] = value
+        return out
 
     def gradient(self, op, g):
         from mpiflow.ops.reduction_ops import reduce_sum

@@ -59,6 +59,11 @@ class _Writer(OpDef):
 
 @register_op("Assign", attrs={"validate_shape": True, "use_locking": True})
 class AssignOp(_Writer):
+    # A value only this Assign holds (an initializer's fresh draw) becomes the variable's
+    # buffer where the variable has none of its shape yet, as TF's Assign forwards a
+    # value nothing else references: a table on a ps is not made twice at its peak.
+    donating_inputs = (1,)
+
     def infer(self, b):
         check_ref(b)
         if b.dtype(0) is not b.dtype(1):
@@ -71,7 +76,8 @@ class AssignOp(_Writer):
         return [(b.dtype(0), out)]
 
     def forward(self, xp, ctx, ref, value):
-        return ref.set(value, validate_shape=ctx.attrs["validate_shape"])
+        return ref.set(value, validate_shape=ctx.attrs["validate_shape"],
+                       owned=bool(ctx.donated))
 
 
 class _InPlaceUpdate(_Writer):

@@ -87,8 +87,11 @@ class StateRef:
                                   expected=list(var.shape), got=list(shape))
         return var
 
-    def set(self, value, validate_shape: bool = True):
-        """Store ``value`` (copied: the variable never aliases a constant or a feed)."""
+    def set(self, value, validate_shape: bool = True, owned: bool = False):
+        """Store ``value``: copied (the variable never aliases a constant or a feed), but
+        for a value the caller ``owned`` outright (the plan donated it, nothing else holds
+        it) that sits where a variable's buffer would (``backend.placed_to_last``): that
+        one becomes the buffer where the variable has none of its shape yet."""
         value = np.asarray(value) if isinstance(value, (list, tuple, float, int)) else value
         if validate_shape and not self._static_shape.admits(value.shape):
             raise errors.op_error(errors.InvalidArgumentError,
@@ -109,7 +112,9 @@ class StateRef:
                 current.dtype == value.dtype:
             current[...] = value        # in place: the buffer stays where it is
             return current
-        if backend.is_device_array(value):
+        if owned and value.dtype == self._dtype and backend.placed_to_last(value):
+            fresh = value
+        elif backend.is_device_array(value):
             fresh = value.astype(self._dtype, copy=True)
         else:           # on huge pages from 64 KiB: MPI sends it faster (pulls)
             fresh = backend.lasting_host_empty(np.shape(value), self._dtype)

@@ -79,6 +79,27 @@ def test_a_large_variable_is_set_into_its_own_aligned_copy():
     assert np.all(buffer == 2.0)
 
 
+def test_an_owned_value_placed_as_a_buffer_would_be_is_kept_others_are_copied():
+    import mpiflow as mf
+    from mpiflow.runtime.resources import ResourceStore
+
+    def kept(value, shape):
+        with mf.Graph().as_default():
+            v = mf.Variable(mf.zeros(list(shape)), name="v")
+        store = ResourceStore()
+        return store.ref(v.op).set(value, owned=True) is value
+
+    assert kept(backend.host_empty((1024, 512), np.float32), (1024, 512))
+    assert kept(np.ones(1000, np.float32), (1000,))        # small: pages do not matter
+    if backend._HUGE_PAGES_ASKABLE:
+        # A plain large array sits on small pages; a mid-sized one belongs in a shared
+        # huge page; a view is not the whole array: each is copied where a buffer goes.
+        assert not kept(np.ones((1024, 512), np.float32), (1024, 512))
+        assert not kept(np.ones(64 << 10, np.float32), (64 << 10,))
+    assert not kept(backend.host_empty((2048, 512), np.float32)[::2], (1024, 512))
+    assert not kept(backend.host_empty((1024, 512), np.float64), (1024, 512))   # dtype
+
+
 def _huge_page_of(array) -> int:
     return array.ctypes.data // backend.HUGE_PAGE_BYTES
 

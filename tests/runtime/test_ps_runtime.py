@@ -8,6 +8,7 @@ import pytest
 
 PROGS = Path(__file__).parent / "progs"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 pytestmark = pytest.mark.mpi
 
@@ -50,6 +51,19 @@ def test_a_rank_with_a_send_in_flight_polls_instead_of_sleeping(run_mpi):
     counts = re.findall(r"OK sends_in_flight (ps|worker): (\d+) of \d+ sleeps", out)
     assert sorted(job for job, _ in counts) == ["ps", "worker"], out
     assert all(n == "0" for _, n in counts), out
+
+
+def test_a_table_initialized_on_its_ps_is_made_there_once(run_mpi):
+    # The initializer's draw becomes the table's buffer (no copy of it next to the draw):
+    # a ps's peak memory grows by its share of the table, not twice that.
+    out = run_mpi(3, BENCHMARKS / "ps_init_memory.py", "--gib", 0.25, timeout=120,
+                  env={"MPIFLOW_PS": "2"}).stdout
+    found = re.findall(r"(ps:\d|worker:0): peak ([\d.]+) GiB \(at start ([\d.]+) GiB; "
+                       r"table ([\d.]+) GiB over 2 ps\)", out)
+    assert sorted(role for role, *_ in found) == ["ps:0", "ps:1", "worker:0"], out
+    for role, peak, start, table in found:
+        share = 0 if role == "worker:0" else float(table) / 2
+        assert float(peak) - float(start) <= 1.3 * share + 0.02, out
 
 
 @pytest.mark.parametrize("ranks,args", [(3, []), (4, ["--ps", "2"])])

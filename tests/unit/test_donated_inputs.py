@@ -4,6 +4,7 @@ just made, that this op is the only reader of, neither fed nor fetched. The valu
 the same, bit for bit, as when it allocates; nothing anyone else holds changes."""
 
 import numpy as np
+import pytest
 
 import mpiflow as mf
 from mpiflow.runtime.executor import Plan
@@ -96,3 +97,88 @@ def test_a_donated_input_too_small_for_the_result_is_left_alone():
     with mf.Session() as sess:
         got = sess.run(out, {a: a_value, row: row_value})
     np.testing.assert_array_equal(got, a_value + 0.5)
+
+
+def _table(rows=512, cols=1024, name="table"):
+    """A 2 MiB variable initialized the way an embedding table is: a seeded uniform draw,
+    scaled and shifted (RandomUniform -> Mul -> Add -> Assign)."""
+    return mf.Variable(mf.random_uniform([rows, cols], -0.1, 0.1, seed=7), name=name)
+
+
+@pytest.mark.parametrize("initializer", [
+    mf.random_normal_initializer(0.0, 0.05, seed=3), mf.truncated_normal_initializer(seed=3),
+    mf.glorot_uniform_initializer(seed=3), mf.zeros_initializer(),
+    mf.constant_initializer(0.1)],                       # an Adagrad accumulator's start
+    ids=["normal", "truncated", "glorot", "zeros", "constant"])
+def test_every_large_initializer_is_made_once(monkeypatch, initializer):
+    table = mf.get_variable("t", [512, 1024], initializer=initializer)
+    with mf.Session() as sess:
+        made = _buffers_made_during(monkeypatch, lambda: sess.run(table.initializer))
+        kept = sess.run(table)
+    mf.reset_default_graph()
+    table = mf.get_variable("t", [512, 1024], initializer=initializer)
+    with mf.Session() as sess:            # fetched too: copied into a buffer of its own
+        drawn, _ = sess.run([table.initial_value, table.initializer])
+        copied = sess.run(table)
+    assert made == []
+    np.testing.assert_array_equal(kept, copied)
+    np.testing.assert_array_equal(drawn, copied)
+
+
+def _buffers_made_during(monkeypatch, run):
+    """How many variable buffers ``run()`` allocated (``StateRef.set``'s copies)."""
+    from mpiflow.runtime import resources
+    made = []
+    real = resources.backend.lasting_host_empty
+
+    def counting(shape, dtype):
+        made.append(tuple(shape))
+        return real(shape, dtype)
+
+    monkeypatch.setattr(resources.backend, "lasting_host_empty", counting)
+    run()
+    monkeypatch.setattr(resources.backend, "lasting_host_empty", real)
+    return made
+
+
+def test_an_initializers_fresh_draw_becomes_the_variables_buffer_without_a_copy(monkeypatch):
+    table = _table()
+    assert _donations([], [table.initializer]) == {
+        "table/Assign": [1], "Add": [0], "Mul": [0]}
+    with mf.Session() as sess:
+        made = _buffers_made_during(monkeypatch,
+                                    lambda: sess.run(table.initializer))
+        kept = sess.run(table)
+    assert made == []          # the draw is the buffer: a table is made once, not twice
+    mf.reset_default_graph()
+    table = _table()
+    with mf.Session() as sess:             # the value fetched too: copied, as before
+        drawn, _ = sess.run([table.initial_value, table.initializer])
+        assert _donations([table.initial_value], [table.initializer]).get(
+            "table/Assign") is None
+        copied = sess.run(table)
+    np.testing.assert_array_equal(kept, copied)            # same values, bit for bit
+    np.testing.assert_array_equal(drawn, copied)
+
+
+def test_a_value_anyone_else_holds_never_becomes_a_variables_buffer():
+    table = _table()
+    with mf.Session() as sess:
+        drawn, _ = sess.run([table.initial_value, table.initializer])
+        before = drawn.copy()
+        sess.run(table.assign_add(mf.ones_like(table)))
+        np.testing.assert_array_equal(drawn, before)       # the fetched draw is untouched
+        np.testing.assert_array_equal(sess.run(table), before + 1)
+
+
+def test_a_variable_initialized_again_keeps_its_buffer_where_it_is():
+    # Pulls send from a variable's buffer and sessions hold views of it: a second run of
+    # the initializer writes the new draw into it instead of swapping it for the draw.
+    from mpiflow.runtime.resources import StateRef
+    table = _table()
+    with mf.Session() as sess:
+        ref = StateRef(sess._env.store, table.op)
+        sess.run(table.initializer)
+        first = ref.read()
+        sess.run(table.initializer)
+        assert ref.read() is first
