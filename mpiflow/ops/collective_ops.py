@@ -16,6 +16,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.array_ops import reshape
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import OpDef, Wait, apply_op, register_op
+from mpiflow.ops.state_ops import _ref_of, check_ref
 
 _OPS = ("sum", "average")
 
@@ -237,6 +238,28 @@ class BroadcastOp(_Collective):
     gradient = None
 
 
+@register_op("CollectiveBroadcastVariable", attrs={"group": "worker", "root": 0})
+class BroadcastVariableOp(_Collective):
+    """Make variable input 0 hold the root's value on every rank of the group, in its own
+    buffer: the root sends from it, every other rank receives into it (once sends still
+    reading it are done). ``assign(v, broadcast(v))`` lands each variable in a buffer of
+    its own first, and a step broadcasting a model holds it twice at its peak."""
+
+    ref_inputs = (0,)
+    aliases_state = True
+    gradient = None
+
+    def infer(self, b):
+        check_ref(b, "variable")
+        return [(b.dtype(0), b.shape(0))]
+
+    def start(self, ctx, inputs):
+        ref = inputs[0]
+        root = ctx.attrs["root"]
+        buffer = ref.read() if ctx.group.rank == root else ref.get()
+        return ctx.group.broadcast_async(buffer, root, ctx.op.name)
+
+
 @register_op("CollectiveAllGather", attrs={"group": "worker"})
 class AllGatherOp(_Collective):
     """Concatenate every rank's tensor along axis 0 (first dims may differ)."""
@@ -326,6 +349,13 @@ def _bytes_or_none(threshold_bytes):
 def broadcast(tensor, root=0, group="worker", name=None):
     """Return ``tensor`` as the rank ``root`` of ``group`` has it."""
     return apply_op("CollectiveBroadcast", [convert_to_tensor(tensor)],
+                    {"group": group, "root": int(root)}, name=name).outputs[0]
+
+
+def broadcast_variable(variable, root=0, group="worker", name=None):
+    """Make ``variable`` hold rank ``root``'s value on every rank of ``group``, in place;
+    return the op's output (the variable's value)."""
+    return apply_op("CollectiveBroadcastVariable", [_ref_of(variable)],
                     {"group": group, "root": int(root)}, name=name).outputs[0]
 
 

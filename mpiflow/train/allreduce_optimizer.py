@@ -19,7 +19,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys
 from mpiflow.framework.indexed_slices import IndexedSlices
-from mpiflow.ops import array_ops, collective_ops, control_ops, math_ops, sparse_ops, state_ops
+from mpiflow.ops import array_ops, collective_ops, control_ops, math_ops, sparse_ops
 from mpiflow.ops.constant_ops import constant, placeholder_with_default
 from mpiflow.ops.variables import global_variables
 from mpiflow.runtime import process
@@ -27,7 +27,6 @@ from mpiflow.train.compression import parse_compression, top_k_with_feedback
 from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_manager import broadcast_replicas
 from mpiflow.train.session_run_hook import SessionRunHook
-
 
 JOINABLE_OPTIMIZERS = "joinable_allreduce_optimizers"    # graph collection: see join()
 
@@ -277,10 +276,11 @@ class AllreduceOptimizer(WrappingOptimizer):
         with graph.name_scope(None), graph.control_dependencies(None):
             # Named after its variable: ranks whose variables differ (one missing) are
             # told which variable each rank was broadcasting, not just a dtype mismatch.
-            assigns = [state_ops.assign(v, collective_ops.broadcast(
-                v.value(), root=root, group=self._group, name=f"broadcast/{v.op.name}")).op
+            # In place: the model is not held twice while it is broadcast.
+            broadcasts = [collective_ops.broadcast_variable(
+                v, root=root, group=self._group, name=f"broadcast/{v.op.name}").op
                 for v in variables]
-            return control_ops.group(*assigns, name="broadcast_variables")
+            return control_ops.group(*broadcasts, name="broadcast_variables")
 
     def make_session_run_hook(self, var_list=None, root=0):
         """Return a hook broadcasting the replicated variables from ``root`` once the
