@@ -225,6 +225,24 @@ def lasting_host_empty(shape, dtype) -> numpy.ndarray:
     return host_empty(shape, dtype)
 
 
+# From here the C library maps every allocation afresh (glibc's largest mmap threshold):
+# a mapping of mpiflow's own costs no more. Below it, an array that a kernel makes step
+# after step comes warm from the heap, 2-3 times cheaper to make and fill than a fresh
+# mapping (2-16 MiB).
+FRESHLY_MAPPED_BYTES = 32 << 20
+
+
+def value_empty(shape, dtype) -> numpy.ndarray:
+    """Return an uninitialised host array for a kernel result that may become a
+    variable's buffer (an initializer's draw or fill, which ``Assign`` then keeps): where
+    a variable's buffer would lie from ``FRESHLY_MAPPED_BYTES`` on (large enough for a
+    second copy to matter), from the heap below that."""
+    dtype = numpy.dtype(dtype)
+    if dtype.itemsize * math.prod(shape) >= FRESHLY_MAPPED_BYTES:
+        return host_empty(shape, dtype)
+    return numpy.empty(shape, dtype)
+
+
 def placed_to_last(array) -> bool:
     """Whether host ``array`` is where ``lasting_host_empty`` would have put its bytes (so
     a variable may keep it as its buffer instead of copying it into one): below

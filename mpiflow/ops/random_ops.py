@@ -20,8 +20,8 @@ from mpiflow.ops.registry import OpDef, apply_op, register_op, require_dtype
 class _Random(OpDef):
     stateful = True
     # Drawn into new memory nobody else holds: the scale and shift of an initializer
-    # (``random_uniform``'s Mul and Add) write into it, and the variable it initializes
-    # keeps it as its buffer (``Assign``): a table is made once, not three times.
+    # (``random_uniform``'s Mul and Add) write into it, and a large variable it
+    # initializes keeps it as its buffer (``Assign``): a table is made once, not thrice.
     fresh_output = True
     host_inputs = (0,)
     gradient = None
@@ -42,9 +42,7 @@ class _Random(OpDef):
             else np.float32
 
     def forward(self, xp, ctx, shape):
-        # On huge pages from half a huge page, as a variable's buffer is (pulls send from
-        # it): drawing costs the same there.
-        out = ctx.env.state_empty(tuple(int(d) for d in shape), ctx.draw_dtype)
+        out = ctx.env.value_empty(tuple(int(d) for d in shape), ctx.draw_dtype)
         self.draw(ctx.rng, out)
         return xp.asarray(out.astype(ctx.np_dtype, copy=False))
 
@@ -75,7 +73,7 @@ class RandomUniformOp(_Random):
 class FillOp(OpDef):
     host_inputs = (0,)
     # A large constant initializer (an Adagrad accumulator's 0.1, a zero table): on the
-    # host it is filled where a variable's buffer goes, and its variable keeps it.
+    # host a large one is filled where a variable's buffer goes, and its variable keeps it.
     fresh_output = True
 
     def infer(self, b):
@@ -88,7 +86,7 @@ class FillOp(OpDef):
         shape = tuple(int(d) for d in dims)
         if xp is not np:
             return xp.full(shape, value, dtype=value.dtype)
-        out = ctx.env.state_empty(shape, value.dtype)
+        out = ctx.env.value_empty(shape, value.dtype)
         out[...] = value
         return out
 

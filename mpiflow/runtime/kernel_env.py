@@ -1,11 +1,12 @@
 """What a kernel may ask of the runtime, and nothing more: its whole interface.
 
 A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random generator
-(``rng``), host memory placed as a variable's buffer (``state_empty``), shared resources
-(``resource``), the rank's output (``print_lines``), signals for steps parked on an event
-(``notify``), the collectives of its process group (``collectives``), collective handles
-to advance between kernels (``track``) or to be woken by once done (``watch``), and who
-has left the job or rests in join (``departed``, ``tasks_of``, ``resting``).
+(``rng``), memory for a result that may become a variable's buffer (``value_empty``),
+shared resources (``resource``), the rank's output (``print_lines``), signals for steps
+parked on an event (``notify``), the collectives of its process group (``collectives``),
+collective handles to advance between kernels (``track``) or to be woken by once done
+(``watch``), and who has left the job or rests in join (``departed``, ``tasks_of``,
+``resting``).
 ``LocalEnv`` serves an in-process session (no cluster: asking for collectives is an error
 that says so); ``ServiceEnv`` serves the rank service of a cluster rank. Op modules use
 nothing of the runtime but this (the layering test holds them to it); everything else
@@ -39,11 +40,11 @@ class KernelEnv:
         """The random generator of random op ``op``, seeded from its attrs."""
         return self.store.rng(op)
 
-    def state_empty(self, shape, dtype):
-        """An uninitialised host array placed as a variable's buffer is (on huge pages
-        from half a huge page): for a value that may become one (an initializer's draw,
-        which an ``Assign`` then keeps instead of copying)."""
-        return backend.host_empty(shape, dtype)
+    def value_empty(self, shape, dtype):
+        """An uninitialised host array for a result that may become a variable's buffer
+        (an initializer's draw, which an ``Assign`` then keeps instead of copying):
+        ``backend.value_empty``."""
+        return backend.value_empty(shape, dtype)
 
     def variables_held(self) -> list:
         """The names of the variables initialized in this task's store, sorted."""

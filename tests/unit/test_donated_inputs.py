@@ -99,8 +99,8 @@ def test_a_donated_input_too_small_for_the_result_is_left_alone():
     np.testing.assert_array_equal(got, a_value + 0.5)
 
 
-def _table(rows=512, cols=1024, name="table"):
-    """A 2 MiB variable initialized the way an embedding table is: a seeded uniform draw,
+def _table(rows=8192, cols=1024, name="table"):
+    """A 32 MiB variable initialized the way an embedding table is: a seeded uniform draw,
     scaled and shifted (RandomUniform -> Mul -> Add -> Assign)."""
     return mf.Variable(mf.random_uniform([rows, cols], -0.1, 0.1, seed=7), name=name)
 
@@ -111,12 +111,12 @@ def _table(rows=512, cols=1024, name="table"):
     mf.constant_initializer(0.1)],                       # an Adagrad accumulator's start
     ids=["normal", "truncated", "glorot", "zeros", "constant"])
 def test_every_large_initializer_is_made_once(monkeypatch, initializer):
-    table = mf.get_variable("t", [512, 1024], initializer=initializer)
+    table = mf.get_variable("t", [8192, 1024], initializer=initializer)      # 32 MiB
     with mf.Session() as sess:
         made = _buffers_made_during(monkeypatch, lambda: sess.run(table.initializer))
         kept = sess.run(table)
     mf.reset_default_graph()
-    table = mf.get_variable("t", [512, 1024], initializer=initializer)
+    table = mf.get_variable("t", [8192, 1024], initializer=initializer)
     with mf.Session() as sess:            # fetched too: copied into a buffer of its own
         drawn, _ = sess.run([table.initial_value, table.initializer])
         copied = sess.run(table)
@@ -159,6 +159,16 @@ def test_an_initializers_fresh_draw_becomes_the_variables_buffer_without_a_copy(
         copied = sess.run(table)
     np.testing.assert_array_equal(kept, copied)            # same values, bit for bit
     np.testing.assert_array_equal(drawn, copied)
+
+
+def test_a_smaller_value_is_drawn_warm_from_the_heap_and_copied(monkeypatch):
+    # A kernel that draws or fills 2 MiB every step (dropout) would pay a fresh mapping
+    # each time: below backend.FRESHLY_MAPPED_BYTES the draw comes from the heap, and a
+    # variable it initializes gets a buffer of its own as before.
+    table = _table(rows=512)
+    with mf.Session() as sess:
+        made = _buffers_made_during(monkeypatch, lambda: sess.run(table.initializer))
+    assert made == [(512, 1024)]
 
 
 def test_a_value_anyone_else_holds_never_becomes_a_variables_buffer():
