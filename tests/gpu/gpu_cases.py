@@ -88,12 +88,15 @@ NOT_RUN_ON_GPU = {
     "IteratorGetNext": "host only (gpu_kernel = False)",
     "Print": "host only (gpu_kernel = False)",
     "PrintV2": "host only (gpu_kernel = False)",
-    "CollectiveAllReduce": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
-    "CollectiveBroadcast": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
-    "CollectiveAllGather": "needs ranks (tests/gpu/test_gpu_collectives.py)",
-    "CollectiveFusedAllReduce": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
-    "CollectiveFusedAdd": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
-    "CollectiveFusedWait": "needs ranks (tests/gpu/progs/ps_and_allreduce_on_gpu.py)",
+    **{op: "needs ranks: allreduce mode on GPU workers runs in tests/gpu/test_gpu_mpi.py"
+       for op in ("CollectiveAllReduce", "CollectiveFusedAllReduce", "CollectiveFusedAdd",
+                  "CollectiveFusedWait")},
+    "CollectiveBroadcastVariable": "needs ranks: tests/gpu/test_gpu_mpi.py's allreduce mode "
+                                   "broadcasts its GPU workers' variables",
+    "CollectiveBroadcast": "needs ranks; no GPU test runs mf.broadcast in a graph (the "
+                           "strategies' GPU broadcast: tests/unit/test_collectives_local.py)",
+    "CollectiveAllGather": "needs ranks; no GPU test runs mf.all_gather in a graph (the "
+                           "strategies' GPU allgather: tests/unit/test_collectives_local.py)",
     **{op: "host only (gpu_kernel = False): a record of the global step's ps" for op in (
         "GradientStaleness", "StalenessHistogram", "RecentStaleness", "WorkerRoundRead",
         "WorkerRoundAllRead", "WorkerRoundDone", "WorkerRoundBound", "WorkerClocksRecord")},
