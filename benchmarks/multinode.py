@@ -46,11 +46,11 @@ def simulate(num_hosts: int, argv: list[str]) -> int:
 
 
 def ps_part(world, sizes, rounds, seconds):
-    """Per-worker MiB/s of raw and mpiflow pulls and pushes on rank 0: each round's mean
-    over the workers, the median over the rounds (ratios: the median of each round's)."""
+    """Per-worker MiB/s of raw and mpiflow pulls and pushes on rank 0, as
+    ``ps_throughput.bandwidth_table`` rows: medians over the rounds of the workers' mean."""
     import numpy as np
     from mpi4py import MPI
-    from ps_throughput import bandwidth_round, build_transfer_graph
+    from ps_throughput import bandwidth_round, bandwidth_table, build_transfer_graph
 
     import mpiflow as mf
 
@@ -67,18 +67,7 @@ def ps_part(world, sizes, rounds, seconds):
     world.Reduce(results, sums, op=MPI.SUM, root=0)
     if world.Get_rank() != 0:
         return []
-    rows = []
-    for n, per_round in zip(sizes, sums / (world.Get_size() - 1)):
-        median = np.median(per_round, axis=0)
-        rows.append({"MiB": n // MiB, "raw_pull": median[0], "raw_push": median[1],
-                     "mpiflow_pull": median[2], "mpiflow_push": median[3],
-                     "pull_ratio": float(np.median(per_round[:, 2] / per_round[:, 0])),
-                     "push_ratio": float(np.median(per_round[:, 3] / per_round[:, 1])),
-                     "pull_ratio_per_variable":
-                         float(np.median(per_round[:, 2] / per_round[:, 4])),
-                     "push_ratio_per_variable":
-                         float(np.median(per_round[:, 3] / per_round[:, 5]))})
-    return rows
+    return bandwidth_table(sums / (world.Get_size() - 1), sizes)
 
 
 def allreduce_part(world, budget_s):

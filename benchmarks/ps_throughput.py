@@ -183,6 +183,35 @@ def bandwidth_round(world, server, graphs, sizes, seconds, warmup_s):
     return results
 
 
+def bandwidth_table(per_round, sizes) -> list:
+    """One row per size from ``bandwidth_round``'s results stacked as [size, round, 6]
+    and averaged over the workers: the rates' medians over the rounds, and each ratio's
+    median and range over the rounds (the ratios of one round are of the same moment)."""
+    table = []
+    for n, rounds in zip(sizes, per_round):
+        pull_ratios = rounds[:, 2] / rounds[:, 0]
+        push_ratios = rounds[:, 3] / rounds[:, 1]
+        pull_v_ratios = rounds[:, 2] / rounds[:, 4]
+        push_v_ratios = rounds[:, 3] / rounds[:, 5]
+        median = np.median(rounds, axis=0)
+        table.append({"MiB": n // MiB, "raw_pull": median[0], "mpiflow_pull": median[2],
+                      "pull_ratio": float(np.median(pull_ratios)),
+                      "pull_ratio_range": [float(pull_ratios.min()),
+                                           float(pull_ratios.max())],
+                      "raw_push": median[1], "mpiflow_push": median[3],
+                      "push_ratio": float(np.median(push_ratios)),
+                      "push_ratio_range": [float(push_ratios.min()),
+                                           float(push_ratios.max())],
+                      "raw_pull_per_variable": median[4], "raw_push_per_variable": median[5],
+                      "pull_ratio_per_variable": float(np.median(pull_v_ratios)),
+                      "pull_ratio_per_variable_range": [float(pull_v_ratios.min()),
+                                                        float(pull_v_ratios.max())],
+                      "push_ratio_per_variable": float(np.median(push_v_ratios)),
+                      "push_ratio_per_variable_range": [float(push_v_ratios.min()),
+                                                        float(push_v_ratios.max())]})
+    return table
+
+
 class AsyncMlp:
     """The MLP trained asynchronously against the ps by this worker: built (and, on the
     chief, initialized) once; ``rate(seconds)`` steps it and returns its steps/s."""
@@ -301,29 +330,7 @@ def main():
     if rank != 0:
         return
     workers = size - 1
-    table = []
-    for i, n in enumerate(sizes):
-        per_round = sums[i] / workers          # mean over the workers, per round
-        pull_ratios = per_round[:, 2] / per_round[:, 0]
-        push_ratios = per_round[:, 3] / per_round[:, 1]
-        pull_v_ratios = per_round[:, 2] / per_round[:, 4]
-        push_v_ratios = per_round[:, 3] / per_round[:, 5]
-        median = np.median(per_round, axis=0)
-        table.append({"MiB": n // MiB, "raw_pull": median[0], "mpiflow_pull": median[2],
-                      "pull_ratio": float(np.median(pull_ratios)),
-                      "pull_ratio_range": [float(pull_ratios.min()),
-                                           float(pull_ratios.max())],
-                      "raw_push": median[1], "mpiflow_push": median[3],
-                      "push_ratio": float(np.median(push_ratios)),
-                      "push_ratio_range": [float(push_ratios.min()),
-                                           float(push_ratios.max())],
-                      "raw_pull_per_variable": median[4], "raw_push_per_variable": median[5],
-                      "pull_ratio_per_variable": float(np.median(pull_v_ratios)),
-                      "pull_ratio_per_variable_range": [float(pull_v_ratios.min()),
-                                                        float(pull_v_ratios.max())],
-                      "push_ratio_per_variable": float(np.median(push_v_ratios)),
-                      "push_ratio_per_variable_range": [float(push_v_ratios.min()),
-                                                        float(push_v_ratios.max())]})
+    table = bandwidth_table(sums / workers, sizes)
     summary = {"workers": workers, "rounds": args.rounds, "bandwidth": table}
     if mlp is not None:
         summary.update(_mlp_summary(mlp, cpus, args))

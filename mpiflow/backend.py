@@ -252,13 +252,10 @@ def placed_to_last(array) -> bool:
     if type(array) is not numpy.ndarray or not array.flags.c_contiguous or \
             not array.flags.writeable or array.dtype.hasobject:
         return False
-    if array.nbytes < SHARED_HUGE_PAGE_MIN_BYTES:
+    if array.nbytes < SHARED_HUGE_PAGE_MIN_BYTES or not _HUGE_PAGES_ASKABLE:
         return array.base is None
-    if array.nbytes < HUGE_PAGE_MIN_BYTES:
-        return not _HUGE_PAGES_ASKABLE and array.base is None
-    if not _HUGE_PAGES_ASKABLE:
-        return array.base is None
-    return isinstance(array.base, mmap.mmap) and array.ctypes.data % HUGE_PAGE_BYTES == 0
+    return array.nbytes >= HUGE_PAGE_MIN_BYTES and isinstance(array.base, mmap.mmap) and \
+        array.ctypes.data % HUGE_PAGE_BYTES == 0
 
 
 def _size_class(nbytes: int) -> int:
