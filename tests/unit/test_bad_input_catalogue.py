@@ -109,6 +109,11 @@ def write_to_constant():
     mf.assign_add(mf.constant([1.0], name="frozen"), [1.0])
 
 
+def broadcast_a_constant_as_a_variable():
+    from mpiflow.ops import collective_ops
+    collective_ops.broadcast_variable(mf.constant([1.0], name="settled"))
+
+
 def unfed_placeholder():
     x = mf.placeholder(mf.float32, [None, 2], name="features")
     _session_run(x * 2.0)
@@ -287,6 +292,8 @@ CATALOGUE = [
     (variable_without_shape, errors.InvalidArgumentError, r"shapeless.*shape is needed"),
     (assign_shape, errors.InvalidArgumentError, r"op 'Assign.*\(3,\).*\(4,\)"),
     (write_to_constant, errors.InvalidArgumentError, r"must be a variable.*frozen"),
+    (broadcast_a_constant_as_a_variable, errors.InvalidArgumentError,
+     r"\(variable\) must be a variable in op .CollectiveBroadcastVariable.*.settled:0."),
     (unfed_placeholder, errors.InvalidArgumentError, r"placeholder tensor 'features'"),
     (feed_shape, errors.InvalidArgumentError, r"shape \(1, 3\) for Tensor 'pixels:0'"),
     (feed_dtype, errors.InvalidArgumentError, r"dtype float64 for Tensor 'classes:0'"),
