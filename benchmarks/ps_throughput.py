@@ -267,17 +267,115 @@ def alone_rates(seconds, batch=128):
     return own, 1.0 / timed(lambda: numpy_step(xb, yb, 0.01), seconds)
 
 
+def raw_async_rate(comm, seconds, batch=128, lr=0.01) -> float:
+    """This worker's steps/s (0.0 on rank 0, the ps) stepping the MLP asynchronously for
+    ``seconds`` against the ps written by hand of ``hand_written_ps``."""
+    return hand_written_ps(comm, batch, lr, seconds=seconds)[0]
+
+
+def hand_written_ps(comm, batch=128, lr=0.01, seconds=None, steps=None):
+    """Every worker of ``comm`` steps the MLP asynchronously, for ``seconds`` (after one
+    step of warm-up) or ``steps``, against a ps on its rank 0 written by hand with mpi4py
+    and numpy, as a careful user would: the ceiling of a ps path on this machine, since
+    it does what mpiflow's does (each worker pulls every variable, computes in numpy,
+    pushes each layer's gradients as the backward pass makes them, and waits until the
+    ps has applied them all: one step's update all or nothing) and nothing more. The ps
+    keeps a pull's sends in flight while it serves others, and waits for them before it
+    writes the variables, as mpiflow's write barrier does. Runs on a duplicate of
+    ``comm``, as ``raw_bandwidth``.
+
+    Returns (this worker's steps/s, None) on a worker, (0.0, the variables as the pushes
+    left them) on the ps."""
+    comm = comm.Dup()
+    try:
+        if comm.Get_rank() == 0:
+            return 0.0, _raw_ps(comm, lr)
+        return _raw_worker(comm, batch, seconds, steps), None
+    finally:
+        comm.Free()
+
+
+_PULL, _PARAM, _GRAD, _ACK, _DONE = 21, 22, 23, 24, 25
+# The order a worker's gradients arrive in: the last layer's first (``layer_done``).
+_ARRIVAL = (4, 5, 2, 3, 0, 1)
+
+
+def _raw_ps(comm, lr):
+    params = [backend.lasting_host_empty(p.shape, np.float32) for p in init_params()]
+    for param, value in zip(params, init_params()):
+        param[...] = value
+    workers = range(1, comm.Get_size())
+    grads = {w: [backend.lasting_host_empty(p.shape, np.float32) for p in params]
+             for w in workers}
+    arrived = dict.fromkeys(workers, 0)
+    in_flight = []          # the pulls' sends of the variables
+    token, status, lr = np.zeros(1, np.int64), MPI.Status(), np.float32(lr)
+    finished = 0
+    while finished < len(workers):
+        comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+        src, tag = status.Get_source(), status.Get_tag()
+        if tag == _PULL:
+            comm.Recv([token, MPI.BYTE], src, _PULL)
+            in_flight += [comm.Isend([p, MPI.BYTE], src, _PARAM) for p in params]
+        elif tag == _GRAD:
+            comm.Recv([grads[src][_ARRIVAL[arrived[src]]], MPI.BYTE], src, _GRAD)
+            arrived[src] += 1
+            if arrived[src] == len(params):
+                arrived[src] = 0
+                MPI.Request.Waitall(in_flight)
+                in_flight = []
+                for param, grad in zip(params, grads[src]):
+                    grad *= lr
+                    param -= grad
+                comm.Send([token, MPI.BYTE], src, _ACK)
+        else:
+            comm.Recv([token, MPI.BYTE], src, _DONE)
+            finished += 1
+    MPI.Request.Waitall(in_flight)
+    return params
+
+
+def _raw_worker(comm, batch, seconds, steps):
+    params = [backend.lasting_host_empty(p.shape, np.float32) for p in init_params()]
+    model = NumpyStep(params, batch)
+    x, y = mlp_batch(comm.Get_rank() - 1, batch)
+    token, sends = np.zeros(1, np.int64), []
+
+    def layer_done(layer):
+        for name in NumpyStep.GRADIENT_NAMES[2 * layer:2 * layer + 2]:
+            sends.append(comm.Isend([model.buf[name], MPI.BYTE], 0, _GRAD))
+
+    def step():
+        comm.Send([token, MPI.BYTE], 0, _PULL)
+        MPI.Request.Waitall([comm.Irecv([p, MPI.BYTE], 0, _PARAM) for p in params])
+        model.gradients(x, y, layer_done)
+        MPI.Request.Waitall(sends)
+        sends.clear()
+        comm.Recv([token, MPI.BYTE], 0, _ACK)
+    if steps is not None:
+        for _ in range(steps):
+            step()
+        rate = 0.0
+    else:
+        step()
+        rate = 1.0 / timed(step, seconds)
+    comm.Send([token, MPI.BYTE], 0, _DONE)
+    return rate
+
+
 def compare_with_one_process(server, cluster, world, rounds, seconds):
     """Item 4's ratios, both sides in this job: in each round the first worker first
     steps the MLP alone (mpiflow in one process, then numpy) while every other rank
-    waits idle in ``server.join()``, then every worker steps it against the ps. Returns,
-    on rank 0, per round: (one-process steps/s, numpy steps/s, the workers' async steps/s
-    in all), and every rank's CPU seconds in the async parts."""
+    waits idle in ``server.join()``, then every worker steps it against the ps, through
+    mpiflow and then against the hand-written ps of ``raw_async_rate``. Returns, on rank
+    0, per round: (one-process steps/s, numpy steps/s, the workers' async steps/s in all,
+    the same against the hand-written ps), and every rank's CPU seconds in mpiflow's
+    async parts and in the hand-written ones."""
     is_worker = server.job_name == "worker"
     model = AsyncMlp(server, cluster, server.task_index) if is_worker else None
     server.join()
-    per_round = np.zeros((rounds, 3))
-    cpu = 0.0
+    per_round = np.zeros((rounds, 4))
+    cpu = np.zeros(2)
     for r in range(rounds):
         if is_worker and server.task_index == 0:
             per_round[r, :2] = alone_rates(seconds)
@@ -286,11 +384,14 @@ def compare_with_one_process(server, cluster, world, rounds, seconds):
         if is_worker:
             per_round[r, 2] = model.rate(seconds)
         server.join()
-        cpu += time.process_time() - start
+        cpu[0] += time.process_time() - start
+        start = time.process_time()
+        per_round[r, 3] = raw_async_rate(world, seconds)
+        cpu[1] += time.process_time() - start
     total = np.zeros_like(per_round) if world.Get_rank() == 0 else None
     world.Reduce(per_round, total, op=MPI.SUM, root=0)
-    cpus = np.zeros(world.Get_size()) if world.Get_rank() == 0 else None
-    world.Gather(np.array([cpu]), cpus, root=0)
+    cpus = np.zeros((world.Get_size(), 2)) if world.Get_rank() == 0 else None
+    world.Gather(cpu, cpus, root=0)
     return total, cpus
 
 
@@ -344,17 +445,27 @@ def main():
 
 def _mlp_summary(mlp, cpus, args) -> dict:
     cores = os.cpu_count() or 1
-    own, numpy_rate, async_rate = mlp[:, 0], mlp[:, 1], mlp[:, 2]
+    own, numpy_rate, async_rate, raw_rate = mlp[:, 0], mlp[:, 1], mlp[:, 2], mlp[:, 3]
     of_own, of_floor = async_rate / own, async_rate / (cores * numpy_rate)
+    of_raw, raw_of_numpy = async_rate / raw_rate, raw_rate / numpy_rate
     return {"mlp_steps_per_s": float(np.median(async_rate)),
             "one_process_steps_per_s": float(np.median(own)),
             "numpy_steps_per_s": float(np.median(numpy_rate)), "cores": cores,
+            "raw_async_steps_per_s": float(np.median(raw_rate)),
             "of_one_process": float(np.median(of_own)),
             "of_one_process_range": [float(of_own.min()), float(of_own.max())],
             "of_floor": float(np.median(of_floor)),
             "of_floor_range": [float(of_floor.min()), float(of_floor.max())],
+            "of_raw_async": float(np.median(of_raw)),
+            "of_raw_async_range": [float(of_raw.min()), float(of_raw.max())],
+            "raw_async_of_numpy": float(np.median(raw_of_numpy)),
+            "raw_async_of_numpy_range": [float(raw_of_numpy.min()),
+                                         float(raw_of_numpy.max())],
+            "raw_async_of_floor": float(np.median(raw_of_numpy)) / cores,
             "mlp_rounds": args.mlp_rounds, "seconds": args.seconds,
-            "cpu_s_mlp": {f"rank {r}": round(float(cpu), 2) for r, cpu in enumerate(cpus)}}
+            "cpu_s_mlp": {f"rank {r}": round(float(cpu), 2) for r, cpu in enumerate(cpus[:, 0])},
+            "cpu_s_raw_async": {f"rank {r}": round(float(cpu), 2)
+                                for r, cpu in enumerate(cpus[:, 1])}}
 
 
 def _print_bandwidth(args, workers, table):
@@ -386,13 +497,21 @@ def _print_mlp(args, workers, summary):
           f"{args.seconds:g} s per side: async, {workers} worker(s) against the ps "
           f"{summary['mlp_steps_per_s']:.1f} steps/s in all; one process "
           f"{summary['one_process_steps_per_s']:.1f}; numpy {summary['numpy_steps_per_s']:.1f}"
-          f" (floor {cores} x that)")
+          f" (floor {cores} x that); against a ps written by hand in mpi4py and numpy "
+          f"{summary['raw_async_steps_per_s']:.1f}")
     print(f"  async / one process {summary['of_one_process']:.2f} "
           f"[{_spread(summary['of_one_process_range'])}] (target >= 0.9 with 1 worker); "
           f"async / floor {summary['of_floor']:.2f} [{_spread(summary['of_floor_range'])}] "
           f"(target >= 0.75 with 2)")
-    print("CPU seconds per rank in the async parts: " + ", ".join(
-        f"{k} {'(ps)' if k == 'rank 0' else ''}{v}" for k, v in summary["cpu_s_mlp"].items()))
+    print(f"  async / hand-written ps {summary['of_raw_async']:.2f} "
+          f"[{_spread(summary['of_raw_async_range'])}] (what mpiflow's ps path costs over "
+          f"MPI and numpy alone); hand-written ps / numpy in one process "
+          f"{summary['raw_async_of_numpy']:.2f} [{_spread(summary['raw_async_of_numpy_range'])}]"
+          f" (what any ps path keeps of one process here)")
+    for part, key in (("mpiflow's async parts", "cpu_s_mlp"),
+                      ("the hand-written ones", "cpu_s_raw_async")):
+        print(f"CPU seconds per rank in {part}: " + ", ".join(
+            f"{k} {'(ps)' if k == 'rank 0' else ''}{v}" for k, v in summary[key].items()))
 
 
 def _spread(bounds):

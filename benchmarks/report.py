@@ -435,22 +435,31 @@ def floor_section(results) -> list:
     lines = ["", "Against one process and the compute floor (`mlp512` in "
              "`benchmarks/ps_throughput.py`, async, 1 ps): in each of 3 rounds the first "
              "worker steps the model alone, through `Session.run` in one process and in "
-             "numpy, then every worker steps it against the ps, all in one job; the floor "
-             "is every core at that numpy rate. Medians of the rounds' ratios, their spread "
-             "in brackets. TensorFlow (`benchmarks/peers/ps_mlp.py`, its own launch) against "
-             f"the floor of `benchmarks/step_overhead.py` in this run ({floor:.0f} steps/s).",
+             "numpy, then every worker steps it against the ps, then against a ps written by "
+             "hand in mpi4py and numpy that does the same work (each layer's gradients pushed "
+             "as the backward pass makes them, the step's update applied all at once), all "
+             "in one job; the floor is every core at that numpy rate. Medians of the rounds' "
+             "ratios, their spread in brackets. TensorFlow (`benchmarks/peers/ps_mlp.py`, its "
+             "own launch) against the floor of `benchmarks/step_overhead.py` in this run "
+             f"({floor:.0f} steps/s).",
              "", "| workers | mpiflow steps/s | one process | of one process | of the floor "
-             "| TensorFlow steps/s | of the floor |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| hand-written ps steps/s | it of numpy in one process | it of the floor "
+             "| mpiflow of it | TensorFlow steps/s | of the floor |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for workers in (1, 2):
         run = same_job[workers]
         b = _pick(ps, "tensorflow", "async", workers, "mlp512")
         lines.append(f"| {workers} | {run['mlp_steps_per_s']:.0f} | "
                      f"{run['one_process_steps_per_s']:.0f} | {run['of_one_process']:.2f} "
                      f"[{_spread(run['of_one_process_range'])}] | {run['of_floor']:.2f} "
-                     f"[{_spread(run['of_floor_range'])}] | {_fmt(b)} | {_share(b, floor)} |")
+                     f"[{_spread(run['of_floor_range'])}] | "
+                     f"{run['raw_async_steps_per_s']:.0f} | {run['raw_async_of_numpy']:.2f} "
+                     f"[{_spread(run['raw_async_of_numpy_range'])}] | "
+                     f"{run['raw_async_of_floor']:.2f} | {run['of_raw_async']:.2f} [{_spread(run['of_raw_async_range'])}] | "
+                     f"{_fmt(b)} | {_share(b, floor)} |")
     lines += ["", "(targets: 1 ps + 1 worker at 0.9 of one process, 1 ps + 2 workers at 0.75 "
-              "of the floor)"]
+              "of the floor; the hand-written ps shows what any ps path keeps here, where "
+              "every pull, push and apply is paid on the same two cores)"]
     return lines
 
 

@@ -49,7 +49,21 @@ class NumpyStep:
         self.buf = {name: np.empty(shape, np.float32) for name, shape in shapes.items()}
         self.rows = np.arange(batch)
 
+    GRADIENT_NAMES = ("gw1", "gb1", "gw2", "gb2", "gw3", "gb3")    # in params' order
+
     def __call__(self, x, y, lr):
+        loss = self.gradients(x, y)
+        for p, name in zip(self.params, self.GRADIENT_NAMES):
+            g = self.buf[name]
+            g *= lr
+            p -= g
+        return loss
+
+    def gradients(self, x, y, layer_done=None):
+        """Forward and backward pass: the loss, each parameter's gradient in
+        ``self.buf`` under ``GRADIENT_NAMES``; ``layer_done(i)`` is called as soon as
+        the gradients of parameters ``2 i`` and ``2 i + 1`` (a layer's weights and
+        bias) are made, last layer first, as a backward pass makes them."""
         w1, b1, w2, b2, w3, b3 = self.params
         buf, rows, n = self.buf, self.rows, x.shape[0]
         z1, z2, logits, d = buf["z1"], buf["z2"], buf["lg"], buf["d3"]
@@ -71,18 +85,20 @@ class NumpyStep:
         d /= n
         np.matmul(h2.T, d, out=buf["gw3"])
         np.sum(d, axis=0, out=buf["gb3"])
+        if layer_done is not None:
+            layer_done(2)
         d2 = np.matmul(d, w3.T, out=buf["d2"])
         d2 *= np.greater(z2, 0, out=buf["m2"])
         np.matmul(h1.T, d2, out=buf["gw2"])
         np.sum(d2, axis=0, out=buf["gb2"])
+        if layer_done is not None:
+            layer_done(1)
         d1 = np.matmul(d2, w2.T, out=buf["d1"])
         d1 *= np.greater(z1, 0, out=buf["m1"])
         np.matmul(x.T, d1, out=buf["gw1"])
         np.sum(d1, axis=0, out=buf["gb1"])
-        for p, name in zip(self.params, ("gw1", "gb1", "gw2", "gb2", "gw3", "gb3")):
-            g = buf[name]
-            g *= lr
-            p -= g
+        if layer_done is not None:
+            layer_done(0)
         return loss
 
 

@@ -1,6 +1,7 @@
 """The parameter-server runtime under mpiexec: parity with one process, exactly-once
 updates from many workers, the examples' accuracy, and clear errors."""
 
+import json
 import re
 from pathlib import Path
 
@@ -64,6 +65,28 @@ def test_a_table_initialized_on_its_ps_is_made_there_once(run_mpi):
     for role, peak, start, table in found:
         share = 0 if role == "worker:0" else float(table) / 2
         assert float(peak) - float(start) <= 1.3 * share + 0.02, out
+
+
+def test_the_hand_written_ps_baseline_does_the_same_math_as_one_process(run_mpi):
+    # benchmarks/ps_throughput.py sets mpiflow's async steps against a ps written by hand
+    # in mpi4py and numpy: its pushes must leave the variables one process's steps do.
+    out = run_mpi(2, PROGS / "hand_written_ps.py", 5, timeout=60).stdout
+    assert "OK hand_written_ps: 5 steps" in out, out
+
+
+def test_the_ps_throughput_benchmark_measures_every_part(run_mpi):
+    out = run_mpi(3, BENCHMARKS / "ps_throughput.py", "--sizes-mib", 1, "--rounds", 1,
+                  "--round-seconds", 0.05, "--mlp-rounds", 1, "--seconds", 0.2, "--json",
+                  timeout=120, env={"OMP_NUM_THREADS": "1"}).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["workers"] == 2
+    row, = summary["bandwidth"]
+    assert all(v > 0 for k, v in row.items() if not k.endswith("range")), row
+    for key in ("mlp_steps_per_s", "one_process_steps_per_s", "numpy_steps_per_s",
+                "raw_async_steps_per_s", "of_one_process", "of_floor", "of_raw_async",
+                "raw_async_of_numpy", "raw_async_of_floor"):
+        assert summary[key] > 0, (key, summary)
+    assert set(summary["cpu_s_raw_async"]) == {"rank 0", "rank 1", "rank 2"}
 
 
 @pytest.mark.parametrize("ranks,args", [(3, []), (4, ["--ps", "2"])])
