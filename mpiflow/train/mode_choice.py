@@ -12,9 +12,10 @@ hand (``mode_cost.ModelShape``) and the launch's workers and ps tasks:
 - that a ps serves every worker: in ps and hybrid mode a step waits for the slower of the
   worker's own traffic and the ps's share of all workers' pulls, pushes and updates;
 - a node with more working ranks than cores: there every rank's work shares the cores,
-  and a round of steps takes the work of every worker and ps over the cores (a crowded
-  ps is not a bottleneck of its own, it takes its turn like the rest); allreduce mode
-  leaves the launch's ps ranks idle, so its workers may have the cores to themselves;
+  and a round of steps takes the work of every worker and ps over the cores; but a ps,
+  one process serving every worker, gets only its share of them, so a step also waits
+  for its work for all the workers at that share; allreduce mode leaves the launch's ps
+  ranks idle, so its workers may have the cores to themselves;
 - memory: a mode whose state (variables and slots) would not fit a worker's share of its
   node's available memory is left out (allreduce with a big table).
 
@@ -190,6 +191,8 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
         parts = f"allreduce {_ms(dense)}, {what} {_ms(rows)}, updates {_ms(applied)}"
     # each ps's, per worker step (allreduce: 0)
     ps_updates = _update_s(link, shape, cost.ps_applied, cost.ps_rows_applied)
+    # Each ps's work for every worker's step: its share of the bytes and its updates.
+    serving = workers * (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) + ps_updates)
     crowding = _crowding(mode, workers, ps, node)
     if crowding is not None:
         # The ps's side of a transfer is in the time measured through it already (it
@@ -197,10 +200,17 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
         # is no work: the cores go on with the others' meanwhile.
         working = workers if mode == "allreduce" else workers + ps
         seconds = workers * (work + ps * ps_updates) * crowding / working + waits
-        return Prediction(mode, seconds, f"{parts}; on {crowding:.1f} ranks per core, "
-                          "a step waits for every rank's work", fits)
-    # Each ps's work for one worker step: its share of the bytes and its updates.
-    serving = workers * (link.ps_s_per_byte * (cost.ps_sent + cost.ps_received) + ps_updates)
+        why = f"{parts}; on {crowding:.1f} ranks per core, a step waits for every rank's work"
+        # But a ps is one process: it serves every worker in turn on its share of the
+        # cores, so its work for all of them, at that share, bounds a step (2 cores, 4
+        # workers and a ps, a table and 9 MiB of dense variables with Adagrad: ps mode
+        # 0.71 of hybrid's steps/s where its work spread over the cores priced them
+        # alike).
+        if mode != "allreduce" and serving * crowding > seconds:
+            seconds = serving * crowding
+            why += (f", and the ps serving every worker on its share of the cores "
+                    f"{_ms(seconds)}")
+        return Prediction(mode, seconds, why, fits)
     if mode != "allreduce":
         parts += f", the ps serving every worker {_ms(serving)}"
     return Prediction(mode, max(work + waits, serving), parts, fits)
