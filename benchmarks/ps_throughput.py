@@ -22,11 +22,14 @@ Part 2: asynchronous SGD on an MLP 784-512-512-10 at batch 128, every worker ste
 against the ps, against the same step in one process, both in this job: each of
 ``--mlp-rounds`` rounds first has the first worker step the model alone (through a local
 ``Session.run``, then hand-written in numpy as ``step_overhead.py`` does) while every other
-rank waits idle, then every worker step it against the ps, each side for ``--seconds``.
-Printed: the async steps/s of all workers over the one-process rate (target >= 0.9 with 1
-worker) and over the compute floor, every core at the numpy rate (target >= 0.75 with 2),
-medians of the rounds' ratios with their spread; and the CPU seconds each rank used in
-the async parts (a ps that waits must not take a core from the workers).
+rank waits idle, then every worker step it against the ps, then against a ps written by
+hand in mpi4py and numpy that does the same work (``hand_written_ps``), each side for
+``--seconds``. Printed: the async steps/s of all workers over the one-process rate
+(target >= 0.9 with 1 worker) and over the compute floor, every core at the numpy rate
+(target >= 0.75 with 2), and over the hand-written ps's (what mpiflow's ps path costs
+beyond the work itself), whose own share of one numpy process says what any ps path keeps
+here; medians of the rounds' ratios with their spread; and the CPU seconds each rank used
+in the async parts (a ps that waits must not take a core from the workers).
 """
 
 from __future__ import annotations
@@ -58,6 +61,14 @@ def timed(call, seconds, at_least=3):
         call()
         count += 1
     return (time.perf_counter() - start) / count
+
+
+def sgd_apply(variables, grads, lr) -> None:
+    """``variable -= lr * grad`` in place, each gradient scaled where it lies, as
+    mpiflow's apply of a received gradient does (the raw baselines' ps side)."""
+    for variable, grad in zip(variables, grads):
+        grad *= lr
+        variable -= grad
 
 
 def raw_bandwidth(comm, nbytes, seconds, parts=1):
@@ -102,9 +113,7 @@ def _raw_exchanges(comm, nbytes, seconds, parts):
                                      for v in variables])
             elif tag == PUSH:
                 MPI.Request.Waitall([comm.Irecv([g, MPI.BYTE], src, PUSH) for g in grads])
-                for variable, grad in zip(variables, grads):
-                    grad *= lr
-                    variable -= grad
+                sgd_apply(variables, grads, lr)
                 comm.Send([token, MPI.BYTE], src, ACK)
             else:
                 comm.Recv([token, MPI.BYTE], src, DONE)
@@ -324,9 +333,7 @@ def _raw_ps(comm, lr):
                 arrived[src] = 0
                 MPI.Request.Waitall(in_flight)
                 in_flight = []
-                for param, grad in zip(params, grads[src]):
-                    grad *= lr
-                    param -= grad
+                sgd_apply(params, grads[src], lr)
                 comm.Send([token, MPI.BYTE], src, _ACK)
         else:
             comm.Recv([token, MPI.BYTE], src, _DONE)

@@ -455,7 +455,8 @@ def floor_section(results) -> list:
                      f"[{_spread(run['of_floor_range'])}] | "
                      f"{run['raw_async_steps_per_s']:.0f} | {run['raw_async_of_numpy']:.2f} "
                      f"[{_spread(run['raw_async_of_numpy_range'])}] | "
-                     f"{run['raw_async_of_floor']:.2f} | {run['of_raw_async']:.2f} [{_spread(run['of_raw_async_range'])}] | "
+                     f"{run['raw_async_of_floor']:.2f} | {run['of_raw_async']:.2f} "
+                     f"[{_spread(run['of_raw_async_range'])}] | "
                      f"{_fmt(b)} | {_share(b, floor)} |")
     lines += ["", "(targets: 1 ps + 1 worker at 0.9 of one process, 1 ps + 2 workers at 0.75 "
               "of the floor; the hand-written ps shows what any ps path keeps here, where "

@@ -203,7 +203,7 @@ def predict_seconds(mode: str, shape: ModelShape, workers: int, ps: int, link: L
         why = f"{parts}; on {crowding:.1f} ranks per core, a step waits for every rank's work"
         # But a ps is one process: it serves every worker in turn on its share of the
         # cores, so its work for all of them, at that share, bounds a step (2 cores, 4
-        # workers and a ps, a table and 9 MiB of dense variables with Adagrad: ps mode
+        # workers and a ps, a table and 8.5 MiB of dense variables with Adagrad: ps mode
         # 0.71 of hybrid's steps/s where its work spread over the cores priced them
         # alike).
         if mode != "allreduce" and serving * crowding > seconds:

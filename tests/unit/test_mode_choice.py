@@ -164,7 +164,7 @@ def test_on_a_crowded_node_a_step_takes_every_ranks_work_over_the_cores():
 def test_on_a_crowded_node_a_ps_serving_every_worker_on_its_share_of_the_cores_bounds_a_step():
     """A ps is one process: however the work spreads over the cores, it serves the
     workers in turn at its share of them (2 cores, 4 workers and a ps, a table and
-    9 MiB of dense variables with Adagrad: ps mode ran at 0.71 of hybrid's steps/s,
+    8.5 MiB of dense variables with Adagrad: ps mode ran at 0.71 of hybrid's steps/s,
     which the spread alone priced alike, and auto chose ps)."""
     shape = ModelShape(8 * MiB, 0, 0, 0, slots=1)
     crowded = mode_choice.choose(shape, 4, 1, LINK, PLENTY, node=(5, 2))
