@@ -276,12 +276,6 @@ def alone_rates(seconds, batch=128):
     return own, 1.0 / timed(lambda: numpy_step(xb, yb, 0.01), seconds)
 
 
-def raw_async_rate(comm, seconds, batch=128, lr=0.01) -> float:
-    """This worker's steps/s (0.0 on rank 0, the ps) stepping the MLP asynchronously for
-    ``seconds`` against the ps written by hand of ``hand_written_ps``."""
-    return hand_written_ps(comm, batch, lr, seconds=seconds)[0]
-
-
 def hand_written_ps(comm, batch=128, lr=0.01, seconds=None, steps=None):
     """Every worker of ``comm`` steps the MLP asynchronously, for ``seconds`` (after one
     step of warm-up) or ``steps``, against a ps on its rank 0 written by hand with mpi4py
@@ -310,9 +304,10 @@ _ARRIVAL = (4, 5, 2, 3, 0, 1)
 
 
 def _raw_ps(comm, lr):
-    params = [backend.lasting_host_empty(p.shape, np.float32) for p in init_params()]
-    for param, value in zip(params, init_params()):
-        param[...] = value
+    params = []
+    for value in init_params():
+        params.append(backend.lasting_host_empty(value.shape, np.float32))
+        params[-1][...] = value
     workers = range(1, comm.Get_size())
     grads = {w: [backend.lasting_host_empty(p.shape, np.float32) for p in params]
              for w in workers}
@@ -374,7 +369,7 @@ def compare_with_one_process(server, cluster, world, rounds, seconds):
     """Item 4's ratios, both sides in this job: in each round the first worker first
     steps the MLP alone (mpiflow in one process, then numpy) while every other rank
     waits idle in ``server.join()``, then every worker steps it against the ps, through
-    mpiflow and then against the hand-written ps of ``raw_async_rate``. Returns, on rank
+    mpiflow and then against the hand-written ps of ``hand_written_ps``. Returns, on rank
     0, per round: (one-process steps/s, numpy steps/s, the workers' async steps/s in all,
     the same against the hand-written ps), and every rank's CPU seconds in mpiflow's
     async parts and in the hand-written ones."""
@@ -393,7 +388,7 @@ def compare_with_one_process(server, cluster, world, rounds, seconds):
         server.join()
         cpu[0] += time.process_time() - start
         start = time.process_time()
-        per_round[r, 3] = raw_async_rate(world, seconds)
+        per_round[r, 3] = hand_written_ps(world, seconds=seconds)[0]
         cpu[1] += time.process_time() - start
     total = np.zeros_like(per_round) if world.Get_rank() == 0 else None
     world.Reduce(per_round, total, op=MPI.SUM, root=0)
