@@ -62,15 +62,20 @@ def copyto(dst, src) -> None:
     np.copyto(dst, src, casting="same_kind")
 
 
-def add_into(inout, incoming) -> None:
-    """``inout += incoming`` for float16 arrays, rounded once from float32 as numpy's
-    float16 add does, fast."""
-    if applies(inout, _F32) and inout.flags.c_contiguous:
-        total = astype(incoming, _F32)      # this order: a NaN + NaN keeps numpy's payload
-        total += astype(inout, _F32)
-        copyto(inout, total)
+def add(first, second, out) -> None:
+    """``np.add(first, second, out=out)`` for float16 arrays, rounded once from float32
+    as numpy's float16 add does, fast."""
+    if applies(first, _F32) and type(out) is np.ndarray and out.flags.c_contiguous:
+        total = astype(second, _F32)        # this order: a NaN + NaN keeps numpy's payload
+        total += astype(first, _F32)
+        copyto(out, total)
         return
-    np.add(inout, incoming, out=inout)
+    np.add(first, second, out=out)
+
+
+def add_into(inout, incoming) -> None:
+    """``inout += incoming`` for float16 arrays (``add``)."""
+    add(inout, incoming, inout)
 
 
 def _float16_table():

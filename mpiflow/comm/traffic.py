@@ -30,27 +30,31 @@ class Traffic:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._sent = dict.fromkeys(ROADS, 0)
-        self._received = dict.fromkeys(ROADS, 0)
+        self._acquire, self._release = self._lock.acquire, self._lock.release
+        self._counts = {road: [0, 0] for road in ROADS}      # road: [sent, received]
 
     def add(self, road: str, sent: int = 0, received: int = 0) -> None:
-        # Every collective and message counts itself here: kept to two additions (the
-        # counts become Python ints in ``totals``, whatever integers callers pass).
-        with self._lock:
-            self._sent[road] += sent
-            self._received[road] += received
+        # Every collective and message counts itself here (a 4 KiB allreduce takes 6 us):
+        # kept to one lookup and two additions under the lock, taken without a ``with``
+        # (the counts become Python ints in ``totals``, whatever integers callers pass).
+        self._acquire()
+        try:
+            counts = self._counts[road]
+            counts[0] += sent
+            counts[1] += received
+        finally:
+            self._release()
 
     def totals(self) -> dict:
         """``{"sent": {road: bytes}, "received": {road: bytes}}`` since the start (or
         ``reset``); subtract two of them for what happened in between."""
         with self._lock:
-            return {"sent": {road: int(n) for road, n in self._sent.items()},
-                    "received": {road: int(n) for road, n in self._received.items()}}
+            return {side: {road: int(counts[i]) for road, counts in self._counts.items()}
+                    for i, side in enumerate(("sent", "received"))}
 
     def reset(self) -> None:
         with self._lock:
-            self._sent = dict.fromkeys(ROADS, 0)
-            self._received = dict.fromkeys(ROADS, 0)
+            self._counts = {road: [0, 0] for road in ROADS}
 
 
 def between(before: dict, after: dict) -> dict:

@@ -69,6 +69,17 @@ def test_carried_and_uncarried_sums_agree_bit_for_bit_on_every_rank(run_mpi, ran
         assert rec["cases"] >= 100, rec
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3, 6])
+def test_a_signature_called_every_step_keeps_exact_sums_on_persistent_requests(run_mpi, ranks):
+    result = run_mpi(ranks, PROG, "steady", timeout=TIMEOUT, env=CLEAN_ENV)
+    found = {rec["rank"]: rec for rec in records(result.stdout, "STEADY")}
+    assert sorted(found) == list(range(ranks)), result.stdout + result.stderr
+    for rec in found.values():
+        assert rec["calls"] == 300 and rec["wrong"] == 0, rec
+        assert rec["persistent"], rec      # the path under test is the reused one
+
+
 def raised(result, case, ranks):
     recs = {rec["rank"]: rec for rec in records(result.stdout, "RAISED") if rec["case"] == case}
     assert sorted(recs) == list(range(ranks)), result.stdout + result.stderr

@@ -427,12 +427,15 @@ def run_carried_now(state: CommState, describe: tuple, record, send, out,
     express run."""
     with state.lock:
         seq = state.start_now()
-        exchange, finish = carry(state, send, out, divisor)
+        exchange = _loaded(state, send, out, divisor)
         if seq is not None:
             issued = time.monotonic()
             check = _express_check(state, describe, record, seq, timeout, exchange)
             if check is None:
-                return finish()
+                exchange.deliver()
+                state.exchanges.give(exchange)
+                return out
+        finish = _carried_finish(state, exchange, out)
         if seq is None:
             handle = Handle(state, describe, no_stages, finish, record, timeout,
                             new_backoff(), exchange)
@@ -446,14 +449,22 @@ def carry(state: CommState, send, out, divisor: int | None) -> tuple[Exchange, C
     """An exchange from the state's pool loaded with ``send``, and the ``finish`` of its
     operation: the sum into ``out`` (divided by ``divisor``: an average), the exchange
     given back; returns ``out``. Under the state's lock, as ``finish`` runs."""
-    exchange = state.exchanges.take(send.dtype, send.shape)
-    exchange.load(send)
+    exchange = _loaded(state, send, out, divisor)
+    return exchange, _carried_finish(state, exchange, out)
 
+
+def _loaded(state: CommState, send, out, divisor: int | None) -> Exchange:
+    exchange = state.exchanges.take(send.dtype, send.shape)
+    exchange.load(send, out, divisor)
+    return exchange
+
+
+def _carried_finish(state: CommState, exchange: Exchange, out) -> Callable[[], Any]:
     def finish():
-        exchange.deliver(out, divisor)
+        exchange.deliver()
         state.exchanges.give(exchange)
         return out
-    return exchange, finish
+    return finish
 
 
 def no_stages(seq: int) -> list[Stage]:

@@ -12,9 +12,15 @@ Usage: check_exchange.py CASE
                   it get their own sums; prints ``THREADS {"rank", "wrong"}``
   CASE half_wire  rank 0 averages float16 with half_on_wire, the others without; every
                   rank raises naming the reduction
+  CASE steady     one carried signature called again and again (as training does: the
+                  exchange's messages become persistent requests), sums, averages and in
+                  place, with new values each call: every result equals the exact sum;
+                  prints ``STEADY {"rank", "calls", "wrong", "persistent"}``
   CASE carry      rank 0 carries nothing with its checks (MPIFLOW_CHECK_CARRY_BYTES=0),
                   the others carry a 4 KiB allreduce; every rank raises naming the carried
-                  bytes, and a correct allreduce works afterwards
+                  bytes, and a correct allreduce works afterwards. Uncarried checks run
+                  first, so rank 0's 32-byte receive that meets the 4 KiB message is a
+                  persistent one
 Each failure case prints ``RAISED {"rank", "case", "error", "message"}`` and ``AFTER {...}``
 where the communicator is still usable, then leaves with os._exit (a collective left
 pending cannot be finalized).
@@ -110,9 +116,35 @@ def numbers(comm):
     attempt(rank, "numbers", lambda: c.allreduce(x, name="grad/w"))
 
 
+def steady(comm):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    x = np.empty(1000, dtype=np.float32)
+    c = get_collective("mpi", comm, x)
+    calls, wrong = 300, 0
+    for i in range(calls):
+        # small integers: every order of the additions gives the exact sum
+        x[:] = np.arange(1000) % 7 + rank * (i % 5)
+        exact = size * (np.arange(1000) % 7) + (i % 5) * size * (size - 1) // 2
+        how = i % 3
+        if how == 0:
+            got = c.allreduce(x, name="grad/w")
+        elif how == 1:
+            got = c.allreduce(x, op="average", name="grad/w")
+            exact = exact / np.float32(size)
+        else:
+            got = c.allreduce(x, out=x, name="grad/w")
+        wrong += not np.array_equal(got, exact.astype(np.float32))
+    kept = [e for free in c.state.exchanges._free.values() for e in free]
+    report("STEADY", rank=rank, calls=calls, wrong=int(wrong),
+           persistent=bool(kept) and all(e._persistent is not None for e in kept))
+
+
 def carry(comm):
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config.Config(env={"MPIFLOW_CHECK_CARRY_BYTES": "0" if rank == 0 else "65536"})
+    large = np.ones(20000, dtype=np.float32)    # past every rank's carry: checks alone
+    for _ in range(3):
+        get_collective("mpi", comm, large, settings).allreduce(large, name="warm-up")
     x = np.ones(1024, dtype=np.float32)
     c = get_collective("mpi", comm, x, settings)
     attempt(rank, "carry", lambda: c.allreduce(x, name="grad/w"))
@@ -159,15 +191,16 @@ def half_wire(comm):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("sums", "numbers", "carry", "threads", "half_wire"))
+    parser.add_argument("case", choices=("sums", "steady", "numbers", "carry", "threads",
+                                         "half_wire"))
     args = parser.parse_args()
     world = MPI.COMM_WORLD
     comm = world.Dup()
-    {"sums": sums, "numbers": numbers, "carry": carry, "threads": threads,
+    {"sums": sums, "steady": steady, "numbers": numbers, "carry": carry, "threads": threads,
      "half_wire": half_wire}[args.case](comm)
     report("DONE", rank=world.Get_rank())
     world.Barrier()
-    if args.case not in ("sums", "threads"):
+    if args.case not in ("sums", "steady", "threads"):
         os._exit(0)
 
 
