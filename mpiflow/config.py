@@ -29,6 +29,7 @@ class Option:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     above_minimum: bool = False     # the minimum itself is not allowed (> rather than >=)
+    maximum: float | None = None
 
     def expected(self) -> str:
         """Return the description of a valid value, used in error messages."""
@@ -38,6 +39,8 @@ class Option:
                 "bool": "1/0, true/false, yes/no or on/off"}[self.type]
         if self.minimum is not None:
             text += f" {'>' if self.above_minimum else '>='} {self.minimum:g}"
+        if self.maximum is not None:
+            text += f"{' and' if self.minimum is not None else ''} <= {self.maximum:g}"
         return text
 
     def parse(self, raw: str) -> Any:
@@ -57,7 +60,8 @@ class Option:
                 value = None
         if value is None or value != value or (  # value != value: NaN
                 self.minimum is not None and (value < self.minimum or (
-                    self.above_minimum and value == self.minimum))):
+                    self.above_minimum and value == self.minimum))) or (
+                self.maximum is not None and value > self.maximum):
             raise errors.op_error(
                 errors.InvalidArgumentError, f"Bad value for environment variable {self.name}",
                 expected=f"{self.expected()} ({self.doc})", got=repr(raw))
@@ -77,6 +81,12 @@ _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": 
                                               "bool": _parse_bool}
 
 OPTIONS: dict[str, Option] = {}
+
+# The most MPIFLOW_CHECK_CARRY_BYTES may be: a rank's check messages are then at most this
+# plus a header, so every rank receives them into a buffer that long, whatever its own
+# setting or call (a receive never meets a longer message: Open MPI writes one past the
+# buffer's end).
+CHECK_CARRY_MAX_BYTES = 64 << 10
 
 # A peer is taken for lost only after this many heartbeat intervals without a word: one
 # late beat (a busy node, a slow network) must not end a healthy job.
@@ -162,10 +172,12 @@ _declare(
                "between 2 ranks, 4 MiB among more (the measurements behind it are in "
                "mpiflow/comm/collectives/__init__.py)"),
     Option("MPIFLOW_CHECK_CARRY_BYTES", "int", 32 << 10, minimum=0,
+           maximum=CHECK_CARRY_MAX_BYTES,
            doc="a checked allreduce of MPI's strategy of at most this many bytes moves in "
                "the cross-rank check's own messages (a recursive-doubling exchange, one "
                "latency for check and data) instead of the check followed by MPI's "
-               "Iallreduce; 0 = never. Every rank must use the same value"),
+               "Iallreduce; 0 = never; at most 64 KiB (every rank receives the check's "
+               "messages into a buffer that long). Every rank must use the same value"),
     Option("MPIFLOW_COLLECTIVE_SPIN_US", "int", 2000, minimum=0,
            doc="microseconds a rank waiting in a collective keeps polling (yielding the "
                "CPU) before it starts to sleep; longer than the server loop's spin even on "

@@ -80,6 +80,20 @@ def test_a_signature_called_every_step_keeps_exact_sums_on_persistent_requests(r
         assert rec["persistent"], rec      # the path under test is the reused one
 
 
+@pytest.mark.mpi
+def test_a_message_of_another_size_marks_the_mismatch_and_arrives_whole(run_mpi):
+    from mpiflow.comm.collectives.exchange import HEADER_BYTES
+    from mpiflow.config import CHECK_CARRY_MAX_BYTES
+
+    result = run_mpi(2, PROG, "longer", timeout=TIMEOUT, env=CLEAN_ENV)
+    found = {rec["rank"]: rec for rec in records(result.stdout, "LONGER")}
+    assert sorted(found) == [0, 1], result.stdout + result.stderr
+    assert all(rec["mismatch"] for rec in found.values()), found
+    # the longest message any rank sends, received whole by a bare check's exchange
+    assert found[0]["received"] == HEADER_BYTES + CHECK_CARRY_MAX_BYTES, found
+    assert found[1]["received"] == HEADER_BYTES, found
+
+
 def raised(result, case, ranks):
     recs = {rec["rank"]: rec for rec in records(result.stdout, "RAISED") if rec["case"] == case}
     assert sorted(recs) == list(range(ranks)), result.stdout + result.stderr
@@ -92,8 +106,8 @@ def raised(result, case, ranks):
     # a collective issued on one rank only: the operation numbers
     ("numbers", 3, ("ranks disagree on the collective's number on this communicator: #2 on "
                    "rank 0; #1 on ranks 1-2")),
-    # rank 0's 32-byte receive meets a 4 KiB message (MPI's truncation error), the others'
-    # receives a short one: both are the check's mismatch, and nothing is left on the wire
+    # rank 0 expects a 32-byte message and meets a 4 KiB one, the others a short one: both
+    # are the check's mismatch, taken off the wire whole (never into a buffer too short)
     ("carry", 4, ("ranks disagree on the bytes carried with the check: none on rank 0; "
                  "4096 on ranks 1-3")),
     # half floats on the wire on some ranks only: the reduction
@@ -121,13 +135,10 @@ def test_a_handle_waited_from_two_threads_finishes_once(run_mpi):
 def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_cap():
     import numpy as np
 
-    from mpiflow.comm.collectives.exchange import (
-        _EXCHANGE_OVERHEAD_BYTES,
-        HEADER_BYTES,
-        ExchangePool,
-    )
+    from mpiflow.comm.collectives.exchange import Exchange, ExchangePool
 
-    pool = ExchangePool(max_bytes=2 * (HEADER_BYTES + 4096) + _EXCHANGE_OVERHEAD_BYTES)
+    one = Exchange(np.float32, (1024,)).footprint()
+    pool = ExchangePool(max_bytes=one + one // 2)      # room for one
     first = pool.take(np.dtype(np.float32), (1024,))
     pool.give(first)
     assert pool.take(np.dtype(np.float32), (1024,)) is first
@@ -141,13 +152,14 @@ def test_the_pool_hands_back_an_exchange_of_the_same_signature_within_its_byte_c
 def test_the_pool_counts_what_a_tiny_exchange_holds_besides_its_buffers():
     import numpy as np
 
-    from mpiflow.comm.collectives.exchange import ExchangePool
+    from mpiflow.comm.collectives.exchange import LANDING_BYTES, ExchangePool
 
-    # A program of ever new tiny shapes: 64 KiB of cap keeps tens of exchanges, not the
-    # thousands their few bytes of buffers alone would allow.
-    pool = ExchangePool(max_bytes=64 << 10)
+    # A program of ever new tiny shapes: each exchange holds a landing buffer as long as
+    # any rank's longest message besides its few bytes of tensor, so 1 MiB of cap keeps
+    # about a dozen, not the thousands the tensors' bytes alone would allow.
+    pool = ExchangePool(max_bytes=1 << 20)
     for dtype in (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_):
         for n in range(1, 65):         # 384 signatures of at most 512 bytes each
             pool.give(pool.take(np.dtype(dtype), (n,)))
     kept = sum(len(free) for free in pool._free.values())
-    assert 0 < kept <= 32, kept
+    assert 0 < kept <= (1 << 20) // LANDING_BYTES, kept

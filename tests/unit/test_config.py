@@ -62,6 +62,8 @@ def test_empty_variable_counts_as_unset():
     ("MPIFLOW_PS_POLICY", "round_robin", "one of 'block', 'spread'"),
     ("MPIFLOW_LOG_LEVEL", "LOUD", "one of 'DEBUG'"),
     ("MPIFLOW_POLL_MAX_SLEEP_US", "1ms", "an int >= 0"),
+    # past what every rank's check receives whole
+    ("MPIFLOW_CHECK_CARRY_BYTES", "65537", "an int >= 0 and <= 65536"),
 ])
 def test_malformed_value_names_the_variable_and_expected_type(name, raw, expected):
     with pytest.raises(InvalidArgumentError) as info:

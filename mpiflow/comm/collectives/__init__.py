@@ -45,7 +45,10 @@ nothing queued before it runs that exchange at once (``handle.run_carried_now``)
 a stage, closure or handle. 2 ranks, 4 KiB, medians of 9 batches of 2000-3000 calls per
 launch: 8.9-9.1 us against MPI's blocking Allreduce at 5.4 (0.60), where the check
 followed by the data's Iallreduce took 11.6-14.6 us against 5.4-7.4 (0.47-0.52); the
-exchange alone, without the call's Python around it, 5.1 us. Larger sums below the
+exchange alone, without the call's Python around it, 5.1 us. On a faster machine, where
+MPI's call took 3.5 us, mpiflow's took 7.5 (0.46) until a reused exchange kept its
+messages as persistent requests and its last sum went straight into the output: 6.1 us
+(0.56-0.60; 4 ranks on the 2 cores: 0.51-0.52). Larger sums below the
 ring's threshold (and unchecked ones) go to MPI's Iallreduce (``handle.run_request_now``),
 a checked one after the check's exchange.
 """

@@ -8,10 +8,11 @@ first hand their message to a partner below it and get the end result back from 
 A message is a 32-byte header (the call's fingerprint, the operation's number, a
 "mismatch seen" flag, the payload's size) and, for a small allreduce, the tensor itself
 (``Exchange``), summed on the way: the check and the data move in the same messages, so a
-4 KiB allreduce costs one exchange's latency instead of two collectives'. A point-to-point
-receive is safe whatever the sender sent (a longer message fails with MPI's truncation
-error, a shorter one shows in the header), which a collective with mismatched counts is
-not: that is why the data may travel before the check has passed.
+4 KiB allreduce costs one exchange's latency instead of two collectives'. Point-to-point
+messages are safe whatever the sender sent: each lands in a buffer as long as any rank's
+longest, and one of another size than expected (another call's) marks the mismatch,
+which a collective with mismatched counts cannot do: that is why the data may travel
+before the check has passed.
 
 Sums are bit-identical on every rank: each step adds two partial sums that both partners
 hold (``a + b`` on one, ``b + a`` on the other, equal in IEEE arithmetic; a NaN's payload
@@ -30,6 +31,7 @@ from mpi4py import MPI
 
 from mpiflow import half_floats
 from mpiflow.comm.wire_dtypes import HALF_FLOATS
+from mpiflow.config import CHECK_CARRY_MAX_BYTES
 
 HEADER_BYTES = 32       # int64: fingerprint, operation number, mismatch flag, payload bytes
 FLAG = 2                # the header's "mismatch seen" entry
@@ -37,6 +39,8 @@ _HEADER = struct.Struct("=4q")
 # One tag on the check duplicate, matched in order: every rank sends to a partner in
 # issue order (only the oldest check in flight moves past its first step).
 EXCHANGE_TAG = 0x4D4A
+# The longest message any rank's exchange sends: its header and the most a check carries.
+LANDING_BYTES = HEADER_BYTES + CHECK_CARRY_MAX_BYTES
 
 
 class Step(NamedTuple):
@@ -82,28 +86,37 @@ class Exchange:
     and how far the steps have come. Reusable: ``begin`` starts it anew once the last
     run is over (a blocking call keeps one per signature, so a call allocates nothing).
 
-    An exchange begun a second time on the same communicator and steps makes its messages
-    MPI persistent requests, started again on every later run: a step then costs two
-    ``Start`` calls instead of building two requests (0.6 of the 2 us a 2-rank step took
-    here), which a small allreduce pays on every call. One begun once (an asynchronous
-    check's) never makes them. They are freed when the exchange is collected, all of its
-    steps done (inactive requests: MPI writes nothing after).
+    A partner's message lands in ``landing`` (``incoming`` is its start), as long as the
+    longest message any rank sends (a header and ``config.CHECK_CARRY_MAX_BYTES``): a
+    receive never meets a message longer than its buffer, which Open MPI 5 (shared
+    memory) writes whole, past the buffer's end (MPICH stops at it with a truncation
+    error). A message of another size than expected is another call's: it marks the
+    mismatch and is not read.
+
+    An exchange begun a second time on the same communicator and steps makes its
+    messages MPI persistent requests, started again on every later run: a step then
+    costs two ``Start`` calls instead of building two requests (0.6 of the 2 us a 2-rank
+    step took here), which a small allreduce pays on every call. One begun once (an
+    asynchronous check's) never makes them. They are freed when the exchange is
+    collected, all of its steps done (inactive requests: MPI touches its buffers no more).
 
     Args:
         dtype, shape: the carried tensor's dtype and shape; None: the check alone.
     """
 
     __slots__ = ("_at", "_comm", "_delivered", "_divisor", "_out", "_persistent",
-                 "_receive", "_send", "_steps", "acc", "fold", "header", "held", "incoming",
-                 "key", "nbytes", "own_header", "received", "stage", "their_header")
+                 "_receive", "_send", "_status", "_steps", "acc", "fold", "header", "held",
+                 "incoming", "key", "landing", "nbytes", "own_header", "received", "stage",
+                 "their_header")
 
     def __init__(self, dtype=None, shape: tuple = ()):
         dtype = None if dtype is None else np.dtype(dtype)
         self.key = (dtype, tuple(shape))
         nbytes = 0 if dtype is None else math.prod(shape) * dtype.itemsize
         length = HEADER_BYTES + nbytes
-        buf = np.empty(2 * length, dtype=np.uint8)
-        self.stage, self.incoming = buf[:length], buf[length:]
+        buf = np.empty(length + max(length, LANDING_BYTES), dtype=np.uint8)
+        self.stage, self.landing = buf[:length], buf[length:]
+        self.incoming = self.landing[:length]
         self.header = self.stage[:HEADER_BYTES].view(np.int64)
         self.own_header = memoryview(self.stage)[:HEADER_BYTES]
         self.their_header = memoryview(self.incoming)[:HEADER_BYTES]
@@ -111,6 +124,7 @@ class Exchange:
         self._steps: tuple[Step, ...] = ()
         self._at = 0
         self._comm = self._receive = self._send = None
+        self._status = MPI.Status()
         # [(receive, send)] per step once persistent; None before (or after a cancel)
         self._persistent: list | None = None
         self._out = self._divisor = None
@@ -136,25 +150,21 @@ class Exchange:
         """Start the exchange on ``comm`` with this rank's ``steps`` (``doubling_steps``),
         for the call of ``fingerprint`` as operation number ``seq``."""
         _HEADER.pack_into(self.stage, 0, fingerprint, seq, 0, self.nbytes)
-        if self._persistent is None and comm is self._comm and steps is self._steps:
-            self._persistent = [self._requests_of(step) for step in steps]
-        elif self._persistent is not None and (comm is not self._comm or
-                                               steps is not self._steps):
-            self._free_persistent()
+        if comm is not self._comm or steps is not self._steps:
+            if self._persistent is not None:
+                self._free_persistent()
+        elif self._persistent is None:
+            self._persistent = [self._requests_of(comm, step) for step in steps]
         self._comm, self._steps, self._at = comm, steps, 0
         self._start(0)
 
-    def _buffer_of(self, step: Step):
-        return self.incoming if step.receive == "incoming" else self.stage
-
-    def _requests_of(self, step: Step) -> tuple:
+    def _requests_of(self, comm, step: Step) -> tuple:
         """A step's persistent (receive, send), None where it has none."""
         receive = send = None
         if step.receive is not None:
-            receive = self._comm.Recv_init([self._buffer_of(step), MPI.BYTE], step.partner,
-                                           EXCHANGE_TAG)
+            receive = comm.Recv_init([self.landing, MPI.BYTE], step.partner, EXCHANGE_TAG)
         if step.send:
-            send = self._comm.Send_init([self.stage, MPI.BYTE], step.partner, EXCHANGE_TAG)
+            send = comm.Send_init([self.stage, MPI.BYTE], step.partner, EXCHANGE_TAG)
         return receive, send
 
     def _start(self, at: int) -> None:
@@ -170,7 +180,7 @@ class Exchange:
             return
         step = self._steps[at]
         if step.receive is not None:
-            self._receive = self._comm.Irecv([self._buffer_of(step), MPI.BYTE], step.partner,
+            self._receive = self._comm.Irecv([self.landing, MPI.BYTE], step.partner,
                                              EXCHANGE_TAG)
         if step.send:
             self._send = self._comm.Isend([self.stage, MPI.BYTE], step.partner,
@@ -182,31 +192,33 @@ class Exchange:
             return True
         while True:
             receive = self._receive
+            foreign = False
             if receive is not None:
-                try:
-                    if not receive.Test():
-                        return False
-                except MPI.Exception as exc:    # the partner sent more: another call
-                    if exc.Get_error_class() != MPI.ERR_TRUNCATE:
-                        raise
-                    self.header[FLAG] = 1
+                if not receive.Test(self._status):
+                    return False
                 self._receive = None
+                foreign = self._status.Get_count(MPI.BYTE) != self.incoming.nbytes
+                if foreign:                 # another call's message: a mismatch
+                    self.header[FLAG] = 1
             if self._send is not None:
                 if not self._send.Test():
                     return False
                 self._send = None
-            at = self._at + 1
-            if self._steps[self._at].fold:
-                self._fold_in(at == len(self._steps))
-            self._at = at
-            if at == len(self._steps):
+            step = self._steps[self._at]
+            if not foreign:
+                if step.fold:
+                    self._fold_in(self._at + 1 == len(self._steps))
+                elif step.receive == "stage":   # the end result, from the partner below
+                    self.stage[...] = self.incoming
+            self._at += 1
+            if self._at == len(self._steps):
                 return True
-            self._start(at)
+            self._start(self._at)
 
     def _fold_in(self, last: bool) -> None:
         """Fold the partner's message into this rank's: a header that differs in any
-        byte (another call, another operation number, a mismatch it saw, another size)
-        marks the mismatch, which then travels on to every rank. The last step's sum goes
+        byte (another call, another operation number, a mismatch it saw) marks the
+        mismatch, which then travels on to every rank. The last step's sum goes
         straight into ``out`` where both headers say no rank saw a mismatch (then none
         did: the check passed), saving ``deliver`` its copy."""
         if self.own_header != self.their_header:
@@ -235,7 +247,7 @@ class Exchange:
     def cancel(self) -> None:
         """Give up the receive under way (past the deadline: its message never came). The
         exchange is not begun again (its communicator's collectives stop): persistent
-        requests still active are left to MPI, unfreed, as the one-shot ones are."""
+        requests still active are left to MPI, unfreed, as one-shot ones are."""
         if self._receive is not None:
             self._receive.Cancel()
             self._receive = None
@@ -253,10 +265,11 @@ class Exchange:
         self._delivered = True
 
     def footprint(self) -> int:
-        """Bytes it holds: both messages' buffers, the objects around them and MPI's
-        persistent requests."""
+        """Bytes it holds: its buffers, the objects around them and MPI's persistent
+        requests."""
         requests = 0 if self._persistent is None else 2 * len(self._persistent)
-        return self.stage.nbytes * 2 + _EXCHANGE_OVERHEAD_BYTES + requests * _REQUEST_BYTES
+        return self.stage.nbytes + self.landing.nbytes + _EXCHANGE_OVERHEAD_BYTES + \
+            requests * _REQUEST_BYTES
 
     def _free_persistent(self) -> None:
         for pair in self._persistent:
@@ -266,8 +279,8 @@ class Exchange:
         self._persistent = None
 
     def __del__(self, _finalized=MPI.Is_finalized, _shutdown=(AttributeError, MPI.Exception)):
-        # Only once every step is done: a persistent request still active may be written
-        # by MPI, into buffers about to go (an abandoned exchange keeps its requests).
+        # Only once every step is done: a persistent request still active may be used by
+        # MPI, with buffers about to go (an abandoned exchange keeps its requests).
         # What it needs is bound as defaults: at interpreter shutdown modules go first.
         if self._persistent is None or self._at != len(self._steps):
             return

@@ -229,8 +229,8 @@ class CommState:
     def _check_dup_ready(self) -> bool:
         if self._check_dup_request is not None and self._check_dup_request.Test():
             self._check_dup_request = None
-            # A partner that sends a longer message (another call) must fail the receive
-            # with an error the check reads, whatever the caller's communicator does.
+            # An MPI error on the check's messages comes back as an exception this rank
+            # reports, whatever the caller's communicator does (it may abort the job).
             self.check_comm.Set_errhandler(MPI.ERRORS_RETURN)
         return self._check_dup_request is None
 

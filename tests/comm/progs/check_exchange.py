@@ -16,6 +16,11 @@ Usage: check_exchange.py CASE
                   exchange's messages become persistent requests), sums, averages and in
                   place, with new values each call: every result equals the exact sum;
                   prints ``STEADY {"rank", "calls", "wrong", "persistent"}``
+  CASE longer     rank 0's exchange expects a bare header, rank 1's carries the most any
+                  rank may: each meets a message of another size, which must mark the
+                  mismatch, and arrive whole (a receive into a buffer shorter than its
+                  message: Open MPI writes past its end); prints
+                  ``LONGER {"rank", "mismatch", "received"}`` (bytes)
   CASE carry      rank 0 carries nothing with its checks (MPIFLOW_CHECK_CARRY_BYTES=0),
                   the others carry a 4 KiB allreduce; every rank raises naming the carried
                   bytes, and a correct allreduce works afterwards. Uncarried checks run
@@ -139,6 +144,21 @@ def steady(comm):
            persistent=bool(kept) and all(e._persistent is not None for e in kept))
 
 
+def longer(comm):
+    from mpiflow.comm.collectives.exchange import Exchange, doubling_steps
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    most = config.CHECK_CARRY_MAX_BYTES // 4        # float32 elements: the longest message
+    exchange = Exchange() if rank == 0 else Exchange(np.float32, (most,))
+    if rank == 1:
+        exchange.load(np.full(most, 3.0, np.float32), np.empty(most, np.float32))
+    exchange.begin(comm, doubling_steps(rank, size), fingerprint=77, seq=0)
+    while not exchange.advance():
+        pass
+    report("LONGER", rank=rank, mismatch=exchange.mismatch,
+           received=exchange._status.Get_count(MPI.BYTE))
+
+
 def carry(comm):
     rank, size = comm.Get_rank(), comm.Get_size()
     settings = config.Config(env={"MPIFLOW_CHECK_CARRY_BYTES": "0" if rank == 0 else "65536"})
@@ -191,16 +211,16 @@ def half_wire(comm):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=("sums", "steady", "numbers", "carry", "threads",
-                                         "half_wire"))
+    parser.add_argument("case", choices=("sums", "steady", "longer", "numbers", "carry",
+                                         "threads", "half_wire"))
     args = parser.parse_args()
     world = MPI.COMM_WORLD
     comm = world.Dup()
-    {"sums": sums, "steady": steady, "numbers": numbers, "carry": carry, "threads": threads,
-     "half_wire": half_wire}[args.case](comm)
+    {"sums": sums, "steady": steady, "longer": longer, "numbers": numbers, "carry": carry,
+     "threads": threads, "half_wire": half_wire}[args.case](comm)
     report("DONE", rank=world.Get_rank())
     world.Barrier()
-    if args.case not in ("sums", "steady", "threads"):
+    if args.case not in ("sums", "steady", "longer", "threads"):
         os._exit(0)
 
 
