@@ -77,6 +77,25 @@ def find_mpiexec():
     return shutil.which("mpiexec")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``mpich_only`` where the mpiexec beside this Python is not
+    MPICH's: they drive its own options, its PMI and its forwarding of signals (or, under
+    srun, its PMI, which another MPI's wheel may not speak)."""
+    marked = [item for item in items if item.get_closest_marker("mpich_only")]
+    mpiexec = find_mpiexec() if marked and mpiflow is not None else None
+    if mpiexec is None:         # no launches at all: the mpi tests skip themselves
+        return
+    from mpiflow.launch.launchers import mpiexec_kind
+
+    kind, _ = mpiexec_kind(mpiexec)
+    if kind == "mpich":
+        return
+    skip = pytest.mark.skip(reason=f"needs MPICH's launcher or PMI; {mpiexec} is "
+                                   f"{kind or 'another MPI'}'s")
+    for item in marked:
+        item.add_marker(skip)
+
+
 def _launch_env(env):
     full_env = dict(os.environ)
     # The ranks import the same mpiflow as this test process.

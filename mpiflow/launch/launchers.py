@@ -84,17 +84,24 @@ def find(choice: str = "auto") -> tuple[Launcher, str]:
             raise errors.NotFoundError("mpiflow.launch: no srun on PATH")
         return LAUNCHERS["srun"], program
     program = _mpiexec()
-    version = subprocess.run([program, "--version"], capture_output=True, text=True,
-                             timeout=30).stdout
-    kind = "mpich" if "HYDRA" in version else \
-        "openmpi" if ("Open MPI" in version or "OpenRTE" in version or "prte" in version)\
-        else None
+    kind, version = mpiexec_kind(program)
     if kind is None or choice not in ("mpiexec", kind):
         raise errors.InvalidArgumentError(
             f"mpiflow.launch: {program} is {kind or 'an MPI launcher it does not know'}, "
             f"not {choice}; it drives MPICH's and Open MPI's mpiexec and srun "
             f"({program} --version says: {version.strip().splitlines()[:1]})")
     return LAUNCHERS[kind], program
+
+
+def mpiexec_kind(program: str) -> tuple[str | None, str]:
+    """Whose ``program`` (an mpiexec) is: "mpich", "openmpi" or None (another), and what
+    its ``--version`` says."""
+    version = subprocess.run([program, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    kind = "mpich" if "HYDRA" in version else \
+        "openmpi" if ("Open MPI" in version or "OpenRTE" in version or "prte" in version)\
+        else None
+    return kind, version
 
 
 def _mpiexec() -> str:

@@ -45,6 +45,7 @@ def test_a_worker_whose_script_ends_during_allreduce_is_named_by_the_collective(
     assert took < 30, took
 
 
+@pytest.mark.mpich_only        # its -disable-auto-cleanup
 def test_a_worker_that_vanishes_is_named_when_the_launcher_keeps_the_others(run_mpi):
     # MPICH's launcher would end the whole job at once (with exit code 0) when a rank
     # calls os._exit(0); with -disable-auto-cleanup the others live on and say who went.

@@ -58,6 +58,7 @@ def rank_lines(err):
     return [line for line in err.splitlines() if line.startswith("[rank ")]
 
 
+@pytest.mark.mpich_only        # a signal to the launch: Open MPI's kills the ranks
 def test_sigterm_to_every_rank_stops_after_a_checkpoint_of_the_last_step(start_mpi, run_mpi,
                                                                          tmp_path):
     checkpoint_dir = tmp_path / "ckpt"
@@ -85,6 +86,7 @@ def test_sigterm_to_every_rank_stops_after_a_checkpoint_of_the_last_step(start_m
     assert min(starts) >= saved, resumed.stdout
 
 
+@pytest.mark.mpich_only        # ranks found by MPICH's PMI_RANK
 def test_sigterm_to_the_chief_alone_stops_every_rank_naming_it(start_mpi, tmp_path):
     checkpoint_dir = tmp_path / "ckpt"
     proc = start_mpi(3, PROG, checkpoint_dir, 10**6)

@@ -88,6 +88,7 @@ def tmp(tmp_path):
     return directory
 
 
+@pytest.mark.mpich_only        # a signal to the launch: Open MPI's kills the ranks
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_to_the_whole_launch_ends_every_rank_with_one_line(start_mpi, tmp, signum):
     # A terminal's Ctrl-C reaches every process of the foreground group: the launcher
@@ -108,6 +109,7 @@ def test_a_signal_to_the_whole_launch_ends_every_rank_with_one_line(start_mpi, t
     assert not _alive(pids.values())
 
 
+@pytest.mark.mpich_only        # MPICH's mpiexec forwards the signal
 def test_the_launcher_forwarding_ctrl_c_ends_the_job_the_same_way(start_mpi, tmp):
     proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
     pids = _wait_ready(proc)
@@ -135,6 +137,7 @@ def test_one_interrupted_rank_stops_the_others_naming_it_not_blaming_it(start_mp
     assert not _alive(pids.values())
 
 
+@pytest.mark.mpich_only        # a signal to the launch: Open MPI's kills the ranks
 def test_ctrl_c_under_mpiflow_run_names_no_killed_rank(start_mpi, tmp):
     # The watching parent of mpiflow.run forwards the signal; the child is not "killed".
     proc = start_mpi(3, "-m", "mpiflow.run", "--ps", 1, PROG, env={"TMPDIR": str(tmp)})

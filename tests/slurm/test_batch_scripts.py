@@ -9,7 +9,8 @@ from tests.conftest import REPO_ROOT
 SCRIPTS = REPO_ROOT / "slurm"
 TINY = ("--nodes=1", "--ntasks-per-node=3", "--time=00:05:00")
 
-pytestmark = pytest.mark.mpi
+# MPICH: the Slurm here gives PMI-1/2, which Open MPI's wheel does not speak.
+pytestmark = [pytest.mark.mpi, pytest.mark.mpich_only]
 
 
 def assert_layout_shown(output, roles):
