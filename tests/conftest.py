@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-def _launch_env(env):
+def launch_env(env):
+    """This process's environment for a launch of ranks, with ``env`` over it."""
     full_env = dict(os.environ)
     # The ranks import the same mpiflow as this test process.
     full_env["PYTHONPATH"] = os.pathsep.join(
@@ -133,7 +134,7 @@ def start_mpi():
         cmd = [mpiexec, *launcher_args, "-n", str(n), sys.executable, str(script_path),
                *map(str, args)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_launch_env(env), start_new_session=True)
+                                text=True, env=launch_env(env), start_new_session=True)
         started.append(proc)
         return proc
 

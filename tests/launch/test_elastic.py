@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _launch_env, _require_mpiexec
+from tests.conftest import launch_env, _require_mpiexec
 
 PROG = Path(__file__).parent / "progs" / "elastic_training.py"
 LAST_STEP = 80
@@ -24,7 +24,7 @@ def launch(tmp_path, *args, ranks=4, elastic=True, env=None):
            *(["--elastic"] if elastic else []), str(PROG), str(tmp_path / "ckpt"),
            str(LAST_STEP), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                          env=_launch_env(env))
+                          env=launch_env(env))
 
 
 def final_values(out):
@@ -98,7 +98,7 @@ def test_plain_mpiexec_keeps_the_others_with_its_flag_and_the_watching_parent(tm
            "mpiflow.supervise", sys.executable, str(PROG), str(tmp_path / "ckpt"),
            str(LAST_STEP), "kill", "2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                          env=_launch_env({"MPIFLOW_ELASTIC": "1"}))
+                          env=launch_env({"MPIFLOW_ELASTIC": "1"}))
     v, step = final_values(done.stdout)
     assert step >= LAST_STEP and v == step, done.stderr
     assert re.search(r"rank 3 \(worker:2\) on \S+ is lost: .*training goes on without it",

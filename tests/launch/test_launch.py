@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _launch_env, _require_mpiexec
+from tests.conftest import launch_env, _require_mpiexec
 
 PROG = Path(__file__).parent / "progs" / "launched_training.py"
 
@@ -29,7 +29,7 @@ def start_launch(tmp_path):
     def start(*args):
         proc = subprocess.Popen([sys.executable, "-m", "mpiflow", "launch", *map(str, args)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_launch_env({"TMPDIR": str(tmp_path)}), cwd=tmp_path,
+                                env=launch_env({"TMPDIR": str(tmp_path)}), cwd=tmp_path,
                                 start_new_session=True)
         started.append(proc)
         return proc
@@ -133,7 +133,7 @@ def test_stacks_shows_where_each_rank_is_and_the_function_a_hung_rank_is_stuck_i
         if line.rstrip().endswith("HANGING"):
             break
     time.sleep(0.5)
-    env = _launch_env({"TMPDIR": str(tmp_path)})
+    env = launch_env({"TMPDIR": str(tmp_path)})
     shown = subprocess.run([sys.executable, "-m", "mpiflow", "stacks", "--pid", str(proc.pid)],
                            capture_output=True, text=True, env=env, timeout=60)
     proc.send_signal(signal.SIGINT)
@@ -150,7 +150,7 @@ def test_stacks_shows_where_each_rank_is_and_the_function_a_hung_rank_is_stuck_i
 
 
 def test_stacks_without_a_running_launch_says_so(tmp_path):
-    env = _launch_env({"TMPDIR": str(tmp_path)})
+    env = launch_env({"TMPDIR": str(tmp_path)})
     shown = subprocess.run([sys.executable, "-m", "mpiflow", "stacks"], capture_output=True,
                            text=True, env=env, timeout=60)
     assert shown.returncode == 1

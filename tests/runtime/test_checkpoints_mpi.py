@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mpiflow as mf
-from tests.conftest import REPO_ROOT, find_mpiexec
+from tests.conftest import find_mpiexec, launch_env
 
 PROGS = Path(__file__).parent / "progs"
 
@@ -122,8 +122,7 @@ def test_job_sigkilled_while_saving_in_a_loop_leaves_a_restorable_checkpoint(tmp
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p))
+    env = launch_env({})
     cmd = [mpiexec, "-n", "2", sys.executable, str(PROGS / "checkpoint_sigkill.py"),
            str(tmp_path), "external"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

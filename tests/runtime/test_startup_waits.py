@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _launch_env
+from tests.conftest import launch_env
 
 PROG = Path(__file__).parent / "progs" / "late_rank.py"
 TIMEOUT = {"MPIFLOW_TIMEOUT": "3"}
@@ -70,7 +70,7 @@ def test_ranks_that_run_different_programs_are_told_so(run_mpi):
 def test_under_mpiflow_launch_the_report_shows_where_the_missing_rank_is(tmp_path):
     cmd = [sys.executable, "-m", "mpiflow", "launch", "-n", "3", str(PROG), "layout"]
     result, took = timed(lambda: subprocess.run(
-        cmd, capture_output=True, text=True, timeout=60, env=_launch_env(TIMEOUT),
+        cmd, capture_output=True, text=True, timeout=60, env=launch_env(TIMEOUT),
         cwd=tmp_path))
     assert result.returncode != 0 and took < ENDS_WITHIN_S
     report = result.stderr.split("where the ranks it waited for are:")[1]
