@@ -255,14 +255,15 @@ class Exchange:
 
     def deliver(self) -> None:
         """Write the sum into ``out`` (``load``'s), divided by its divisor, unless the
-        last step wrote it there already."""
-        if self._delivered:
-            return
-        if self._divisor is None:
-            self._out[...] = self.acc
-        else:
-            np.divide(self.acc, self._divisor, out=self._out)
-        self._delivered = True
+        last step wrote it there already; then let go of ``out`` (a pooled exchange
+        must not keep the caller's array alive)."""
+        if not self._delivered:
+            if self._divisor is None:
+                self._out[...] = self.acc
+            else:
+                np.divide(self.acc, self._divisor, out=self._out)
+            self._delivered = True
+        self._out = None
 
     def footprint(self) -> int:
         """Bytes it holds: its buffers, the objects around them and MPI's persistent
