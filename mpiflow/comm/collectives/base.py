@@ -128,6 +128,11 @@ class Collective:
                 None allocates it.
             name: the tensor's name, for the cross-rank check and error messages.
             check: compare (name, algorithm, op, dtype, shape) across ranks first.
+                Without it, ranks that call otherwise get what MPI does with
+                mismatched calls: a hang until the deadline, an MPI error, or (Open
+                MPI, a longer message than a receive's buffer) memory written past
+                that buffer. Leave it off only where the calls cannot differ (fused
+                buckets after their first round: the graph fixes their shapes).
             timeout: seconds before DeadlineExceededError (default MPIFLOW_TIMEOUT).
             half_on_wire: a float16 or bfloat16 array moves as it is, half the bytes of
                 float32 (compressed gradients). A strategy that can
