@@ -78,8 +78,8 @@ def find_mpiexec():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the tests marked ``mpich_only`` where the mpiexec beside this Python is not
-    MPICH's: they drive its own options, its PMI and its forwarding of signals (or, under
+    """Skip the tests marked ``mpich_only`` where the mpiexec the tests launch with
+    (``find_mpiexec``) is not MPICH's: they drive its own options, its PMI and its forwarding of signals (or, under
     srun, its PMI, which another MPI's wheel may not speak)."""
     marked = [item for item in items if item.get_closest_marker("mpich_only")]
     mpiexec = find_mpiexec() if marked and mpiflow is not None else None
