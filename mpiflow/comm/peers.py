@@ -192,9 +192,11 @@ class Peers:
             elif not self.is_gone(rank) and not _process_alive(pid):
                 self._state[rank] = GONE
                 self._dead.add(rank)
-                raise errors.UnavailableError(
+                error = errors.UnavailableError(
                     f"{self.describe(rank)} on {self.host} is gone: its process {pid} no "
                     f"longer runs (killed?); rank {self.rank} cannot continue")
+                error.brief = True      # where this rank waited says nothing: no traceback
+                raise error
 
     def _check_heartbeats(self) -> None:
         if self.heartbeat is None:

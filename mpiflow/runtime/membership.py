@@ -129,8 +129,8 @@ class JobMembership:
                 while time.monotonic() < deadline:
                     self.transport.complete_sends()
                     time.sleep(0.01)
-        except Exception:   # dying anyway: never mask the original error
-            pass
+        except BaseException:   # dying anyway: never mask the original error, not even
+            pass                # for the launcher's signal ending the job meanwhile
 
     def announce_interrupt(self, signum: int, origin: str | None, grace_s: float) -> float:
         """Tell every other rank this one stops for an interrupt (Ctrl-C, SIGTERM) that
