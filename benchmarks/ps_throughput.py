@@ -48,7 +48,7 @@ from mpiflow import backend
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # run as a script
 from mlp import build_mlp
-from step_overhead import NumpyStep, init_params
+from step_overhead import NumpyStep, init_params, sgd_apply
 
 MiB = 1 << 20
 WARMUP_S = 4.0
@@ -61,14 +61,6 @@ def timed(call, seconds, at_least=3):
         call()
         count += 1
     return (time.perf_counter() - start) / count
-
-
-def sgd_apply(variables, grads, lr) -> None:
-    """``variable -= lr * grad`` in place, each gradient scaled where it lies, as
-    mpiflow's apply of a received gradient does (the raw baselines' ps side)."""
-    for variable, grad in zip(variables, grads):
-        grad *= lr
-        variable -= grad
 
 
 def raw_bandwidth(comm, nbytes, seconds, parts=1):

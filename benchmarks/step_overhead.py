@@ -34,6 +34,15 @@ def init_params(seed=0):
     return params
 
 
+def sgd_apply(variables, grads, lr) -> None:
+    """``variable -= lr * grad`` in place, each gradient scaled where it lies, as
+    mpiflow's apply of a gradient does (the numpy step's update, and the raw ps
+    baselines' of ``ps_throughput.py``)."""
+    for variable, grad in zip(variables, grads):
+        grad *= lr
+        variable -= grad
+
+
 class NumpyStep:
     """One SGD step written directly in numpy, as a careful numpy user would (the
     baseline): every intermediate in a buffer allocated once, the updates in place."""
@@ -53,10 +62,7 @@ class NumpyStep:
 
     def __call__(self, x, y, lr):
         loss = self.gradients(x, y)
-        for p, name in zip(self.params, self.GRADIENT_NAMES):
-            g = self.buf[name]
-            g *= lr
-            p -= g
+        sgd_apply(self.params, [self.buf[name] for name in self.GRADIENT_NAMES], lr)
         return loss
 
     def gradients(self, x, y, layer_done=None):
