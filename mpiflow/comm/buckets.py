@@ -196,13 +196,15 @@ class _Slot:
         "round",
         "shaped",
         "size",
+        "start",
         "view",
     )
 
-    def __init__(self, name: str, bucket: Bucket, size: int, view):
+    def __init__(self, name: str, bucket: Bucket, start: int, size: int, view):
         # ``view`` stays flat (``buffer_view``); ``shaped`` is it in the shape last added.
         self.name, self.bucket, self.size, self.dtype, self.view, self.shaped = \
             name, bucket, size, bucket.dtype, view, view
+        self.start = start
         self.index, self.needed = bucket.index, len(bucket.names)
         self.round = -1
         self.array = self.out = None
@@ -251,8 +253,13 @@ class FusedAllreduce:
             self._buffers.append(buffer)
             for name_, start, size in zip(bucket.names, bucket.offsets, bucket.sizes):
                 view = None if buffer is None else buffer[start:start + size]
-                self._slots[name_] = _Slot(name_, bucket, size, view)
+                self._slots[name_] = _Slot(name_, bucket, start, size, view)
         self._members = [[self._slots[n] for n in b.names] for b in self.buckets]
+        # Each bucket's strategy and name, found once: its strategy keeps what it learnt
+        # of the bucket's signature, so a round pays for neither again.
+        self._bucket_names = [f"{name.rstrip('/')}/bucket{b.index} "
+                              f"(tensors #{b.layout_digest()})" for b in self.buckets]
+        self._strategies = {}       # (bucket index, array type) -> its strategy
         self._round = 0
         self._new_round()
 
@@ -262,16 +269,14 @@ class FusedAllreduce:
         self._handles = [BucketHandle(self, b) for b in self.buckets]
         self._next_start = 0
 
-    def _check_out(self, name: str, array, out) -> None:
-        """Refuse an ``out`` the reduced tensor cannot be written into as it is."""
+    def _refuse_out(self, name: str, array, out) -> None:
+        """Say why ``out`` cannot take the reduced tensor as it is (``add`` found it so)."""
         if type(out) is not type(array):
             got = type(out).__name__
         elif out.shape != array.shape or out.dtype != array.dtype:
             got = f"{type(out).__name__} {out.dtype}{list(out.shape)}"
-        elif not getattr(out.flags, "writeable", True):      # cupy arrays have no flag
-            got = f"{type(out).__name__} {out.dtype}{list(out.shape)} (read-only)"
         else:
-            return
+            got = f"{type(out).__name__} {out.dtype}{list(out.shape)} (read-only)"
         raise errors.InvalidArgumentError(
             f"Fused allreduce '{self.name}': tensor '{name}' got a bad out, expected a "
             f"writable {type(array).__name__} {array.dtype}{list(array.shape)}, got {got}")
@@ -286,8 +291,9 @@ class FusedAllreduce:
 
         Args:
             array: the tensor (its dtype and size as in its spec).
-            out: where the reduced tensor goes (default: a new array; ``array`` itself for
-                in place).
+            out: where the reduced tensor goes; ``array`` itself for in place. Without
+                it the result is new memory: a view of one copy made for the tensors of
+                its bucket given without an out (a result kept keeps that copy).
 
         Raises:
             InvalidArgumentError: unknown name, wrong dtype or size, or given twice in a
@@ -298,16 +304,23 @@ class FusedAllreduce:
             slot = self._slot(name)            # raises, listing the known names
         if slot.round == self._round:
             self._next_round(name)
-        if not hasattr(array, "dtype") or array.dtype != slot.dtype or \
-                array.size != slot.size:
+        # This method is the per-tensor cost of fusion: keep it to checks that cost a
+        # comparison each, a copy and a count.
+        try:
+            fits = array.size == slot.size and (array.dtype is slot.dtype or
+                                                array.dtype == slot.dtype)
+        except AttributeError:
+            fits = False
+        if not fits:
             got = f"{array.dtype} with {array.size} elements" if hasattr(array, "dtype") \
                 else f"a {type(array).__name__} (a numpy or cupy array is needed)"
             raise errors.InvalidArgumentError(
                 f"Fused allreduce '{self.name}': tensor '{name}' expected "
                 f"{slot.dtype.name} with {slot.size} elements, got {got}")
-        if out is not None and out is not array:
-            self._check_out(name, array, out)
-        # This method is the per-tensor cost of fusion: keep it to a copy and a count.
+        if out is not None and out is not array and not (
+                type(out) is type(array) and out.shape == array.shape and
+                out.dtype == array.dtype and getattr(out.flags, "writeable", True)):
+            self._refuse_out(name, array, out)      # cupy arrays have no writeable flag
         slot.round = self._round
         slot.array = array
         slot.out = out
@@ -384,21 +397,41 @@ class FusedAllreduce:
                 send, dest = slot.array, slot.out
             else:
                 send = dest = buffer
-            collective = get_collective(self.algorithm, self.comm, send, self.config)
+            key = (bucket.index, type(send))
+            collective = self._strategies.get(key)
+            if collective is None:
+                collective = self._strategies[key] = get_collective(
+                    self.algorithm, self.comm, send, self.config)
             self._handles[bucket.index]._inner = collective.allreduce_async(
-                send, self.op, dest, name=f"{self.name.rstrip('/')}/bucket{bucket.index} "
-                f"(tensors #{bucket.layout_digest()})",
+                send, self.op, dest, name=self._bucket_names[bucket.index],
                 check=self.check, half_on_wire=self.half_on_wire)
             self._next_start += 1
 
     def _unpack(self, bucket: Bucket, reduced) -> dict:
-        if self._buffers[bucket.index] is None:
+        buffer = self._buffers[bucket.index]
+        if buffer is None:
             return {bucket.names[0]: reduced}
+        members = self._members[bucket.index]
+        # The tensors given without an out become views of one copy of the part of the
+        # buffer they span: one copy for the bucket, where one per tensor cost more in
+        # Python and allocation than in bytes (200 tensors of 4 KiB: 1 us each).
+        low = high = None
+        for slot in members:
+            if slot.out is None and slot.array is not slot.shaped:
+                if low is None:
+                    low = slot.start
+                high = slot.start + slot.size
+        copy = None if low is None else buffer[low:high].copy()
         results = {}
-        for slot in self._members[bucket.index]:
+        for slot in members:
             out = slot.out
-            if out is None:     # the view itself when it was given, else a new array
-                out = slot.array if slot.array is slot.shaped else slot.shaped.copy()
+            if out is None:
+                if slot.array is slot.shaped:   # the view itself was given: it is the result
+                    out = slot.array
+                else:
+                    out = copy[slot.start - low:slot.start - low + slot.size]
+                    if slot.shaped.ndim != 1:
+                        out = out.reshape(slot.shaped.shape)
             elif out is not slot.shaped:
                 out[...] = slot.shaped
             results[slot.name] = out

@@ -336,3 +336,44 @@ def test_a_blocking_allreduce_of_one_request_runs_without_the_stage_objects():
     assert [plan.request is None for plan in collective._plans.values()] == [
         False, True, True]
     np.testing.assert_array_equal(collective.allreduce(x, op="average"), x)
+
+
+def test_a_process_group_picks_each_kind_of_call_once_and_keeps_its_strategy(monkeypatch):
+    """Kernels call a group's collectives every step with the same arrays: the strategy
+    auto picks for each kind and size is found once, and one strategy object of each
+    class serves every call (it keeps what it learnt of each call's signature)."""
+    import types
+
+    from mpiflow.runtime import group_collectives
+
+    monkeypatch.setenv("MPIFLOW_RING_MIN_BYTES", str(4 * KiB))
+    asked = []
+
+    def counting_select(name, comm, array, config=None):
+        asked.append((name, array.nbytes))
+        return select(name, comm, array, config)
+    monkeypatch.setattr(group_collectives, "select", counting_select)
+    made = []
+
+    def counting_init(cls):
+        init = cls.__init__
+
+        def counted(self, *args, **kwargs):
+            made.append(cls.name)
+            init(self, *args, **kwargs)
+        return counted
+    for cls in (MpiCollective, RingCollective):
+        monkeypatch.setattr(cls, "__init__", counting_init(cls))
+    service = types.SimpleNamespace(groups={"worker": COMM}, rank=0)
+    group = group_collectives.GroupCollectives(types.SimpleNamespace(), service, "worker")
+    small = np.arange(16, dtype=np.float32)
+    large = np.arange(4 * KiB, dtype=np.float32)
+    other_small = np.arange(8, dtype=np.float64)
+    for step in range(3):
+        for i, array in enumerate((small, large, other_small)):
+            handle = group.allreduce_async(array * (step + 1), "sum", "auto", f"t{i}")
+            assert (handle.wait() == array * (step + 1)).all()
+            assert ("(ring," if array is large else "(mpi,") in handle.label
+        assert (group.broadcast_async(small, 0, "b").wait() == small).all()
+    assert asked == [("auto", 64), ("auto", 16 * KiB), ("auto", 64), ("mpi", 64)]
+    assert sorted(made) == ["mpi", "ring"]

@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from mpiflow.comm.buckets import FusedAllreduce, TensorSpec, plan_buckets
+from mpiflow.comm.collectives import get_collective
 from mpiflow.errors import FailedPreconditionError, InvalidArgumentError
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -133,7 +134,7 @@ def test_a_buffer_view_given_without_out_is_the_result_and_stays_flat():
         results = f.wait_all()
         assert results["a"] is f.buffer_view("a") and (results["b"] == step).all()
         assert results["c"].shape == (2, 2) and (results["c"] == 3).all()
-        assert results["c"].base is None                  # the caller's own array
+        assert not np.shares_memory(results["c"], f.buffer_view("c"))   # the caller's own
         assert results["d"] is f.buffer_view("d") and (results["d"] == 4).all()
         assert f.buffer_view("c").shape == (4,)           # flat whatever was added
     f.add("c", f.buffer_view("c"), out=np.empty(4, np.float32))   # flat after shaped
@@ -141,6 +142,25 @@ def test_a_buffer_view_given_without_out_is_the_result_and_stays_flat():
         f.add(name, np.ones(4, np.float32))
     f.add("big", np.zeros(100, np.float32))
     assert (f.wait_all()["c"] == 3).all()
+
+
+def test_results_given_without_out_share_one_copy_that_later_rounds_leave_alone():
+    f = fused()
+    kept = []
+    for step in range(3):
+        f.add("a", np.full(4, step, np.float32))
+        f.add("b", f.buffer_view("b"))                      # the view: no copy for it
+        f.add("c", np.full((2, 2), 10 + step, np.float32))
+        f.add("d", np.full(4, 20 + step, np.float32), out=np.empty(4, np.float32))
+        f.add("big", np.zeros(100, np.float32))
+        results = f.wait_all()
+        kept.append(results)
+        assert results["a"].base is results["c"].base is not None    # one copy for both
+        assert not np.shares_memory(results["a"], f.buffer_view("a"))
+        assert results["b"] is f.buffer_view("b") and results["c"].shape == (2, 2)
+    for step, results in enumerate(kept):           # later rounds wrote the buffers only
+        assert (results["a"] == step).all() and (results["c"] == 10 + step).all()
+        assert (results["d"] == 20 + step).all()
 
 
 def test_misuse_is_reported():
@@ -202,3 +222,22 @@ def test_the_threshold_knob_reaches_the_buckets_of_an_allreduce_optimizer(monkey
     assert len(collective_ops._fusion(ctx).buckets) == 2
     monkeypatch.setenv("MPIFLOW_FUSION_THRESHOLD_BYTES", "0")       # no fusion
     assert len(collective_ops._fusion(ctx).buckets) == 4
+
+
+def test_each_bucket_finds_its_strategy_once_for_every_round(monkeypatch):
+    from mpiflow.comm import buckets
+
+    found = []
+
+    def counting_get_collective(name, comm, array, config=None):
+        found.append(array.nbytes)
+        return get_collective(name, comm, array, config)
+    monkeypatch.setattr(buckets, "get_collective", counting_get_collective)
+    f = fused()
+    for step in range(3):
+        for name in "abcd":
+            f.add(name, np.full(4, step, np.float32))
+        f.add("big", np.full(100, step, np.float32))
+        results = f.wait_all()
+        assert (results["c"] == step).all() and (results["big"] == step).all()
+    assert sorted(found) == [64, 400]       # the fused bucket of a..d, and big alone
