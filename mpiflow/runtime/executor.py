@@ -10,6 +10,7 @@ kernel) yields what it waits for to whoever drives it: the rank service in a clu
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -168,6 +169,7 @@ class Plan:
         gpu = self.gpu
         quiet = _QuietNumpy()
         loud = True             # numpy's own error state: no kernel since the last wait
+        held = False            # ``io`` holds tensors back: sent before any wait
         try:
             if gpu is not None:
                 backend.activate_gpu(gpu)
@@ -186,7 +188,7 @@ class Plan:
                 elif kind == SEND:
                     t0 = tracing.now_ns() if trace is not None else 0
                     values = [vals[i] for i in ins]
-                    io.send(fn, values)
+                    held = io.send(fn, values)
                     if trace is not None:
                         trace.append(tracing.event("send", f"Send {fn.label}", t0,
                                                    tracing.now_ns(), peer=fn.peer,
@@ -194,6 +196,9 @@ class Plan:
                 elif kind == RECV:
                     quiet.exit()
                     loud = True
+                    if held:
+                        io.flush()
+                        held = False
                     t0 = tracing.now_ns() if trace is not None else 0
                     value = yield RecvWait(fn.edge, fn.peer)
                     if gpu is not None:     # resumed maybe by another thread
@@ -208,6 +213,9 @@ class Plan:
                     result = fn(*args)
                     while type(result) is Wait:
                         quiet.exit()
+                        if held:
+                            io.flush()
+                            held = False
                         yield EventWait(result.key)
                         quiet.enter()
                         if gpu is not None:
@@ -221,6 +229,9 @@ class Plan:
                 if frees:
                     for s in frees:
                         vals[s] = None
+                if held and time.perf_counter() >= io.hold_deadline:
+                    io.flush()
+                    held = False
                 if env.tracking:
                     if loud:            # collectives sum in numpy, quietly as kernels
                         quiet.enter()
@@ -234,6 +245,8 @@ class Plan:
             raise errors.kernel_error(exc, self.ops[index]) from exc
         finally:
             quiet.exit()
+        if held:
+            io.flush()
         return [_fetch_value(vals[s]) for s in self.fetch_slots]
 
     def _traced_steps(self, trace):

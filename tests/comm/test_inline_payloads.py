@@ -1,7 +1,8 @@
 """Small host payloads ride inside their header's message (an inline frame): one MPI
 message per mpiflow message instead of one per tensor, the values copied on the sender
-and viewed on the receiver, in order with the messages around them; a frame whose
-lengths do not add up is refused, naming its sender."""
+and viewed on the receiver, in order with the messages around them; in a larger message
+the small ones still do and the large ones follow (a mixed frame); a frame whose lengths
+do not add up is refused, naming its sender."""
 
 import ml_dtypes
 import msgpack
@@ -13,6 +14,7 @@ from mpiflow.comm import transport as transport_lib
 from mpiflow.comm.transport import (
     INLINE_MAX_BYTES,
     PAYLOAD_TAG,
+    SMALL_PAYLOAD_BYTES,
     inline_frame,
     read_inline_frame,
 )
@@ -67,6 +69,34 @@ def test_inline_and_separate_messages_of_one_sender_keep_their_order(link):
     link.flush()
 
 
+def test_small_payloads_of_a_large_message_ride_inline_and_the_large_ones_follow(link):
+    # A pull of many variables: the small ones copied into the header's message, each
+    # large one sent from its own buffer (guarded) as before, all in their places.
+    small = [np.full(SMALL_PAYLOAD_BYTES // 4, i, np.float32) for i in range(3)]
+    large = [np.full(SMALL_PAYLOAD_BYTES // 4 + 1, 7, np.float32),
+             np.full((3, INLINE_MAX_BYTES // 4), 8, np.float32)]
+    arrays = [small[0], large[0], small[1], small[2], large[1], MIXED[1], MIXED[3]]
+    link.send(0, {"k": "t"}, arrays, guards=["s0", "big0", "s1", "s2", "big1", None, None])
+    assert sorted(link._guarded) == ["big0", "big1"]       # what MPI still reads
+    for array in small:
+        array += 100            # copied at send: a writer may go on at once
+    message = _poll(link)
+    assert message.header == {"k": "t"}
+    for got, sent in zip(message.arrays, arrays, strict=True):
+        expected = sent - 100 if any(sent is s for s in small) else sent
+        assert got.dtype == sent.dtype and got.shape == sent.shape
+        assert np.array_equal(got, expected)
+    link.flush()
+
+
+def test_a_message_of_small_payloads_only_is_one_frame_whatever_its_size(link):
+    arrays = [np.full(SMALL_PAYLOAD_BYTES // 4, i, np.float32) for i in range(8)]
+    link.send(0, {"k": "t"}, arrays, guards=[f"v{i}" for i in range(8)])
+    assert not link.comm.Iprobe(0, PAYLOAD_TAG) and not link._guarded
+    assert all(np.array_equal(g, a) for g, a in zip(_poll(link).arrays, arrays))
+    link.flush()
+
+
 def _frame(arrays):
     header = {"k": "t", "_buf": [transport_lib._wire_spec(a.dtype, a.shape)
                                  for a in arrays]}
@@ -82,4 +112,13 @@ def _frame(arrays):
 def test_a_frame_whose_lengths_do_not_add_up_is_refused_naming_its_sender(damage):
     frame = damage(_frame([np.ones(3, np.float32), np.ones(2, np.int64)]))
     with pytest.raises(errors.DataLossError, match="from rank 3"):
+        read_inline_frame(bytearray(frame), source=3, rank=0)
+
+
+@pytest.mark.parametrize("following", [[2], [1, 0], [0, 0], [-1], ["0"], 1, [True]])
+def test_a_mixed_frame_naming_payloads_it_does_not_have_is_refused(following):
+    header = {"k": "t", "_buf": [transport_lib._wire_spec(np.dtype(np.float32), (3,))] * 2,
+              "_fo": following}
+    frame = inline_frame(msgpack.packb(header, use_bin_type=True), [np.ones(3, np.float32)])
+    with pytest.raises(errors.DataLossError, match="from rank 3: .*following payloads"):
         read_inline_frame(bytearray(frame), source=3, rank=0)

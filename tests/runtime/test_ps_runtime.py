@@ -89,6 +89,16 @@ def test_the_ps_throughput_benchmark_measures_every_part(run_mpi):
     assert set(summary["cpu_s_raw_async"]) == {"rank 0", "rank 1", "rank 2"}
 
 
+def test_the_many_variables_benchmark_measures_both_sides(run_mpi):
+    out = run_mpi(3, BENCHMARKS / "ps_many_variables.py", "--variables", 12, "--rounds", 1,
+                  "--seconds", 0.1, "--json", timeout=120,
+                  env={"OMP_NUM_THREADS": "1"}).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["workers"] == 2 and summary["variables"] == 12, summary
+    assert summary["one_process_ms"] > 0 and summary["async_ms"] > 0, summary
+    assert summary["async_of_one_process"] > 0, summary
+
+
 @pytest.mark.parametrize("ranks,args", [(3, []), (4, ["--ps", "2"])])
 def test_mnist_ps_example_trains_to_95_percent(run_mpi, ranks, args):
     out = run_mpi(ranks, EXAMPLES / "mnist_ps.py", "--epochs", 20, *args, timeout=240).stdout

@@ -3,6 +3,8 @@ message, and a partition that ends by sending to its client says in that message
 is done: a ps answering a pull of many variables sends one message, not one per tensor
 plus a separate 'done'."""
 
+import numpy as np
+
 import mpiflow as mf
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
@@ -12,7 +14,7 @@ from mpiflow.runtime.kernel_env import LocalEnv
 from mpiflow.runtime.partition import partition
 from mpiflow.runtime.plan_compiler import RECV, SEND
 from mpiflow.runtime.resources import ResourceStore
-from mpiflow.runtime.transfers import SendGroup, StepIO
+from mpiflow.runtime.transfers import HOLD_MAX_BYTES, SendGroup, StepIO
 
 PS, WORKER = ("ps", 0), ("worker", 0)
 RANKS = {PS: 0, WORKER: 1}
@@ -171,3 +173,94 @@ def test_a_variable_sent_before_a_write_of_it_leaves_before_the_write():
     write = next(i for i, op in enumerate(plan.ops) if op.type == "AssignAdd")
     first_send = kinds.index(SEND)
     assert first_send < write, names
+
+
+# -- small tensors held back ----------------------------------------------------------------
+def _gradient_groups():
+    _, train = _mlp_like()
+    return _send_groups(_plan(_pieces([], [train]).nodes[WORKER]))
+
+
+def test_small_tensors_sent_apart_are_held_and_leave_together_on_flush():
+    # Each gradient is its own group (sent as the backward pass makes it); small ones wait
+    # for each other: one message per ps where one per gradient cost both ranks far more.
+    first, second = _gradient_groups()
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=3)
+    grads = [np.full((3, 3), 1.0, np.float32), np.full((3, 3), 2.0, np.float32)]
+    assert io.send(first, grads[:1]) and io.send(second, grads[1:])
+    assert transport.sent == []
+    io.flush()
+    ((dest, header, arrays, guards),) = transport.sent
+    assert dest == RANKS[PS] and header["e"] == first.edges + second.edges
+    assert arrays[0] is grads[0] and arrays[1] is grads[1]      # referenced, not copied
+    assert guards == () and header["s"] == 3 and "d" not in header
+    io.flush()
+    assert len(transport.sent) == 1                             # nothing held twice
+
+
+def test_a_variables_buffer_a_gpu_tensor_and_a_large_tensor_leave_at_once():
+    pull = _send_groups(_plan(_pull_of_three()))[0]._replace(last=False)
+    gradient = _gradient_groups()[0]
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0)
+    assert not io.send(pull, [np.zeros(4, np.float32)] * 3)       # guarded: never held
+    assert not io.send(gradient._replace(to_gpu=True), [np.zeros((3, 3), np.float32)])
+    large = np.zeros(HOLD_MAX_BYTES // 4 + 1, np.float32)
+    assert not io.send(gradient, [large])
+    assert [len(arrays) for _, _, arrays, _ in transport.sent] == [3, 1, 1]
+
+
+def test_held_tensors_leave_first_with_the_next_message_to_their_rank():
+    first, second = _gradient_groups()
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0)
+    small = np.ones((3, 3), np.float32)
+    assert io.send(first, [small])
+    assert not io.send(second, [np.zeros(HOLD_MAX_BYTES // 4, np.float32)])   # too much
+    ((_, header, arrays, guards),) = transport.sent
+    assert header["e"] == first.edges + second.edges and arrays[0] is small
+    assert guards == (None, None)
+
+
+def test_the_last_message_takes_what_is_held_for_its_rank_after_the_others_left():
+    first, _ = _gradient_groups()
+    to_ps = first
+    to_other = first._replace(peer=4, edges=["other"])
+    done = first._replace(peer=RANKS[WORKER], edges=["last"], last=True)
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0)
+    assert io.send(to_ps, [np.ones(1, np.float32)])
+    assert io.send(to_other, [np.ones(1, np.float32)])
+    assert io.send(done._replace(last=False, edges=["held"]), [np.ones(1, np.float32)])
+    transport.rank = RANKS[PS]        # the partition runs on the ps for the worker
+    assert not io.send(done, [np.ones(1, np.float32)])
+    assert [(dest, h["e"], h.get("d")) for dest, h, _, _ in transport.sent] == [
+        (RANKS[PS], first.edges, None), (4, ["other"], None),
+        (RANKS[WORKER], ["held", "last"], 1)]
+    assert io.said_done
+
+
+def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longer():
+    # The worker's part of a training step: receive the variables, compute both
+    # gradients, send them (held), then wait for the ps's token. Before that wait the
+    # gradients must have left: the ps sends the token only once it has them.
+    _, train = _mlp_like()
+    plan = _plan(_pieces([], [train]).nodes[WORKER])
+    transport = _Recorder()
+    transport.rank = RANKS[WORKER]
+    io = StepIO(transport, client=RANKS[WORKER], step=0)
+    steps = plan.run_steps((), io)
+    next(steps)                                             # the first variable's Recv
+    while True:
+        if not transport.sent:
+            value = np.ones((3, 3), np.float32)
+        else:
+            ((_, header, arrays, _),) = transport.sent     # both gradients, one message
+            assert len(header["e"]) == 2 and len(arrays) == 2
+            value = np.zeros((), np.int32)
+        try:
+            steps.send(value)
+        except StopIteration:
+            break
+    assert len(transport.sent) == 1
