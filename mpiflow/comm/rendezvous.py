@@ -31,6 +31,12 @@ class Rendezvous:
             self._waiters[key] = waiter
         return value
 
+    @property
+    def arrived(self) -> dict:
+        """The parked values by key: a consumer may pop its own key's (its step's) value
+        without parking itself (``StepIO.take``)."""
+        return self._values
+
     def drop(self, predicate) -> None:
         """Forget parked values and waiters whose key satisfies ``predicate``."""
         for table in (self._values, self._waiters):

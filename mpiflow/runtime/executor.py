@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mpiflow import backend, errors
+from mpiflow.comm.rendezvous import MISSING
 from mpiflow.framework.graph_def import as_graph_def
 from mpiflow.ops.registry import Wait
 from mpiflow.runtime import tracing, waiting
@@ -194,15 +195,17 @@ class Plan:
                                                    tracing.now_ns(), peer=fn.peer,
                                                    bytes=sum(map(_nbytes, values))))
                 elif kind == RECV:
-                    quiet.exit()
-                    loud = True
-                    if held:
-                        io.flush()
-                        held = False
                     t0 = tracing.now_ns() if trace is not None else 0
-                    value = yield RecvWait(fn.edge, fn.peer)
-                    if gpu is not None:     # resumed maybe by another thread
-                        backend.activate_gpu(gpu)
+                    value = io.take(fn.edge)
+                    if value is MISSING:
+                        quiet.exit()
+                        loud = True
+                        if held:
+                            io.flush()
+                            held = False
+                        value = yield RecvWait(fn.edge, fn.peer)
+                        if gpu is not None:     # resumed maybe by another thread
+                            backend.activate_gpu(gpu)
                     vals[out] = value if fn.gpu is None else backend.to_device(value, fn.gpu)
                     if trace is not None:
                         trace.append(tracing.event("recv", f"Recv {fn.edge}", t0,

@@ -264,3 +264,18 @@ def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longe
         except StopIteration:
             break
     assert len(transport.sent) == 1
+
+
+def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step():
+    # A pull's message brings every variable at once: the step takes each as it reaches
+    # its Recv, parking only where a tensor has not come (here the ps's token).
+    _, train = _mlp_like()
+    plan = _plan(_pieces([], [train]).nodes[WORKER])
+    *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
+    arrived = {(RANKS[WORKER], 0, recv.edge): np.ones((3, 3), np.float32)
+               for recv in variables}
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0, arrived=arrived)
+    wanted = next(plan.run_steps((), io))
+    assert wanted.edge == token.edge and not arrived
+    assert len(transport.sent) == 1             # the gradients left before it parked
