@@ -177,10 +177,13 @@ class StepIO:
             for peer in [p for p in self._held if p != group.peer]:
                 self._send(peer, *self._held.pop(peer)[:2])
         edges, guards = group.edges, group.guards
-        if held is not None:            # what waits for this peer leaves first, with it
+        if held is not None:            # what waits for this peer leaves first
             del self._held[group.peer]
-            edges, values = held[0] + list(edges), held[1] + list(values)
-            guards = (None,) * len(held[1]) + tuple(guards)
+            if group.to_gpu:            # on its own: it lands in host memory
+                self._send(group.peer, *held[:2])
+            else:                       # with this message
+                edges, values = held[0] + list(edges), held[1] + list(values)
+                guards = (None,) * len(held[1]) + tuple(guards)
         self._send(group.peer, edges, values, guards, group.to_gpu, group.last)
         return bool(self._held)
 

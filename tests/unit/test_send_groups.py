@@ -60,9 +60,11 @@ class _Recorder:
 
     def __init__(self):
         self.sent = []
+        self.to_gpu = []
 
     def send(self, dest, header, arrays, guards=(), to_gpu=False):
         self.sent.append((dest, header, list(arrays), guards))
+        self.to_gpu.append(to_gpu)
 
 
 def test_the_last_message_to_the_client_says_done_and_no_other_does():
@@ -221,6 +223,16 @@ def test_held_tensors_leave_first_with_the_next_message_to_their_rank():
     ((_, header, arrays, guards),) = transport.sent
     assert header["e"] == first.edges + second.edges and arrays[0] is small
     assert guards == (None, None)
+
+
+def test_held_host_tensors_leave_before_a_message_for_a_gpu_not_in_it():
+    first, second = _gradient_groups()
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0)
+    assert io.send(first, [np.ones((3, 3), np.float32)])
+    assert not io.send(second._replace(to_gpu=True), [np.zeros((3, 3), np.float32)])
+    assert [h["e"] for _, h, _, _ in transport.sent] == [first.edges, second.edges]
+    assert transport.to_gpu == [False, True]
 
 
 def test_the_last_message_takes_what_is_held_for_its_rank_after_the_others_left():
