@@ -291,7 +291,8 @@ class Transport:
                         following = [i for i, a in enumerate(arrays)
                                      if a.nbytes > SMALL_PAYLOAD_BYTES]
                         if len(following) < len(arrays):
-                            header[_FOLLOWING_KEY] = following
+                            if following:
+                                header[_FOLLOWING_KEY] = following
                             inline = [a for a in arrays if a.nbytes <= SMALL_PAYLOAD_BYTES]
         packed = msgpack.packb(header, use_bin_type=True)
         if inline is not None:  # copied into one message: nothing of them left to guard
