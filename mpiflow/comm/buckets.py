@@ -25,7 +25,7 @@ import numpy as np
 
 from mpiflow import backend, errors
 from mpiflow import config as config_lib
-from mpiflow.comm.collectives import get_collective
+from mpiflow.comm.collectives import Strategies
 from mpiflow.comm.collectives.base import Handle
 
 
@@ -255,11 +255,10 @@ class FusedAllreduce:
                 view = None if buffer is None else buffer[start:start + size]
                 self._slots[name_] = _Slot(name_, bucket, start, size, view)
         self._members = [[self._slots[n] for n in b.names] for b in self.buckets]
-        # Each bucket's strategy and name, found once: its strategy keeps what it learnt
-        # of the bucket's signature, so a round pays for neither again.
+        # Each bucket's name and strategy, found once: a round pays for neither again.
         self._bucket_names = [f"{name.rstrip('/')}/bucket{b.index} "
                               f"(tensors #{b.layout_digest()})" for b in self.buckets]
-        self._strategies = {}       # (bucket index, array type) -> its strategy
+        self._strategies = Strategies(comm, self.config)
         self._round = 0
         self._new_round()
 
@@ -397,11 +396,7 @@ class FusedAllreduce:
                 send, dest = slot.array, slot.out
             else:
                 send = dest = buffer
-            key = (bucket.index, type(send))
-            collective = self._strategies.get(key)
-            if collective is None:
-                collective = self._strategies[key] = get_collective(
-                    self.algorithm, self.comm, send, self.config)
+            collective = self._strategies.get(self.algorithm, send)
             self._handles[bucket.index]._inner = collective.allreduce_async(
                 send, self.op, dest, name=self._bucket_names[bucket.index],
                 check=self.check, half_on_wire=self.half_on_wire)

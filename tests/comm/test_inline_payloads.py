@@ -122,3 +122,10 @@ def test_a_mixed_frame_naming_payloads_it_does_not_have_is_refused(following):
     frame = inline_frame(msgpack.packb(header, use_bin_type=True), [np.ones(3, np.float32)])
     with pytest.raises(errors.DataLossError, match="from rank 3: .*following payloads"):
         read_inline_frame(bytearray(frame), source=3, rank=0)
+
+
+def test_what_a_partition_holds_back_for_a_rank_leaves_as_one_inline_message():
+    # runtime/transfers.py keeps its own copy of the bound (plans of one process never
+    # import MPI): what it holds for one peer must fit one inline frame.
+    from mpiflow.runtime.transfers import HOLD_MAX_BYTES
+    assert HOLD_MAX_BYTES <= INLINE_MAX_BYTES

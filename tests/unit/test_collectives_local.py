@@ -352,7 +352,7 @@ def test_a_process_group_picks_each_kind_of_call_once_and_keeps_its_strategy(mon
     def counting_select(name, comm, array, config=None):
         asked.append((name, array.nbytes))
         return select(name, comm, array, config)
-    monkeypatch.setattr(group_collectives, "select", counting_select)
+    monkeypatch.setattr(collectives, "select", counting_select)
     made = []
 
     def counting_init(cls):

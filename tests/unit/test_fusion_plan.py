@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from mpiflow.comm.buckets import FusedAllreduce, TensorSpec, plan_buckets
-from mpiflow.comm.collectives import get_collective
+from mpiflow.comm.collectives import select
 from mpiflow.errors import FailedPreconditionError, InvalidArgumentError
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -225,14 +225,14 @@ def test_the_threshold_knob_reaches_the_buckets_of_an_allreduce_optimizer(monkey
 
 
 def test_each_bucket_finds_its_strategy_once_for_every_round(monkeypatch):
-    from mpiflow.comm import buckets
+    from mpiflow.comm import collectives
 
     found = []
 
-    def counting_get_collective(name, comm, array, config=None):
+    def counting_select(name, comm, array, config=None):
         found.append(array.nbytes)
-        return get_collective(name, comm, array, config)
-    monkeypatch.setattr(buckets, "get_collective", counting_get_collective)
+        return select(name, comm, array, config)
+    monkeypatch.setattr(collectives, "select", counting_select)
     f = fused()
     for step in range(3):
         for name in "abcd":
