@@ -253,10 +253,19 @@ def test_the_last_message_takes_what_is_held_for_its_rank_after_the_others_left(
     assert io.said_done
 
 
-def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longer():
+def _no_deadline(monkeypatch):
+    """Held tensors leave at waits and at the end only (a slow machine would otherwise
+    pass ``HOLD_S`` between two kernels and send them apart)."""
+    from mpiflow.runtime import transfers
+    monkeypatch.setattr(transfers, "HOLD_S", 3600.0)
+
+
+def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longer(
+        monkeypatch):
     # The worker's part of a training step: receive the variables, compute both
     # gradients, send them (held), then wait for the ps's token. Before that wait the
     # gradients must have left: the ps sends the token only once it has them.
+    _no_deadline(monkeypatch)
     _, train = _mlp_like()
     plan = _plan(_pieces([], [train]).nodes[WORKER])
     transport = _Recorder()
@@ -278,9 +287,10 @@ def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longe
     assert len(transport.sent) == 1
 
 
-def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step():
+def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step(monkeypatch):
     # A pull's message brings every variable at once: the step takes each as it reaches
     # its Recv, parking only where a tensor has not come (here the ps's token).
+    _no_deadline(monkeypatch)
     _, train = _mlp_like()
     plan = _plan(_pieces([], [train]).nodes[WORKER])
     *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
@@ -291,3 +301,19 @@ def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step():
     wanted = next(plan.run_steps((), io))
     assert wanted.edge == token.edge and not arrived
     assert len(transport.sent) == 1             # the gradients left before it parked
+
+
+def test_a_held_tensor_leaves_at_the_first_kernel_past_its_deadline(monkeypatch):
+    # With no time to wait, each gradient leaves after the kernel that follows its send:
+    # two messages, both before the step waits for the token.
+    from mpiflow.runtime import transfers
+    monkeypatch.setattr(transfers, "HOLD_S", 0.0)
+    _, train = _mlp_like()
+    plan = _plan(_pieces([], [train]).nodes[WORKER])
+    *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
+    arrived = {(RANKS[WORKER], 0, recv.edge): np.ones((3, 3), np.float32)
+               for recv in variables}
+    transport = _Recorder()
+    io = StepIO(transport, client=RANKS[WORKER], step=0, arrived=arrived)
+    assert next(plan.run_steps((), io)).edge == token.edge
+    assert [len(h["e"]) for _, h, _, _ in transport.sent] == [1, 1]
