@@ -4,9 +4,11 @@ bias, a bfloat16 one); after the broadcast every rank holds the root's, bit for 
 on from them, and its peak memory grew by much less than the table (the broadcast wrote
 into the buffers instead of holding a second copy of each).
 Usage: mpiexec -n K python broadcast_variables.py ROOT   (every rank a worker)
-Prints one JSON line per rank: BROADCAST {...}.
+Prints one JSON line per rank: BROADCAST {...}, each table as its sum and a hash of its
+sample (bit for bit, and short: the launcher interleaves long lines of several ranks).
 """
 
+import hashlib
 import json
 import resource
 import sys
@@ -22,6 +24,11 @@ def own_values(task):
     rng = np.random.default_rng(task)
     return {"bias": rng.standard_normal(7).astype(np.float32),
             "half": rng.standard_normal(9).astype(mf.bfloat16.as_numpy_dtype)}
+
+
+def table_digest(total, sample):
+    """The table as its sum and the sha256 of a sample of its values (their bytes)."""
+    return [float(total), hashlib.sha256(sample.tobytes()).hexdigest()]
 
 
 def peak_mib():
@@ -60,8 +67,8 @@ def main():
         sess.run(step)
         np.testing.assert_array_equal(sess.run(small["bias"]), expected["bias"] + 1)
     print("BROADCAST " + json.dumps({
-        "task": task, "before": [float(before_sum), before_sample.tolist()],
-        "after": [float(after_sum), after_sample.tolist()], "grew_mib": grew,
+        "task": task, "before": table_digest(before_sum, before_sample),
+        "after": table_digest(after_sum, after_sample), "grew_mib": grew,
         "table_mib": TABLE_ROWS * TABLE_COLS * 4 / 2 ** 20}), flush=True)
     server.join()
 
