@@ -97,6 +97,22 @@ def test_a_message_of_small_payloads_only_is_one_frame_whatever_its_size(link):
     link.flush()
 
 
+def test_a_payload_list_sent_again_is_packed_and_checked_once(link):
+    # A step sends the same payload list every time: the sender packs it once, and the
+    # receiver checks it once and reads every later message by it.
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(3, ml_dtypes.bfloat16)]
+    link.send(0, {"k": "t"}, arrays)
+    _poll(link)
+    packed = transport_lib._packed_specs.cache_info()
+    checked = transport_lib._unpacked_specs.cache_info()
+    link.send(0, {"k": "t"}, [a + 1 for a in arrays])
+    again = _poll(link)
+    assert transport_lib._packed_specs.cache_info().hits == packed.hits + 1
+    assert transport_lib._unpacked_specs.cache_info().hits == checked.hits + 1
+    assert [(a.shape, a.dtype) for a in again.arrays] == [(a.shape, a.dtype) for a in arrays]
+    assert all(np.array_equal(g, a + 1) for g, a in zip(again.arrays, arrays))
+
+
 def _frame(arrays):
     header = {"k": "t", "_buf": [transport_lib._wire_spec(a.dtype, a.shape)
                                  for a in arrays]}

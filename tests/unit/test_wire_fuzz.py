@@ -63,6 +63,25 @@ def test_random_headers_and_buffer_specs_are_checked(fields, buffers):
         assert not dtype.hasobject
 
 
+@settings(max_examples=300)
+@given(st.dictionaries(st.text(max_size=4), plain, max_size=3),
+       st.lists(st.tuples(plain, plain), max_size=3) | st.binary(max_size=24))
+def test_buffer_specs_packed_as_bytes_are_checked_as_lists_are(fields, buffers):
+    # A sender packs its payload list once (bytes in the header); the receiver checks it
+    # as it checks a list, whatever the bytes.
+    packed = buffers if isinstance(buffers, bytes) else \
+        msgpack.packb([list(b) for b in buffers], use_bin_type=True)
+    raw = msgpack.packb(dict(fields, _buf=packed), use_bin_type=True)
+    try:
+        _, specs = decode_header(raw, source=1, rank=0)
+    except errors.DataLossError as exc:
+        assert "rank 1" in str(exc)
+        return
+    for shape, dtype in specs:
+        assert all(isinstance(d, int) and d >= 0 for d in shape)
+        assert not dtype.hasobject
+
+
 @settings(max_examples=400)
 @given(st.sampled_from(sorted(KINDS) + ["evil", 7, None]),
        st.dictionaries(st.sampled_from(["c", "s", "e", "h", "n", "msg", "who", "host", "cls",
