@@ -124,7 +124,34 @@ def _packed_specs(kinds: tuple) -> bytes:
                          use_bin_type=True)
 
 
-def _checked_specs(raw_specs) -> list:
+class _Payloads(tuple):
+    """``(shape, dtype)`` of each payload a header announces, checked; and where an inline
+    frame holds them (``inline_layout``), worked out once per list and kind of frame."""
+
+    def inline_layout(self, following: tuple) -> tuple:
+        """``([(index, offset, count, dtype, shape or None when 1-d)], span)`` of the
+        payloads an inline frame holds (all but the indices ``following``): offsets from
+        the first one's start (16-byte aligned, as each is), and where the last ends."""
+        try:
+            return self._layouts[following]
+        except AttributeError:
+            self._layouts = {}
+        except KeyError:
+            pass
+        layout, end, after = [], 0, set(following)
+        for index, (shape, dtype) in enumerate(self):
+            if index in after:
+                continue
+            start = _aligned(end)
+            count = math.prod(shape)
+            end = start + count * dtype.itemsize
+            layout.append((index, start, count, dtype, None if len(shape) == 1 else shape))
+        if len(self._layouts) < 8:
+            self._layouts[following] = layout, end
+        return layout, end
+
+
+def _checked_specs(raw_specs) -> _Payloads:
     """``[(shape, dtype)]`` of a header's list of ``[dtype text, dims]``.
 
     Raises:
@@ -146,18 +173,18 @@ def _checked_specs(raw_specs) -> list:
             specs.append(_payload_spec(text, tuple(dims)))
         except (TypeError, ValueError):
             raise TypeError(spec) from None
-    return specs
+    return _Payloads(specs)
 
 
 @functools.lru_cache(maxsize=1024)
-def _unpacked_specs(packed: bytes) -> tuple:
+def _unpacked_specs(packed: bytes) -> _Payloads:
     """``_checked_specs`` of a payload list sent as msgpack bytes (``_packed_specs``),
     each list checked once: a pull of 200 variables decodes in 7 us instead of 80."""
     try:
         raw_specs = msgpack.unpackb(packed, raw=False)
     except (ValueError, TypeError, msgpack.UnpackException):
         raise ValueError(packed[:64]) from None
-    return tuple(_checked_specs(raw_specs))
+    return _checked_specs(raw_specs)
 
 
 def decode_header(raw, source: int, rank: int):
@@ -240,24 +267,20 @@ def read_inline_frame(raw, source: int, rank: int):
             (following and not 0 <= following[0] <= following[-1] < len(specs)):
         raise refuse(f"its following payloads are not indices of its {len(specs)}: "
                      f"{following!r}")
-    after = set(following)
-    arrays, end = [], 5 + length
-    for index, (shape, dtype) in enumerate(specs):
-        if index in after:
-            arrays.append(None)
-            continue
-        start = _aligned(end)
-        count = math.prod(shape)
-        end = start + count * dtype.itemsize
-        if end > size:
-            raise refuse(f"payloads past its end ({size} bytes)")
-        if not count:
-            arrays.append(np.empty(shape, dtype))
-            continue
-        array = np.frombuffer(raw, dtype, count, start)
-        arrays.append(array if len(shape) == 1 else array.reshape(shape))
+    layout, span = specs.inline_layout(tuple(following))
+    base = _aligned(5 + length)
+    end = base + span if layout else 5 + length
+    if end > size:
+        raise refuse(f"payloads past its end ({size} bytes)")
     if end != size:
         raise refuse(f"{size - end} bytes after its payloads")
+    arrays = [None] * len(specs)
+    for index, offset, count, dtype, shape in layout:
+        if not count:
+            arrays[index] = np.empty(shape or (0,), dtype)
+            continue
+        array = np.frombuffer(raw, dtype, count, base + offset)
+        arrays[index] = array if shape is None else array.reshape(shape)
     return header, arrays, [(i, *specs[i]) for i in following]
 
 

@@ -119,6 +119,28 @@ def _frame(arrays):
     return bytearray(inline_frame(msgpack.packb(header, use_bin_type=True), arrays))
 
 
+def test_frames_of_one_payload_list_are_read_right_whichever_payloads_follow():
+    # Where a frame holds each payload is worked out once per list and set of payloads
+    # that follow: frames of one list that differ in it are each read by their own.
+    arrays = [np.arange(5, dtype=np.int16), np.zeros((0, 3)), np.full((2, 2), 7.0),
+              np.array(3, np.int64)]
+    packed = transport_lib._packed_specs(tuple((a.dtype, a.shape) for a in arrays))
+    for following in ([], [2], [0, 3], [], [2]):
+        header = {"k": "t", "_buf": packed}
+        if following:
+            header["_fo"] = following
+        inline = [a for i, a in enumerate(arrays) if i not in following]
+        frame = inline_frame(msgpack.packb(header, use_bin_type=True), inline)
+        _, got, after = read_inline_frame(bytearray(frame), source=3, rank=0)
+        assert [i for i, _, _ in after] == following
+        for i, a in enumerate(arrays):
+            if i in following:
+                assert got[i] is None
+            else:
+                assert got[i].shape == a.shape and got[i].dtype == a.dtype
+                assert np.array_equal(got[i], a)
+
+
 @pytest.mark.parametrize("damage", [
     lambda f: f[:3],                                    # shorter than its prefix
     lambda f: f[:1] + (10 ** 6).to_bytes(4, "little") + f[5:],   # header past the end

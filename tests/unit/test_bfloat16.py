@@ -373,7 +373,7 @@ def test_headers_carry_bfloat16_by_name_and_refuse_raw_voids():
     assert wire_name(BF16) == "bfloat16" and from_wire("bfloat16") == BF16
     assert wire_name(np.float16) == "<f2" and from_wire("<f2") == np.float16
     _, specs = decode_header(msgpack.packb({"_buf": [["bfloat16", [2, 3]]]}), 1, 0)
-    assert specs == [((2, 3), BF16)]
+    assert list(specs) == [((2, 3), BF16)]
     with pytest.raises(mf.errors.DataLossError, match="bad buffer spec"):
         decode_header(msgpack.packb({"_buf": [[BF16.str, [2]]]}), 1, 0)
 
