@@ -3,7 +3,9 @@
 Every message is a small header (a msgpack dict, never pickle) on ``HEADER_TAG``, followed
 by the payload buffers it announces on ``PAYLOAD_TAG``. The receiver probes for a header
 from any source, then takes that many payloads from the same source; MPI keeps messages
-of one (source, tag) in order, so concurrent senders cannot interleave. Arrays are sent
+of one (source, tag) in order, so concurrent senders cannot interleave. The header lists
+the payloads' dtypes and shapes as msgpack bytes: a step sends the same list every time,
+so the sender packs each list once and the receiver checks each once. Arrays are sent
 from and received into their own memory (buffer-based uppercase calls): no copy on either
 side. Host payloads of at most ``INLINE_MAX_BYTES`` in all ride inside the header's
 message instead (an inline frame: a marker byte msgpack never starts with, the header's
