@@ -127,6 +127,25 @@ def test_reductions_match_numpy(fn, ref, kwargs):
     check_forward(lambda a: fn(a, **kwargs), [x], ref(x, **kwargs))
 
 
+def test_the_gradient_of_a_reduction_follows_the_shape_fed_in_each_run():
+    # The gradient kernel keeps the layout of the last input shape it saw: a shape fed
+    # anew in a later run is broadcast to, not the one before. The sum's gradient is a
+    # read-only view of the incoming gradient (a kernel that wrote it in place would
+    # write every element at once), the mean's its own array.
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float32, [None, 3])
+        grads = [mf.gradients(mf.reduce_sum(x * 2.0), x)[0],
+                 mf.gradients(mf.reduce_sum(x, axis=1), x)[0],
+                 mf.gradients(mf.reduce_mean(x, axis=0), x)[0]]
+        with mf.Session() as sess:
+            for rows in (2, 4, 2, 1):
+                total, per_row, mean = sess.run(grads, {x: np.ones((rows, 3), np.float32)})
+                np.testing.assert_array_equal(total, np.full((rows, 3), 2.0, np.float32))
+                np.testing.assert_array_equal(per_row, np.ones((rows, 3), np.float32))
+                np.testing.assert_allclose(mean, np.full((rows, 3), 1.0 / rows), rtol=1e-6)
+                assert total.dtype == per_row.dtype == mean.dtype == np.float32
+
+
 def test_integer_sum_keeps_dtype():
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     check_forward(lambda a: mf.reduce_sum(a, axis=0), [x], x.sum(axis=0).astype(np.int32))
