@@ -287,10 +287,10 @@ def test_the_executor_sends_held_tensors_before_it_waits_and_holds_them_no_longe
     assert len(transport.sent) == 1
 
 
-def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step(monkeypatch):
-    # A pull's message brings every variable at once: the step takes each as it reaches
-    # its Recv, parking only where a tensor has not come (here the ps's token).
-    _no_deadline(monkeypatch)
+def _worker_step_with_its_variables_arrived():
+    """The worker's part of a training step, run with every variable delivered before it
+    starts (a pull's one message): what the step waits for first, the token's Recv, the
+    table of delivered tensors and the transport it sent through."""
     _, train = _mlp_like()
     plan = _plan(_pieces([], [train]).nodes[WORKER])
     *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
@@ -298,7 +298,14 @@ def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step(mon
                for recv in variables}
     transport = _Recorder()
     io = StepIO(transport, client=RANKS[WORKER], step=0, arrived=arrived)
-    wanted = next(plan.run_steps((), io))
+    return next(plan.run_steps((), io)), token, arrived, transport
+
+
+def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step(monkeypatch):
+    # A pull's message brings every variable at once: the step takes each as it reaches
+    # its Recv, parking only where a tensor has not come (here the ps's token).
+    _no_deadline(monkeypatch)
+    wanted, token, arrived, transport = _worker_step_with_its_variables_arrived()
     assert wanted.edge == token.edge and not arrived
     assert len(transport.sent) == 1             # the gradients left before it parked
 
@@ -308,12 +315,6 @@ def test_a_held_tensor_leaves_at_the_first_kernel_past_its_deadline(monkeypatch)
     # two messages, both before the step waits for the token.
     from mpiflow.runtime import transfers
     monkeypatch.setattr(transfers, "HOLD_S", 0.0)
-    _, train = _mlp_like()
-    plan = _plan(_pieces([], [train]).nodes[WORKER])
-    *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
-    arrived = {(RANKS[WORKER], 0, recv.edge): np.ones((3, 3), np.float32)
-               for recv in variables}
-    transport = _Recorder()
-    io = StepIO(transport, client=RANKS[WORKER], step=0, arrived=arrived)
-    assert next(plan.run_steps((), io)).edge == token.edge
+    wanted, token, _, transport = _worker_step_with_its_variables_arrived()
+    assert wanted.edge == token.edge
     assert [len(h["e"]) for _, h, _, _ in transport.sent] == [1, 1]
