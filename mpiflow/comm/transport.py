@@ -130,16 +130,18 @@ class _Payloads(tuple):
     """``(shape, dtype)`` of each payload a header announces, checked; and where an inline
     frame holds them (``inline_layout``), worked out once per list and kind of frame."""
 
+    def __new__(cls, specs):
+        payloads = super().__new__(cls, specs)
+        payloads._layouts = {}      # following indices -> (layout, span)
+        return payloads
+
     def inline_layout(self, following: tuple) -> tuple:
         """``([(index, offset, count, dtype, shape or None when 1-d)], span)`` of the
         payloads an inline frame holds (all but the indices ``following``): offsets from
         the first one's start (16-byte aligned, as each is), and where the last ends."""
-        try:
-            return self._layouts[following]
-        except AttributeError:
-            self._layouts = {}
-        except KeyError:
-            pass
+        known = self._layouts.get(following)
+        if known is not None:
+            return known
         layout, end, after = [], 0, set(following)
         for index, (shape, dtype) in enumerate(self):
             if index in after:
