@@ -28,6 +28,12 @@ _MAX_ANCESTORS = 8
 
 def launcher_pid() -> int | None:
     """The process id of the MPI launcher this rank descends from, if it runs here."""
+    return ancestor_named(LAUNCHER_NAMES)
+
+
+def ancestor_named(names) -> int | None:
+    """The process id of the nearest ancestor of this process whose name is one of
+    ``names`` (within a few generations: a launcher, its proxy), or None."""
     pid = os.getpid()
     for _ in range(_MAX_ANCESTORS):
         try:
@@ -36,7 +42,7 @@ def launcher_pid() -> int | None:
         except OSError:
             return None
         name = text[text.index("(") + 1:text.rindex(")")]
-        if pid != os.getpid() and name in LAUNCHER_NAMES:
+        if pid != os.getpid() and name in names:
             return pid
         pid = int(text.rsplit(")", 1)[1].split()[1])
         if pid <= 1:

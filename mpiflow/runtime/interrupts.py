@@ -35,7 +35,7 @@ import threading
 import time
 
 from mpiflow import config
-from mpiflow.comm import launch_link
+from mpiflow.comm import launch_link, launcher_release
 
 # From the signal to the process's end, at the most: long enough to unwind and print,
 # short enough that a user pressing Ctrl-C sees the prompt at once.
@@ -107,14 +107,21 @@ def _arm_exit_timer() -> None:
 LEAVING_LISTENERS = []
 
 
-def leave_at(moment: float) -> None:
-    """Tell the listeners, wait until ``moment`` (seconds since the epoch), and exit."""
+def leave_at(moment: float, release_launcher: bool = False) -> None:
+    """Tell the listeners, wait until ``moment`` (seconds since the epoch), and exit.
+
+    ``release_launcher`` (every rank agreed to leave): first tell the launcher this exit
+    is no crash, so a rank that leaves a few milliseconds before the others does not make
+    it kill them (MPICH's would, and the job would end "killed" instead of interrupted).
+    """
     for listener in LEAVING_LISTENERS:
         try:
             listener(moment)
         except Exception:       # leaving anyway
             pass
     time.sleep(max(0.0, moment - time.time()))
+    if release_launcher:
+        launcher_release.release_from_launcher()
     exit_now()
 
 

@@ -132,19 +132,24 @@ class JobMembership:
         except BaseException:   # dying anyway: never mask the original error, not even
             pass                # for the launcher's signal ending the job meanwhile
 
-    def announce_interrupt(self, signum: int, origin: str | None, grace_s: float) -> float:
+    def announce_interrupt(self, signum: int, origin: str | None,
+                           grace_s: float) -> tuple[float, bool]:
         """Tell every other rank this one stops for an interrupt (Ctrl-C, SIGTERM) that
-        ``origin`` got (None: this rank), and return when they should all leave (seconds
-        since the epoch).
+        ``origin`` got (None: this rank); return when they should all leave (seconds
+        since the epoch), and whether every rank still there said it stops too.
 
         A rank that was not interrupted itself stops too, naming ``origin``, not blaming
         this rank. Leaving together matters: the first rank to exit makes the launcher
         kill the others (perhaps before their line is out, and the job then ends as
         "killed"). So every rank proposes a moment to leave, hears every other's (up to
-        ``grace_s``) and leaves at the latest one: the same moment everywhere.
+        ``grace_s``) and leaves at the latest one: the same moment everywhere. Where all
+        agreed, each rank may also tell the launcher its exit is no crash
+        (``launcher_release``); where one did not answer, the launcher's kill is what
+        ends it.
         """
         origin = origin or self.describe_self()
         leave_at = time.time() + _LEAVE_TOGETHER_S
+        agreed = False
         try:
             with self._lock:
                 self._send_to_active({"k": "intr", "sig": int(signum), "who": origin,
@@ -153,10 +158,11 @@ class JobMembership:
                                          for r in self.peers.ranks()),
                              lambda: "the other ranks to stop", grace_s,
                              during_interrupt=True)
+            agreed = True
         except BaseException:   # leaving anyway: a lost peer or the grace ran out
             pass
         return min(max([leave_at, *self._interrupted_peers.values()]),
-                   time.time() + grace_s)
+                   time.time() + grace_s), agreed
 
     @property
     def resting(self) -> list:

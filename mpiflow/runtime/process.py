@@ -167,8 +167,9 @@ def _leave_interrupted(service) -> None:
     line)."""
     interrupts.say_once()
     signum, origin = interrupts.origin()
-    interrupts.leave_at(service.announce_interrupt(signum, origin,
-                                                   grace_s=interrupts.EXIT_WITHIN_S * 0.8))
+    moment, agreed = service.announce_interrupt(signum, origin,
+                                                grace_s=interrupts.EXIT_WITHIN_S * 0.8)
+    interrupts.leave_at(moment, release_launcher=agreed)
 
 
 def _fail_on_nonzero_exit(service, world) -> None:

@@ -121,6 +121,25 @@ def test_the_launcher_forwarding_ctrl_c_ends_the_job_the_same_way(start_mpi, tmp
     assert not _alive(pids.values())
 
 
+@pytest.mark.mpich_only        # MPICH's launcher kills the others when one rank crashes
+@pytest.mark.parametrize("watched", [False, True], ids=["mpiexec", "mpiflow.run"])
+def test_a_rank_leaving_late_is_not_killed_by_those_that_left(start_mpi, tmp, watched):
+    # With more ranks than cores, ranks leave the agreed moment milliseconds apart; the
+    # first out must not look like a crash to the launcher, which would kill the late one
+    # before it is done (and at times end the job with 9, "Killed", instead of 130).
+    command = ("-m", "mpiflow.run", "--ps", 1, PROG) if watched else (PROG,)
+    proc = start_mpi(3, *command, env={"TMPDIR": str(tmp), "INTERRUPTIBLE_LATE_RANK": "1"})
+    pids = _wait_ready(proc)
+    out, err, took = _interrupt(proc, lambda: proc.send_signal(signal.SIGINT))
+    assert "LEAVING LATE 1" in out, (out, err)
+    lines = _assert_clean_interrupt(err, tmp)
+    assert len(lines) == 3 and all(line.endswith("interrupted (SIGINT)") for line in lines), err
+    assert "Killed" not in err and "BAD TERMINATION" not in err, err
+    assert proc.returncode == 130, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
 def test_one_interrupted_rank_stops_the_others_naming_it_not_blaming_it(start_mpi, tmp):
     proc = start_mpi(3, PROG, env={"TMPDIR": str(tmp)})
     pids = _wait_ready(proc)

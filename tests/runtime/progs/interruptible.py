@@ -5,21 +5,35 @@ Every rank prints "READY <rank> <pid>" once it serves or has stepped, so a test 
 when to interrupt; the workers train until they are stopped. They train in a
 MonitoredTrainingSession (which SIGTERM stops gracefully), or with --plain-session in a
 plain Session loop (which SIGTERM interrupts, as Ctrl-C does).
+
+With INTERRUPTIBLE_LATE_RANK=r in the environment, rank r leaves 0.3 s after the moment
+the ranks agree to leave, as a rank on a crowded node may be late, and prints
+"LEAVING LATE <rank>" just before it does.
 """
 
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 
 import mpiflow as mf
+from mpiflow.runtime import interrupts
+
+LATE_BY_S = 0.3
 
 
 def main():
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
     rank = cluster.rank_of(server.job_name, server.task_index)
+    if os.environ.get("INTERRUPTIBLE_LATE_RANK") == str(rank):
+        def leave_late(moment):
+            time.sleep(max(0.0, moment - time.time()) + LATE_BY_S)
+            print(f"LEAVING LATE {rank}", flush=True)
+
+        interrupts.LEAVING_LISTENERS.append(leave_late)
     if server.job_name == "ps":
         print(f"READY {rank} {os.getpid()}", flush=True)
         server.join()
