@@ -31,11 +31,10 @@ class Rendezvous:
             self._waiters[key] = waiter
         return value
 
-    @property
-    def arrived(self) -> dict:
-        """The parked values by key: a consumer may pop its own key's (its step's) value
-        without parking itself (``StepIO.take``)."""
-        return self._values
+    def take(self, key):
+        """Return the value for ``key`` if it has arrived, else MISSING (nothing parked):
+        a consumer that can go on without it (``StepIO.take``)."""
+        return self._values.pop(key, MISSING)
 
     def drop(self, predicate) -> None:
         """Forget parked values and waiters whose key satisfies ``predicate``."""

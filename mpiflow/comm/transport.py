@@ -219,8 +219,14 @@ def decode_header(raw, source: int, rank: int):
     return header, specs
 
 
+def _padding(offset: int) -> int:
+    """Bytes from ``offset`` to the next payload's start in an inline frame (the one rule
+    its writer and reader share)."""
+    return -offset % _INLINE_ALIGN
+
+
 def _aligned(offset: int) -> int:
-    return -(-offset // _INLINE_ALIGN) * _INLINE_ALIGN
+    return offset + _padding(offset)
 
 
 def inline_frame(packed: bytes, arrays) -> bytes:
@@ -232,7 +238,7 @@ def inline_frame(packed: bytes, arrays) -> bytes:
     parts = [_INLINE_PREFIX, len(packed).to_bytes(4, "little"), packed]
     end = 5 + len(packed)
     for a in arrays:
-        pad = -end % _INLINE_ALIGN
+        pad = _padding(end)
         if pad:
             parts.append(_PADDING[:pad])
         parts.append(a)

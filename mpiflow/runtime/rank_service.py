@@ -209,7 +209,7 @@ class RankService(JobMembership):
                 self.peers.check_not_gone(rank, "run a step on")
                 self.transport.send(rank, {"k": "run", "c": self.rank, "h": handle, "s": step,
                                            "tr": int(trace is not None)})
-            io = StepIO(self.transport, self.rank, step, self.steps.rendezvous.arrived)
+            io = StepIO(self.transport, self.rank, step, self.steps.rendezvous)
             local = Step(self.rank, step, None, local_plan.run_steps(feed_values, io, trace),
                          done, failed)
             client_step.local = local
@@ -350,7 +350,7 @@ class RankService(JobMembership):
             self.steps.forget(client, step)
             self._send_error(client, step, handle, exc)
 
-        io = StepIO(self.transport, client, step, self.steps.rendezvous.arrived)
+        io = StepIO(self.transport, client, step, self.steps.rendezvous)
         st = Step(client, step, handle, plan.run_steps((), io, trace), done, failed)
         self.steps.remote[key] = st
         self.steps.advance(st)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mpiflow import backend
-from mpiflow.comm.rendezvous import MISSING
+from mpiflow.comm.rendezvous import Rendezvous
 from mpiflow.framework.graph_def import encode_attr
 from mpiflow.ops.registry import validated_attrs
 
@@ -129,25 +129,24 @@ class StepIO:
     value) is never held.
     """
 
-    __slots__ = ("_arrived", "_held", "client", "hold_deadline", "said_done", "step",
+    __slots__ = ("_held", "_rendezvous", "client", "hold_deadline", "said_done", "step",
                  "transport")
 
-    def __init__(self, transport, client: int, step: int, arrived=None):
+    def __init__(self, transport, client: int, step: int, rendezvous=None):
         self.transport = transport
         self.client = client
         self.step = step
         self.said_done = False
         self._held = {}                 # peer -> [edges, values, bytes]
         self.hold_deadline = 0.0
-        # The tensors delivered and not yet taken, by (client, step, edge): the rank's
-        # rendezvous table (``Rendezvous.arrived``).
-        self._arrived = {} if arrived is None else arrived
+        # Where the rank's delivered tensors wait, by (client, step, edge).
+        self._rendezvous = Rendezvous() if rendezvous is None else rendezvous
 
     def take(self, edge):
         """The tensor of ``edge`` if it has arrived (taken: it is this step's), else
         MISSING: a Recv whose tensor came with an earlier one (a pull's message of many)
         goes on without parking its step."""
-        return self._arrived.pop((self.client, self.step, edge), MISSING)
+        return self._rendezvous.take((self.client, self.step, edge))
 
     def send(self, group: SendGroup, values) -> bool:
         """Send ``values`` as ``group`` says, or hold them back to leave with later ones;

@@ -6,6 +6,7 @@ plus a separate 'done'."""
 import numpy as np
 
 import mpiflow as mf
+from mpiflow.comm.rendezvous import Rendezvous
 from mpiflow.framework.graph import Graph
 from mpiflow.framework.graph_def import import_graph_def
 from mpiflow.ops.registry import registered_op_types
@@ -294,10 +295,11 @@ def _worker_step_with_its_variables_arrived():
     _, train = _mlp_like()
     plan = _plan(_pieces([], [train]).nodes[WORKER])
     *variables, token = [step.fn for step in plan._steps if step.kind == RECV]
-    arrived = {(RANKS[WORKER], 0, recv.edge): np.ones((3, 3), np.float32)
-               for recv in variables}
+    arrived = Rendezvous()
+    for recv in variables:
+        arrived.put((RANKS[WORKER], 0, recv.edge), np.ones((3, 3), np.float32))
     transport = _Recorder()
-    io = StepIO(transport, client=RANKS[WORKER], step=0, arrived=arrived)
+    io = StepIO(transport, client=RANKS[WORKER], step=0, rendezvous=arrived)
     return next(plan.run_steps((), io)), token, arrived, transport
 
 
@@ -306,7 +308,7 @@ def test_a_recv_whose_tensor_came_with_an_earlier_one_does_not_park_its_step(mon
     # its Recv, parking only where a tensor has not come (here the ps's token).
     _no_deadline(monkeypatch)
     wanted, token, arrived, transport = _worker_step_with_its_variables_arrived()
-    assert wanted.edge == token.edge and not arrived
+    assert wanted.edge == token.edge and len(arrived) == 0
     assert len(transport.sent) == 1             # the gradients left before it parked
 
 
