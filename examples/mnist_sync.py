@@ -72,8 +72,9 @@ def main(argv=None):
                                   seed=args.seed * 1000 + epoch * workers + task):
                 if sess.should_stop():
                     break
+                # The global step as this step read it, before the step's update.
                 _, step = sess.run([train_op, global_step], {x: xb, y: yb})
-                first_step = step if first_step is None else first_step
+                first_step = step + 1 if first_step is None else first_step
             epoch += 1
     # The variables live on the ps and outlive the monitored session: evaluate them.
     with mf.Session(server.target) as sess:

@@ -11,7 +11,8 @@ it is first consumed): a rank then waits for what another sends it as early as t
 allows, so a ps whose piece changes state (an apply, an accumulator take) has received
 everything of the step that does not depend on its own results before its first change,
 and a client lost in the middle of a step leaves nothing half applied there. Fetches
-alone cross at the end of the step. Feeds enter the client's piece as
+alone cross at the end of the step (a read of a variable where it is read, as one
+process copies it there). Feeds enter the client's piece as
 placeholders; fetches computed elsewhere are sent to it. Ops keep their devices (CPU or
 GPU): a Send sits on its tensor's device and a Recv on its first consumer's, so a GPU
 tensor goes to MPI from the GPU and arrives for a GPU consumer; within one rank, values
@@ -28,6 +29,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.graph_def import encode_attr, node_def
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.runtime import transfers
+from mpiflow.runtime.schedule import fetch_is_copied
 
 _INT32 = dtypes.int32
 _SCALAR = TensorShape([])
@@ -58,10 +60,16 @@ def partition(order, task_of, feed_tensors, fetch_tensors, client_task, rank_of,
     feed_names = builder.add_feeds(feed_tensors)
     for op in order:
         builder.add_op(op)
-    # Fetches cross last, after every op of the step: a fetched variable shows the value
-    # the step leaves (TensorFlow's, for a fetched ref), whatever the pieces did after
-    # reading it.
-    fetch_names = [builder.tensor_on(t, client_task, at=len(order)) for t in fetch_tensors]
+    # Fetches cross last, after every op of the step, the client waiting for them only
+    # there; but a fetch that may be a variable's memory (a read of it, a view of one)
+    # crosses where it is read, as one process copies it there: a fetched variable shows
+    # the value it had at that point of the step in every mode, not what a later write of
+    # the same step left (ps mode once fetched the global step after the step's increment,
+    # one process and allreduce mode before it).
+    fed = set(feed_tensors)
+    fetch_names = [builder.tensor_on(t, client_task,
+                                     at=None if fetch_is_copied(t, fed) else len(order))
+                   for t in fetch_tensors]
     return Partitions(builder.pieces(), feed_names, fetch_names)
 
 

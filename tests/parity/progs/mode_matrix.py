@@ -127,15 +127,18 @@ def train_case(case, cluster, server):
                                                    else [v])}) for name, v in params.items()}
         shared_state = ps_state_read_by_replicas(graph)
         with open_session(case, server, opt, graph) as sess:
-            record = {"task": task, "devices": devices, "losses": [], "chosen": mode.mode,
+            record = {"task": task, "devices": devices, "losses": [], "steps_fetched": [],
+                      "chosen": mode.mode,
                       "shared_state": shared_state,
                       "digests": [digest(sess.run(replicated))] if replicated else []}
             if is_chief:
                 record["initial"] = sess.run(full)
             for ids, x, y in batches(case.seed, case.workers):
                 mine = slice(task * BATCH, (task + 1) * BATCH)
-                lo, _ = sess.run([loss, train_op], dict(zip(feeds, (ids[mine], x[mine], y[mine]))))
+                lo, _, at = sess.run([loss, train_op, step],
+                                     dict(zip(feeds, (ids[mine], x[mine], y[mine]))))
                 record["losses"].append(lo)
+                record["steps_fetched"].append(int(at))
                 if replicated:
                     record["digests"].append(digest(sess.run(replicated)))
             if is_chief:
@@ -228,7 +231,8 @@ class open_session:
 
 def reference(case, cluster, initial):
     """The same model in one process, from the distributed run's initial values, on the
-    whole batch of every step; returns (losses, final values, global step)."""
+    whole batch of every step; returns (losses, final values, global step, the global
+    step fetched with each step's train op)."""
     graph = mf.Graph()
     with graph.as_default():
         placement = case.training_mode(cluster, 0)   # the same partitioning
@@ -242,9 +246,10 @@ def reference(case, cluster, initial):
         with mf.Session() as sess:
             sess.run(mf.global_variables_initializer())
             sess.run(loads, {values[n]: initial[n] for n in MODEL})
-            losses = [sess.run([loss, train_op], dict(zip(feeds, batch)))[0]
-                      for batch in batches(case.seed, case.workers)]
-            return losses, sess.run(full), int(sess.run(step))
+            runs = [sess.run([loss, train_op, step], dict(zip(feeds, batch)))
+                    for batch in batches(case.seed, case.workers)]
+            return [lo for lo, _, _ in runs], sess.run(full), int(sess.run(step)), \
+                [int(at) for _, _, at in runs]
 
 
 def check(case, cluster, records):
@@ -268,9 +273,14 @@ def check(case, cluster, records):
                    f"{chief['shared_state'][:3]}"
     if case.mode == "hybrid" and case.workers > 1:
         return None
-    losses, final, step = reference(case, cluster, chief["initial"])
+    losses, final, step, steps_fetched = reference(case, cluster, chief["initial"])
     if step != chief["step"]:
         return f"global step {chief['step']}, the reference {step}"
+    if case.workers == 1 and chief["steps_fetched"] != steps_fetched:
+        # Fetched with the train op that increments it: the value it had where it was
+        # read, in every mode as in one process.
+        return f"the global step fetched with each train op {chief['steps_fetched']}, " \
+               f"the reference's {steps_fetched}"
     exact = case.workers == 1 and case.mode != "sync"
     for name in MODEL:
         got, want = chief["final"][name], final[name]
