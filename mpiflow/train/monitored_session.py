@@ -456,7 +456,7 @@ def _progress_hooks(progress_bar, hooks) -> list:
         return []
     stops = [h for h in hooks if isinstance(h, basic_hooks.StopAtStepHook)]
     last_step = getattr(stops[0], "_last_step", None) if stops else None
-    return [reporting_hooks.ProgressBarHook(last_step=last_step)]
+    return [reporting_hooks.ProgressBarHook(last_step=last_step, optional=True)]
 
 
 def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,

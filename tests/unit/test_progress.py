@@ -21,6 +21,7 @@ import termios
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import mpiflow as mf
@@ -277,6 +278,32 @@ def test_off_fetches_nothing():
     with mf.train.SingularMonitoredSession(hooks=[hook]) as sess:
         sess.run(m.train_op, feed_dict=m.feed)
     assert hook.requests == [None]          # it adds nothing to the step
+
+
+def test_off_needs_no_global_step():
+    x = mf.Variable(0.0, name="x")
+    add = mf.assign_add(x, 1.0)
+    hook = mf.train.ProgressBarHook(mode="off")
+    with mf.train.SingularMonitoredSession(hooks=[hook]) as sess:
+        assert sess.run(add) == 1.0
+
+
+def test_a_graph_without_a_global_step_trains_in_monitored_training_session(monkeypatch):
+    # As in TensorFlow, MonitoredTrainingSession needs no global step without a
+    # checkpoint_dir: its own progress report steps aside (a hook the script makes
+    # itself still asks for one).
+    monkeypatch.setenv("MPIFLOW_PROGRESS", "lines")
+    x = mf.placeholder(mf.float32, [None], name="x")
+    w = mf.Variable(1.0, name="w")
+    train_op = mf.train.GradientDescentOptimizer(0.1).minimize(
+        mf.reduce_mean(mf.square(w * x)))
+    with mf.train.MonitoredTrainingSession() as sess:
+        for _ in range(3):
+            sess.run(train_op, {x: np.ones(4, np.float32)})
+        assert sess.run(w) == pytest.approx(0.8 ** 3)
+    with pytest.raises(errors.FailedPreconditionError, match="ProgressBarHook"), \
+            mf.train.SingularMonitoredSession(hooks=[mf.train.ProgressBarHook()]):
+        pass
 
 
 def test_auto_writes_lines_to_a_file_that_is_not_a_terminal():
