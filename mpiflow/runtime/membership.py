@@ -40,6 +40,9 @@ class JobMembership:
     def _init_membership(self) -> None:
         # How this rank leaves, said in its "bye": a peer that still needs it says why.
         self.leaving_how = "its script ended"
+        # Set once this rank's own failure is being reported: a peer's failure heard then
+        # (several ranks raising at once) is not why this rank ends, and is not said.
+        self.failed = False
         # join() calls made by each peer so far: the n-th join of a rank returns once every
         # other rank has left or made its n-th join too (so joins can be used repeatedly).
         self._joins = 0
@@ -300,7 +303,7 @@ class JobMembership:
         self._forget_rank(source)
 
     def _on_fatal(self, source, h, arrays):
-        if interrupts.interrupted():
+        if interrupts.interrupted() or self.failed:
             return      # stopping already: a peer failing on the way out is no news
         sys.stderr.write(f"[{self.describe_self()}] aborted because "
                          f"{h['who']} on {h['host']} failed: {h['msg']}\n")

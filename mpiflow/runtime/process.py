@@ -138,6 +138,7 @@ def _install_abort_hook(service, world):
         # the interrupt, not a failure to report.
         if issubclass(exc_type, KeyboardInterrupt) or interrupts.interrupted():
             _leave_interrupted(service)
+        service.failed = True
         prefix = f"[{service.describe_self()}] "
         summary = follow_the_reporter(exc, prefix, service.rank) or report_failure(
             exc_type, exc, tb, prefix, service.rank, service.describe,

@@ -159,6 +159,19 @@ def test_an_exception_on_one_rank_ends_the_job_fast_naming_it(run_mpi, role, cul
     assert len(aborted) == 2, err      # every other rank says why it stops
 
 
+def test_a_rank_that_failed_itself_never_blames_another_that_failed_at_once(run_mpi):
+    # Both workers raise at about the same moment: each says its own error, or (where
+    # the other's word came first) that it stops because of the other; never both.
+    proc = run_mpi(3, PROGS / "fail_fast.py", "workers", timeout=60, check=False)
+    assert proc.returncode != 0
+    for rank, task in ((1, 0), (2, 1)):
+        own = re.search(rf"\[rank {rank} \(worker:{task}\) on \S+\] ValueError: bad batch in "
+                        rf"worker {task}", proc.stderr)
+        blames = re.search(rf"\[rank {rank} \(worker:{task}\) on \S+\] aborted because",
+                           proc.stderr)
+        assert bool(own) != bool(blames), proc.stderr
+
+
 def test_a_run_timeout_ends_the_step_naming_what_it_waited_for(run_mpi):
     out = run_mpi(2, PROGS / "run_timeout.py", timeout=60).stdout
     found = re.search(r"TIMEOUT after (\d+\.\d) s: Rank 1 waited 1.5 s for step \d+: .*"

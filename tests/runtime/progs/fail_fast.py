@@ -1,5 +1,5 @@
 """An uncaught exception on one rank ends the whole job fast, naming that rank.
-Usage: mpiexec -n 3 python fail_fast.py worker|ps"""
+Usage: mpiexec -n 3 python fail_fast.py worker|ps|workers   (workers: both raise at once)"""
 
 import sys
 import time
@@ -21,8 +21,8 @@ else:
         if server.is_chief:
             sess.run(v.initializer)
         time.sleep(0.3)
-        if role == "worker" and server.task_index == 1:
-            raise ValueError("bad batch in worker 1")
+        if role == "worker" and server.task_index == 1 or role == "workers":
+            raise ValueError(f"bad batch in worker {server.task_index}")
         while True:
             sess.run(v)
             time.sleep(0.001)
