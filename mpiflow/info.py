@@ -21,10 +21,22 @@ import numpy as np
 from mpiflow.cli import add_version_argument
 
 
+def _count(text: str) -> int:
+    """An argument that counts something: an int >= 0 (argparse names the option)."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value}")
+    return value
+
+
 def add_layout_arguments(parser) -> None:
     """``--ps`` and ``--policy``, as ``ClusterSpec.from_mpi`` takes them (shared by the
     commands that lay out a launch)."""
-    parser.add_argument("--ps", type=int, default=None,
+    parser.add_argument("--ps", type=_count, default=None,
                         help="number of ps tasks (default: MPIFLOW_PS, else 1 for 2+ ranks)")
     parser.add_argument("--policy", choices=("block", "spread"), default=None,
                         help="which ranks become ps (default: MPIFLOW_PS_POLICY, else block)")
@@ -68,13 +80,19 @@ def main(argv=None) -> int:
     args = _parse(argv)
     from mpi4py import MPI
 
-    from mpiflow import backend, config
+    from mpiflow import backend, config, errors
     from mpiflow.comm import cuda_aware
     from mpiflow.comm.cluster import Layout
 
     comm = MPI.COMM_WORLD
     layout = Layout.from_comm(comm)
-    roles = layout.assign_roles(args.ps, args.policy)
+    try:
+        roles = layout.assign_roles(args.ps, args.policy)
+    except errors.MpiflowError as exc:
+        # Every rank reaches the same verdict; rank 0 says it once.
+        if layout.rank == 0:
+            sys.stderr.write(f"mpiflow info: {exc}\n")
+        return 2
     policy = args.policy or config.get("MPIFLOW_PS_POLICY")
     threads = config.get("MPIFLOW_CPU_THREADS") or max(
         1, (os.cpu_count() or 1) // layout.local_sizes[layout.rank])

@@ -25,18 +25,21 @@ import json
 import os
 import runpy
 import sys
+import time
 
 from mpiflow.cli import add_version_argument
 from mpiflow.info import add_layout_arguments
+from mpiflow.logger import launch_rank
 from mpiflow.supervise import STATUS_VARIABLE as _STATUS_FD
 
 BASE_PORT = 2222
+_SAY_ONCE_S = 1.0       # how long the other ranks wait for the first to print an error
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
 
 def _parse(argv):
     parser = argparse.ArgumentParser(
-        prog="python -m mpiflow.run",
+        prog="python -m mpiflow.run", usage="%(prog)s [options] script [args ...]",
         description="Run a TF1 ps/worker training script on every rank of an MPI launch.")
     add_layout_arguments(parser)
     add_version_argument(parser)
@@ -45,9 +48,20 @@ def _parse(argv):
     parser.add_argument("--no-supervise", dest="supervise", action="store_false",
                         help="run the script in this process, without a watching parent "
                              "(then a rank killed by a signal is not named)")
-    parser.add_argument("script", help="the training script")
+    # Optional to argparse, which would otherwise call the script's arguments required.
+    parser.add_argument("script", nargs="?", help="the training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.script is None:
+        parser.error("the training script is required")
+    if not os.path.isfile(args.script):
+        # Said once, by the launch's first rank, instead of a traceback from every rank;
+        # the others give it time to (the launcher ends the job when one rank exits).
+        if launch_rank() in (None, "0"):
+            parser.error(f"no such script: {args.script}")
+        time.sleep(_SAY_ONCE_S)
+        sys.exit(2)
+    return args
 
 
 def strip_flags(args: list[str], names=_CLUSTER_FLAGS) -> tuple[list[str], dict[str, str]]:

@@ -99,3 +99,35 @@ def test_info_settings_describes_every_option():
     names = re.findall(r"^(MPIFLOW_\w+) \(", described, flags=re.MULTILINE)
     assert names == sorted(config.OPTIONS), described
     assert "MPIFLOW_TIMEOUT (a float > 0, default 300.0): seconds any wait" in described
+
+
+def test_a_bad_ps_count_is_one_line_of_usage_error_not_a_traceback():
+    for bad in ("-1", "x"):
+        proc = _run("-m", "mpiflow", "info", "--ps", bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.splitlines()[-1].endswith(
+            f"error: argument --ps: expected an int >= 0, got {bad if bad == '-1' else repr(bad)}")
+
+
+def test_info_asked_for_more_ps_than_ranks_says_so_in_one_line():
+    proc = _run("-m", "mpiflow", "info", "--ps", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("mpiflow info: Cannot assign roles, no worker left"), \
+        proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_run_without_a_script_asks_for_the_script_alone():
+    proc = _run("-m", "mpiflow.run", "--ps", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == \
+        "python -m mpiflow.run: error: the training script is required", proc.stderr
+
+
+def test_run_of_a_script_that_is_not_there_says_so_once_without_a_traceback(tmp_path):
+    missing = str(tmp_path / "trian.py")
+    for rank in ("0", "1"):     # the launch's first rank says it; the others are quiet
+        proc = _run("-m", "mpiflow.run", missing, env=_env(PMI_RANK=rank))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        said = f"python -m mpiflow.run: error: no such script: {missing}"
+        assert proc.stderr.splitlines()[-1:] == ([said] if rank == "0" else []), proc.stderr
