@@ -9,6 +9,7 @@ Imports nothing of mpiflow.
 from __future__ import annotations
 
 import numbers
+import re
 
 
 class MpiflowError(Exception):
@@ -173,6 +174,22 @@ def op_error(cls, what: str, op=None, expected=None, got=None):
 KERNEL_INPUT_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
 
 
+# numpy's words for shapes that meet only at run time and do not broadcast, and the
+# shapes they name: said as TensorFlow says it ("Incompatible shapes: [5,1] vs. [4,1]").
+_NOT_BROADCAST = re.compile(r"operands could not be broadcast together with shapes "
+                            r"((?:\([\d, ]*\) ?)+)")
+_SHAPE = re.compile(r"\(([\d, ]*)\)")
+
+
+def _kernel_message(exc: BaseException) -> str:
+    found = _NOT_BROADCAST.search(str(exc)) if isinstance(exc, ValueError) else None
+    if found:
+        shapes = ["[" + dims.replace(" ", "").rstrip(",") + "]"
+                  for dims in _SHAPE.findall(found.group(1))]
+        return "Incompatible shapes: " + " vs. ".join(shapes)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def kernel_error(exc: BaseException, op) -> "OpError":
     """The OpError to raise for ``exc``, raised by the kernel of ``op``."""
     if isinstance(exc, OpError):
@@ -180,4 +197,4 @@ def kernel_error(exc: BaseException, op) -> "OpError":
     if isinstance(exc, MemoryError):
         return op_error(ResourceExhaustedError, f"Out of memory ({exc})", op)
     cls = InvalidArgumentError if isinstance(exc, KERNEL_INPUT_ERRORS) else InternalError
-    return op_error(cls, f"{type(exc).__name__}: {exc}", op)
+    return op_error(cls, _kernel_message(exc), op)

@@ -10,6 +10,7 @@ operators on Tensor are attached by ``mpiflow.ops`` at import time.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import threading
 
@@ -21,6 +22,10 @@ from mpiflow.framework.tensor_shape import TensorShape
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
 _VALID_SCOPE_NAME = re.compile(r"^[A-Za-z0-9_.\-/>]*$")
 DEFAULT_GRAPH_SEED = 87654321
+
+
+# Up to this many ops a name that is not in the graph gets "did you mean" suggestions.
+_SUGGEST_UP_TO_OPS = 10_000
 
 
 class GraphKeys:
@@ -525,8 +530,13 @@ class Graph:
         try:
             return self._ops_by_name[name]
         except KeyError:
+            # The closest names, where the graph is small enough to look (about 3 ms for
+            # 5,000 ops: a lookup that misses on purpose, the global step's, pays it too).
+            close = difflib.get_close_matches(name, self._ops_by_name, n=3) \
+                if len(self._ops_by_name) <= _SUGGEST_UP_TO_OPS else []
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
             raise errors.NotFoundError(
-                f"The graph has no operation named '{name}'") from None
+                f"The graph has no operation named '{name}'{hint}") from None
 
     def get_tensor_by_name(self, name: str) -> Tensor:
         op_name, sep, index = name.rpartition(":")

@@ -30,6 +30,13 @@ def broadcast_shapes():
     mf.multiply(mf.ones([3, 4]), mf.ones([5]), name="scale")
 
 
+def broadcast_shapes_at_run_time():
+    # Shapes that meet only when fed: said as TensorFlow says it, not in numpy's words.
+    a, b = mf.placeholder(mf.float32, [None, 1]), mf.placeholder(mf.float32, [None, 1])
+    _session_run(mf.subtract(a, b, name="residual"),
+                 {a: np.ones((5, 1), np.float32), b: np.ones((4, 1), np.float32)})
+
+
 def reshape_size():
     mf.reshape(mf.ones([12]), [5, -1], name="flat")
 
@@ -275,6 +282,8 @@ CATALOGUE = [
     (matmul_shapes, errors.InvalidArgumentError, r"op 'MatMul' \(MatMul\).*4 vs 5"),
     (add_dtypes, errors.InvalidArgumentError, r"op 'mixed' \(Add\).*float32.*int32"),
     (broadcast_shapes, errors.InvalidArgumentError, r"op 'scale' \(Mul\).*\(3, 4\) and \(5,\)"),
+    (broadcast_shapes_at_run_time, errors.InvalidArgumentError,
+     r"^Incompatible shapes: \[5,1\] vs\. \[4,1\] in op 'residual' \(Sub\)"),
     (reshape_size, errors.InvalidArgumentError, r"op 'flat' \(Reshape\)"),
     (transpose_perm, errors.InvalidArgumentError, r"op 'swap' \(Transpose\)"),
     (concat_ranks, errors.InvalidArgumentError, r"op 'join' \(ConcatV2\)"),

@@ -131,6 +131,16 @@ def test_collections_and_lookup():
         g.get_tensor_by_name("v:3")
 
 
+def test_a_name_not_in_the_graph_suggests_the_closest_ones():
+    mf.reduce_mean(mf.ones([2]), name="loss")
+    g = mf.get_default_graph()
+    with pytest.raises(mf.errors.NotFoundError,
+                       match=r"no operation named 'los' \(did you mean 'loss'\?\)$"):
+        g.get_tensor_by_name("los:0")
+    with pytest.raises(mf.errors.NotFoundError, match=r"no operation named 'zzz'$"):
+        g.get_operation_by_name("zzz")
+
+
 def test_graph_as_default_and_reset():
     g = mf.Graph()
     with g.as_default():
