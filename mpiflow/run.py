@@ -37,8 +37,20 @@ _SAY_ONCE_S = 1.0       # how long the other ranks wait for the first to print a
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
 
+class _SaidOnceParser(argparse.ArgumentParser):
+    """An argument parser whose errors the launch's first rank alone prints: every rank
+    parses the same command line and would print the same usage and error."""
+
+    def error(self, message):
+        if launch_rank() in (None, "0"):
+            super().error(message)
+        # The others give it time to (the launcher ends the job when one rank exits).
+        time.sleep(_SAY_ONCE_S)
+        sys.exit(2)
+
+
 def _parse(argv):
-    parser = argparse.ArgumentParser(
+    parser = _SaidOnceParser(
         prog="python -m mpiflow.run", usage="%(prog)s [options] script [args ...]",
         description="Run a TF1 ps/worker training script on every rank of an MPI launch.")
     add_layout_arguments(parser)
@@ -54,13 +66,8 @@ def _parse(argv):
     args = parser.parse_args(argv)
     if args.script is None:
         parser.error("the training script is required")
-    if not os.path.isfile(args.script):
-        # Said once, by the launch's first rank, instead of a traceback from every rank;
-        # the others give it time to (the launcher ends the job when one rank exits).
-        if launch_rank() in (None, "0"):
-            parser.error(f"no such script: {args.script}")
-        time.sleep(_SAY_ONCE_S)
-        sys.exit(2)
+    if not os.path.isfile(args.script):     # one line, not a traceback from every rank
+        parser.error(f"no such script: {args.script}")
     return args
 
 

@@ -124,10 +124,14 @@ def test_run_without_a_script_asks_for_the_script_alone():
         "python -m mpiflow.run: error: the training script is required", proc.stderr
 
 
-def test_run_of_a_script_that_is_not_there_says_so_once_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("mistake", ["missing script", "unknown option"])
+def test_run_says_a_mistake_of_its_command_line_once_for_the_whole_launch(tmp_path,
+                                                                          mistake):
     missing = str(tmp_path / "trian.py")
+    args, said = ((missing,), f"no such script: {missing}") if mistake == "missing script" \
+        else (("--pss", "1", missing), "unrecognized arguments: --pss")
     for rank in ("0", "1"):     # the launch's first rank says it; the others are quiet
-        proc = _run("-m", "mpiflow.run", missing, env=_env(PMI_RANK=rank))
+        proc = _run("-m", "mpiflow.run", *args, env=_env(PMI_RANK=rank))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-        said = f"python -m mpiflow.run: error: no such script: {missing}"
-        assert proc.stderr.splitlines()[-1:] == ([said] if rank == "0" else []), proc.stderr
+        assert proc.stderr.splitlines()[-1:] == (
+            [f"python -m mpiflow.run: error: {said}"] if rank == "0" else []), proc.stderr
