@@ -63,8 +63,9 @@ class Link:
     through mpiflow's own ps path (a session's run, the ps's service; every worker asking
     at once), where there is a ps (else the point-to-point figures stand in).
     ps_busy_round_trip_s: the same round trip while every worker computes, as in
-    training: where the ps shares cores with the workers it must first get one back
-    (2 cores: 0.3-0.9 ms with 2 workers and 1-5 ms with 4, against 70 us idle).
+    training, on average: where the ps shares cores with the workers it must first get
+    one back (2 cores, 2 workers: 0.1-3.5 ms each, about 1.6 ms on average, against
+    120 us idle).
     """
 
     FIELDS = ("allreduce_latency_s", "allreduce_s_per_byte", "message_latency_s",
@@ -396,9 +397,13 @@ def _exchange_seconds(comm, nbytes: int, timeout: float | None) -> float:
     return _best_of(once)
 
 
-# The busy round trip: a burst of numpy work (as a step's compute) before each of a few.
+# The busy round trip: a burst of numpy work (as a step's compute) before each of them.
+# Where the ps shares the cores, one takes 0.1-3.5 ms as the scheduler happens to give
+# the ps a core (2 workers on 2 cores): the mean of many, what a step pays on average,
+# not the median of a few (5 of them gave 0.35 ms in one launch and 2.8 ms in the next,
+# and auto's choice between hybrid and allreduce flipped with it).
 _BUSY_BURST_S = 2e-3
-_BUSY_ROUND_TRIPS = 5
+_BUSY_ROUND_TRIPS = 21
 
 
 def _on_rank_0_alone(comm, measure, timeout: float | None):
@@ -432,7 +437,7 @@ def _through_ps(target: str, task: int, nbytes: int, workers=None,
                 timeout: float | None = None) -> tuple[float, float, float]:
     """A session's run that reads a tensor from ps ``task`` (and one that sends it one),
     as a ps step's pull (and push) does: (seconds of a tiny one, seconds per byte, the
-    median seconds of a tiny one right after a burst of work). The first two are timed
+    mean seconds of a tiny one right after a burst of work). The first two are timed
     by the first of the ``workers`` (a communicator) alone, the ps serving only it; the
     last by every worker at once, each bursting as their steps' compute does."""
     import mpiflow as mf  # noqa: PLC0415  (mpiflow.train is imported by mpiflow)
@@ -461,7 +466,7 @@ def _through_ps(target: str, task: int, nbytes: int, workers=None,
 
 
 def _after_work(call) -> float:
-    """The median seconds of ``call`` right after ``_BUSY_BURST_S`` of numpy work."""
+    """The mean seconds of ``call`` right after ``_BUSY_BURST_S`` of numpy work."""
     work = np.ones((128, 128), np.float32)
     times = []
     for _ in range(_BUSY_ROUND_TRIPS):
@@ -471,7 +476,7 @@ def _after_work(call) -> float:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.mean(times))
 
 
 def _update_seconds_per_element() -> float:

@@ -127,6 +127,21 @@ def test_a_ps_round_trip_measured_slower_than_the_transfers_leaves_them_a_cost(m
     assert busy == 1e-3         # never less than the idle round trip
 
 
+def test_the_busy_round_trip_is_what_a_step_pays_on_average(monkeypatch):
+    # Where the ps shares the cores a round trip takes 0.1 ms or 3 ms as the scheduler
+    # happens to give the ps a core: the mean of many, not a median of a few, which
+    # lands on either side from launch to launch.
+    monkeypatch.setattr(mode_choice, "_BUSY_BURST_S", 0.0)
+    clock = iter(range(10 ** 6))
+    monkeypatch.setattr(mode_choice.time, "perf_counter", lambda: next(clock) * 1e-3)
+    waits = iter([0, 2] * mode_choice._BUSY_ROUND_TRIPS)    # ms of each call, in turn
+    busy = mode_choice._after_work(lambda: [next(clock) for _ in range(next(waits))])
+    ones = (mode_choice._BUSY_ROUND_TRIPS + 1) // 2          # the calls that took 1 ms
+    twos = mode_choice._BUSY_ROUND_TRIPS - ones              # and 3 ms
+    assert mode_choice._BUSY_ROUND_TRIPS >= 15
+    assert busy == pytest.approx((ones * 1e-3 + twos * 3e-3) / mode_choice._BUSY_ROUND_TRIPS)
+
+
 def test_a_ps_path_costs_its_round_trip_once_and_its_bytes_each_way(monkeypatch):
     monkeypatch.setattr(mf, "Session", _AnySession)
     times = iter([0.2e-3, 1.2e-3, 1.4e-3])
