@@ -43,7 +43,8 @@ def main(checkpoint_dir, last_step, step_sleep):
         global_step = None
         while not sess.should_stop():
             xb = rng.standard_normal((16, 8)).astype(np.float32)
-            _, global_step = sess.run([train, step], {x: xb, y: xb[:, :1] * 2})
+            _, read = sess.run([train, step], {x: xb, y: xb[:, :1] * 2})
+            global_step = read + 1      # the step read it before its own increment
             time.sleep(step_sleep)
     print(f"done {global_step}", flush=True)
 

@@ -57,7 +57,8 @@ def main(checkpoint_dir, last_step, fault, victim, mode, backups):
         print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
         global_step = 0
         while not sess.should_stop():
-            _, global_step = sess.run([train, step])
+            _, read = sess.run([train, step])
+            global_step = read + 1      # the step read it before its own increment
             if task == victim and global_step > 20:
                 if fault == "raise":
                     raise RuntimeError(f"worker {task} failed on purpose")
