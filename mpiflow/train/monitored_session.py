@@ -23,6 +23,7 @@ from mpiflow.ops.variables import (
 from mpiflow.runtime import interrupts, process
 from mpiflow.train import basic_hooks, reporting_hooks, succession
 from mpiflow.train.coordinator import Coordinator
+from mpiflow.train.global_step import get_global_step
 from mpiflow.train.session_manager import (
     SessionManager,
     get_saver_or_default,
@@ -451,12 +452,13 @@ def MonitoredTrainingSession(
 
 
 def _progress_hooks(progress_bar, hooks) -> list:
-    """The chief's progress report, towards the last step of the StopAtStepHook given."""
-    if not progress_bar:
+    """The chief's progress report, towards the last step of the StopAtStepHook given;
+    none for a graph without a global step (TensorFlow's session trains one)."""
+    if not progress_bar or get_global_step() is None:
         return []
     stops = [h for h in hooks if isinstance(h, basic_hooks.StopAtStepHook)]
     last_step = getattr(stops[0], "_last_step", None) if stops else None
-    return [reporting_hooks.ProgressBarHook(last_step=last_step, optional=True)]
+    return [reporting_hooks.ProgressBarHook(last_step=last_step)]
 
 
 def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,

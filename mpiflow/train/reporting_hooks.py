@@ -16,7 +16,6 @@ from mpiflow import config, errors, summary
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger, stderr_reaches_terminal
 from mpiflow.train.basic_hooks import require_global_step, schedule_timer
-from mpiflow.train.global_step import get_global_step
 from mpiflow.train.optimizer import MINIMIZED_LOSSES, flatten_nested
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
 
@@ -152,13 +151,12 @@ class ProgressBarHook(SessionRunHook):
     lines otherwise; "off" (or ``disable=True``) reports nothing; ``disable=False`` draws
     the bar. The loss is ``loss``, or
     else, in the steps that run a train op made by ``minimize``, the loss it minimizes;
-    it is fetched only when a report is due. It needs the graph's global step, except as
-    ``MonitoredTrainingSession``'s own report (``optional=True``): TensorFlow's session
-    trains a graph without one, and there it reports nothing.
+    it is fetched only when a report is due. It needs the graph's global step unless
+    "off" (``MonitoredTrainingSession`` adds none to a graph without one).
     """
 
     def __init__(self, last_step=None, loss=None, file=None, disable=None, desc="train",
-                 mode=None, interval_s=None, *, optional=False):
+                 mode=None, interval_s=None):
         self._last_step = last_step
         self._loss = loss
         self._file = file
@@ -169,15 +167,11 @@ class ProgressBarHook(SessionRunHook):
             "off" if disable else mode or (
                 "bar" if disable is False else config.get("MPIFLOW_PROGRESS")))
         self._interval_s = interval_s
-        self._optional = optional
         self._report = None
         self._trains = False        # whether the step running now trains
 
     def begin(self):
         if self._mode == "off":
-            return
-        if self._optional and get_global_step() is None:
-            self._mode = "off"
             return
         self._global_step = require_global_step("ProgressBarHook")
         graph = get_default_graph()
