@@ -9,6 +9,7 @@ Sparse gradients stay ``IndexedSlices`` until something needs them dense.
 from __future__ import annotations
 
 import collections
+import enum
 
 from mpiflow import errors
 from mpiflow.framework.graph import Tensor
@@ -34,9 +35,16 @@ def _as_tensor(value, what):
     return value
 
 
+class UnconnectedGradients(enum.Enum):
+    """What ``gradients`` gives for an x that the ys do not depend on."""
+
+    NONE = "none"
+    ZERO = "zero"
+
+
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
               colocate_gradients_with_ops=False, gate_gradients=False,
-              aggregation_method=None):
+              aggregation_method=None, unconnected_gradients=UnconnectedGradients.NONE):
     """Return d(sum ys)/d(x) for each x in ``xs`` (None where x does not affect ys).
 
     Args:
@@ -44,11 +52,20 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         xs: Tensors or Variables to differentiate against.
         grad_ys: initial gradients for ``ys`` (default: ones).
         stop_gradients: tensors treated as constants.
+        unconnected_gradients: for an x the ys do not depend on, None ("none") or zeros
+            shaped as x ("zero"), an ``UnconnectedGradients`` or its value.
 
     Raises:
         UnimplementedError: an op on the path has no gradient written.
-        InvalidArgumentError: ``grad_ys`` do not match ``ys``.
+        InvalidArgumentError: ``grad_ys`` do not match ``ys``; an unknown
+            ``unconnected_gradients``.
     """
+    try:
+        unconnected = UnconnectedGradients(unconnected_gradients)
+    except ValueError:
+        raise errors.InvalidArgumentError(
+            f"gradients: unconnected_gradients must be 'none' or 'zero', got "
+            f"{unconnected_gradients!r}") from None
     ys = [_as_tensor(y, "ys") for y in _as_list(ys)]
     xs = [_as_tensor(x, "xs") for x in _as_list(xs)]
     grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
@@ -82,7 +99,11 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
                     if pending[producer] == 0 and producer not in queued:
                         queued.add(producer)
                         ready.append(producer)
-        return [_aggregate(grads.get(x)) for x in xs]
+        results = [_aggregate(grads.get(x)) for x in xs]
+        if unconnected is UnconnectedGradients.ZERO:
+            results = [math_ops.zeros_like(x) if g is None else g
+                       for g, x in zip(results, xs)]
+        return results
 
 
 def _backprop_op(op, out_grads, grads, between):

@@ -112,7 +112,7 @@ def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
 
 def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Tensor:
     """Return ``value`` as a Tensor: Tensors pass through, Variables give their value,
-    Python and numpy values become Const ops.
+    an IndexedSlices its dense tensor, Python and numpy values become Const ops.
 
     Raises:
         InvalidArgumentError: ``dtype`` is given and the tensor has another dtype.
@@ -120,16 +120,15 @@ def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Ten
     convert = getattr(value, "_as_tensor", None)
     if callable(convert):
         value = convert()
+    if type(value).__name__ == "IndexedSlices":    # densified, as TensorFlow does
+        from mpiflow.ops.sparse_ops import densified_for_conversion     # (imports this)
+        value = densified_for_conversion(value)
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):
             raise errors.InvalidArgumentError(
                 f"Tensor '{value.name}' has dtype {value.dtype.name}, expected "
                 f"{dtypes.as_dtype(dtype).name}")
         return value
-    if type(value).__name__ == "IndexedSlices":
-        raise errors.InvalidArgumentError(
-            "An IndexedSlices cannot be used where a dense tensor is expected: use "
-            "mf.convert_to_tensor(mf.indexed_slices_to_dense(x)) explicitly")
     if dtype is None and preferred_dtype is not None:
         try:
             return constant(value, dtype=preferred_dtype, name=name or "Const")

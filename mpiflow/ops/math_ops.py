@@ -284,7 +284,17 @@ def divide(x, y, name=None) -> Tensor:
     return _real_div(x, y, name=name)
 
 
-truediv = div = realdiv = divide
+truediv = realdiv = divide
+
+
+def div(x, y, name=None) -> Tensor:
+    """Return x / y with Python 2's division, as TensorFlow 1's ``div``: integer operands
+    are floor-divided and keep their dtype (``div(-7, 2)`` is -4), floating ones divided;
+    ``divide`` and ``/`` are true division."""
+    x, y = _binary_inputs(x, y)
+    if x.dtype.is_integer:
+        return floordiv(x, y, name=name)
+    return _real_div(x, y, name=name)
 
 
 # -- elementwise unary ----------------------------------------------------------------------

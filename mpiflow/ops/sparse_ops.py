@@ -8,6 +8,8 @@ gathers next to each shard and stitches the rows back in the ids' order.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from mpiflow import errors
@@ -155,6 +157,38 @@ def indexed_slices_to_dense(slices: IndexedSlices, name=None) -> Tensor:
             f"Cannot densify IndexedSlices '{slices.name}' without a dense_shape")
     rows = apply_op("GatherFirst", [slices.dense_shape]).outputs[0]
     return unsorted_segment_sum(slices.values, slices.indices, rows, name=name)
+
+
+# From this many elements a conversion of an IndexedSlices warns, as TensorFlow's does.
+LARGE_DENSE_ELEMENTS = 100_000_000
+
+
+def densified_for_conversion(slices: IndexedSlices) -> Tensor:
+    """The dense tensor ``convert_to_tensor`` makes of ``slices`` (a sparse gradient used
+    where a dense tensor is expected), with TensorFlow's warning where it may be large: a
+    table's gradient densified takes the whole table's memory."""
+    elements = _static_elements(slices.dense_shape)
+    if elements is None:
+        warnings.warn(f"Converting sparse IndexedSlices '{slices.name}' to a dense Tensor of "
+                      f"unknown shape. This may consume a large amount of memory.",
+                      stacklevel=3)
+    elif elements >= LARGE_DENSE_ELEMENTS:
+        warnings.warn(f"Converting sparse IndexedSlices '{slices.name}' to a dense Tensor "
+                      f"with {elements} elements. This may consume a large amount of memory.",
+                      stacklevel=3)
+    return indexed_slices_to_dense(slices)
+
+
+def _static_elements(dense_shape) -> int | None:
+    """The element count ``dense_shape`` (a shape tensor) is known to give, else None."""
+    if not isinstance(dense_shape, Tensor):
+        return None
+    op = dense_shape.op
+    if op.type == "Const":
+        return int(np.prod(op.get_attr("value")))
+    if op.type == "Shape":
+        return op.inputs[0].shape.num_elements()
+    return None
 
 
 @register_op("GatherFirst")

@@ -15,7 +15,7 @@ from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import init_ops
-from mpiflow.ops.variables import Variable
+from mpiflow.ops.variables import Variable, reject_constraint
 
 
 class _ReuseMode:
@@ -265,8 +265,15 @@ def _unique_scope(store, prefix, name):
 
 def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
                  trainable=True, collections=None, validate_shape=True, partitioner=None,
-                 custom_getter=None):
-    """Return the variable ``scope/name``, creating it unless the scope reuses."""
+                 custom_getter=None, caching_device=None, use_resource=None,
+                 constraint=None):
+    """Return the variable ``scope/name``, creating it unless the scope reuses.
+
+    ``caching_device`` and ``use_resource`` are TF1's and change nothing here: a read is
+    placed where its reader is, and a variable reads as ``Variable`` says. A
+    ``constraint`` is refused: applying none would train another model than asked for.
+    """
+    reject_constraint(f"get_variable('{name}')", constraint)
     return get_variable_scope().get_variable(
         name, shape=shape, dtype=dtype, initializer=initializer, regularizer=regularizer,
         trainable=trainable, collections=collections, validate_shape=validate_shape,

@@ -66,11 +66,26 @@ class SaveSliceInfo:
 _MAX_ARRAY_BYTES = 2 ** 63 - 1
 
 
+def reject_constraint(where: str, constraint) -> None:
+    """Refuse a variable's ``constraint`` (a projection after each update), unimplemented."""
+    if constraint is not None:
+        raise errors.UnimplementedError(
+            f"{where}: constraint={constraint!r} is not supported (mpiflow's optimizers do "
+            "not project variables after their updates); apply it yourself with "
+            "mf.assign after the train op, or leave it out")
+
+
 class Variable:
-    """A TF1 variable: ``Variable(initial_value, trainable=True, name=None, dtype=None)``."""
+    """A TF1 variable: ``Variable(initial_value, trainable=True, name=None, dtype=None)``.
+
+    ``caching_device`` and ``use_resource`` are accepted and change nothing (a read is
+    placed where its reader is; reads show the value where the step reads it); a
+    ``constraint`` is refused (``reject_constraint``)."""
 
     def __init__(self, initial_value=None, trainable=True, collections=None,
-                 validate_shape=True, name=None, dtype=None, expected_shape=None):
+                 validate_shape=True, name=None, dtype=None, expected_shape=None,
+                 caching_device=None, constraint=None, use_resource=None):
+        reject_constraint(f"Variable '{name or 'Variable'}'", constraint)
         if initial_value is None:
             raise errors.InvalidArgumentError(
                 f"Variable '{name or 'Variable'}': initial_value must be given")

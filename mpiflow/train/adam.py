@@ -12,7 +12,6 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.ops import control_ops, state_ops
-from mpiflow.ops.constant_ops import constant
 from mpiflow.train.optimizer import Optimizer
 
 
@@ -42,10 +41,13 @@ class AdamOptimizer(Optimizer):
             first_var = domain[0]
             # float64 models keep the powers in float64; others in float32 (as TF).
             dtype = dtypes.float64 if first_var.dtype is dtypes.float64 else dtypes.float32
-            for name, value in (("beta1_power", self._beta1), ("beta2_power", self._beta2)):
+            # Each power starts at its beta, which may be a tensor, as in TensorFlow.
+            for name, beta, value in (("beta1_power", "beta1", self._beta1),
+                                      ("beta2_power", "beta2", self._beta2)):
                 self._create_non_slot_variable(
-                    lambda value=value, dtype=dtype: constant(value, dtype=dtype), name,
-                    first_var)
+                    lambda value=value, dtype=dtype, beta=beta: self._scalar(value, dtype,
+                                                                             beta),
+                    name, first_var)
         for v in var_list:
             self._zeros_slot(v, "m", self._name)
             self._zeros_slot(v, "v", self._name)

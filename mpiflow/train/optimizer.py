@@ -235,7 +235,10 @@ class Optimizer:
     def _hyper(self, value, var, name):
         """Return hyperparameter ``value`` (number, Tensor or callable) as a scalar Tensor of
         ``var``'s dtype, created where the caller is (colocated with ``var``)."""
-        dtype = var.dtype
+        return self._scalar(value, var.dtype, name)
+
+    def _scalar(self, value, dtype, name):
+        """Return ``value`` (number, Tensor or callable) as a scalar Tensor of ``dtype``."""
         if callable(value) and not hasattr(value, "_as_tensor"):
             value = value()
         if isinstance(value, Tensor) or hasattr(value, "_as_tensor"):
@@ -410,7 +413,8 @@ def _check_loss(loss) -> Tensor:
     if loss.shape.ndims not in (None, 0):
         raise errors.InvalidArgumentError(
             f"The loss '{loss.name}' must be a scalar, got shape {loss.shape}: reduce it "
-            "with mf.reduce_mean or mf.reduce_sum first")
+            "with mf.reduce_mean or mf.reduce_sum first (TensorFlow would sum it silently, "
+            "scaling the step by the batch size)")
     return loss
 
 

@@ -369,6 +369,33 @@ def test_two_gathers_of_one_table_stay_sparse():
     np.testing.assert_allclose(dense, [[1, 1], [2, 2], [0, 0], [1, 1]])
 
 
+def test_a_sparse_gradient_used_as_a_tensor_is_densified_as_tensorflow_does(recwarn):
+    table = mf.Variable(np.ones((4, 2), np.float32))
+    grad = mf.gradients(mf.reduce_sum(mf.nn.embedding_lookup(table, [1, 1, 3])), table)[0]
+    assert isinstance(grad, mf.IndexedSlices)
+    dense = mf.convert_to_tensor(grad)
+    doubled = mf.multiply(2.0, grad)          # an op's operand converts alike
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        np.testing.assert_array_equal(sess.run(dense), [[0, 0], [2, 2], [0, 0], [1, 1]])
+        np.testing.assert_array_equal(sess.run(doubled), [[0, 0], [4, 4], [0, 0], [2, 2]])
+    assert not recwarn.list          # small and of known shape: nothing to warn about
+    with pytest.raises(mf.errors.InvalidArgumentError, match="has dtype float32, expected"):
+        mf.convert_to_tensor(grad, dtype=mf.float64)
+
+
+@pytest.mark.parametrize("params, says", [
+    (lambda: mf.placeholder(mf.float32, [None, 8]), "of unknown shape"),
+    (lambda: mf.Variable(mf.zeros([12_500_000, 8])), "with 100000000 elements"),
+])
+def test_densifying_a_sparse_gradient_that_may_be_large_warns(params, says):
+    # As TensorFlow: a table's gradient made dense takes the whole table's memory.
+    table = params()
+    grad = mf.gradients(mf.reduce_sum(mf.gather(table, [0, 2])), table)[0]
+    with pytest.warns(UserWarning, match=f"dense Tensor {says}.*large amount of memory"):
+        mf.convert_to_tensor(grad)
+
+
 # -- errors name the op ----------------------------------------------------------------------
 
 def _raises(pattern):

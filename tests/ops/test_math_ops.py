@@ -174,6 +174,20 @@ def test_integer_division_is_true_division():
         np.testing.assert_allclose(sess.run(a / 2), [1.5, 2.0])
 
 
+def test_div_divides_integers_as_python_2_and_floats_as_divide():
+    # TensorFlow 1's div: floor division for integers (dtype kept), true for floats;
+    # divide, truediv and / are true division whatever the dtype.
+    a, b = mf.constant([7, -7, 5, -3]), mf.constant([2, 2, -3, 2])
+    x = mf.constant([7.0, -7.0])
+    with mf.Session() as sess:
+        ints, floats, true = sess.run([mf.div(a, b), mf.div(x, 2.0), mf.divide(a, b)])
+    assert ints.dtype == np.int32
+    np.testing.assert_array_equal(ints, [3, -4, -2, -2])
+    np.testing.assert_allclose(floats, [3.5, -3.5])
+    assert true.dtype == np.float64
+    np.testing.assert_allclose(true, [3.5, -3.5, -5 / 3, -1.5])
+
+
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
     a = mf.placeholder(mf.float32, [3, 4])
     b = mf.placeholder(mf.float32, [5, 6])

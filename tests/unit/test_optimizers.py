@@ -448,6 +448,27 @@ def test_minimize_a_loss_that_does_not_depend_on_the_variables():
         mf.train.GradientDescentOptimizer(0.1).minimize(loss)
 
 
+def test_adam_betas_as_tensors_start_the_powers_at_their_values(rng):
+    # As TensorFlow: beta1_power and beta2_power begin at the betas, which may be tensors
+    # (a constant, a placeholder with a default), and the betas decay the moments.
+    variables, values, loss, grads = dense_model(rng, np.float64)
+    betas = dict(beta1=0.5, beta2=0.75, epsilon=1e-8)      # exact in float32
+    opt = mf.train.AdamOptimizer(LR, beta1=mf.constant(betas["beta1"]),
+                                 beta2=mf.placeholder_with_default(betas["beta2"], []))
+    train = opt.minimize(loss)
+    case = dataclasses.replace(
+        CASES[-1], step=lambda s, g, t, lr: ref.update_adam(
+            s, g, np.float32(betas["beta1"]) ** t, np.float32(betas["beta2"]) ** t, lr,
+            **betas))
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            twin.step(grads(twin.states), t)
+        twin.check(sess, opt, variables, np.float64, "adam with tensor betas")
+
+
 def test_minimize_an_int_loss_is_invalid():
     w = mf.Variable(np.ones(2), name="w")
     loss = mf.reduce_sum(mf.cast(w, mf.int32))

@@ -50,6 +50,25 @@ def test_sharing_with_a_different_shape_is_an_error():
             mf.get_variable("w", [3])
 
 
+def test_tf1_variable_arguments_that_change_nothing_here_are_accepted():
+    v = mf.Variable(np.ones(2), name="v", caching_device="/cpu:0", use_resource=True)
+    w = mf.get_variable("w", [2], caching_device="/cpu:0", use_resource=False)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        np.testing.assert_array_equal(sess.run(v), [1, 1])
+        assert sess.run(w).shape == (2,)
+
+
+@pytest.mark.parametrize("make", [
+    lambda c: mf.Variable(np.ones(2), name="v", constraint=c),
+    lambda c: mf.get_variable("w", [2], constraint=c),
+])
+def test_a_variable_constraint_is_refused_not_ignored(make):
+    # Ignored, the script would train another model than it asks for.
+    with pytest.raises(mf.errors.UnimplementedError, match="constraint=.* is not supported"):
+        make(lambda w: mf.clip_by_value(w, -1.0, 1.0))
+
+
 def test_reuse_is_inherited_by_inner_scopes():
     with mf.variable_scope("outer"):
         with mf.variable_scope("inner"):
