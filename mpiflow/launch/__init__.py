@@ -153,6 +153,12 @@ def _run_with_restarts(args, launcher, argv, variables, server, say) -> int:
         env = dict(os.environ, **variables, MPIFLOW_RESTART=str(attempt))
         outcome = job_lib.Job(launcher, argv, env, server, say, args.elastic).run()
         if outcome.interrupted is not None:
+            if outcome.code == 0 and outcome.fault is None:
+                # SIGTERM to training in a MonitoredTrainingSession: a graceful stop,
+                # checkpointed, that the job's own exit code says went well.
+                say(f"stopped ({_signal_name(outcome.interrupted)}) after "
+                    f"{outcome.seconds:.1f} s: the job ended cleanly")
+                return 0
             say(f"interrupted ({_signal_name(outcome.interrupted)})")
             return 128 + outcome.interrupted
         if outcome.fault is None and (outcome.code == 0 or outcome.lost):

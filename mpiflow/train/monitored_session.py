@@ -252,11 +252,22 @@ class _MonitoredSession:
 
         Raises:
             FailedPreconditionError: the session is closed.
+            OutOfRangeError: a graceful stop (SIGTERM) began since the script last asked
+                ``should_stop()``: the step is not run, and the session's ``with`` block
+                ends cleanly on it, as at the end of input.
             RuntimeError: a hook already requested a stop (check ``should_stop()``).
         """
         if self._sess is None:
             raise errors.FailedPreconditionError("Attempted to use a closed MonitoredSession")
         if self.should_stop():
+            if not self._stop_requested and interrupts.stopping():
+                # The signal's thread asked between the script's check and this run (a
+                # loop that reads its next batch in between nearly always meets it):
+                # not the script's mistake. A step run now could wait for peers that
+                # stopped already (a synchronous one), so none is.
+                raise errors.OutOfRangeError(
+                    "The job is stopping gracefully: this run was not made (the session "
+                    "ends cleanly at the end of its with block)")
             raise RuntimeError(
                 "Run called even after should_stop requested. Check should_stop() before "
                 "every run, the first one included: a hook may stop training as the session "

@@ -126,6 +126,29 @@ def test_ctrl_c_stops_the_job_without_a_restart(start_launch, tmp_path):
                 if line.endswith("interrupted (SIGINT)") and line.startswith("[rank ")]) == 3
 
 
+def test_sigterm_stops_training_gracefully_with_exit_code_0_and_no_restart(start_launch,
+                                                                           tmp_path):
+    # Slurm's time limit reaching a job started with mpiflow launch: the ranks stop after
+    # their step, the chief checkpoints it, and the launch says the job ended cleanly.
+    checkpoint_dir = tmp_path / "ckpt"
+    proc = start_launch("-n", 3, "--max-restarts", 2, PROG, checkpoint_dir, 10**6)
+    deadline = time.monotonic() + 90
+    while not (checkpoint_dir / "checkpoint").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc, timeout=60)
+    assert proc.returncode == 0, err
+    (last,) = launch_lines(err)
+    assert re.fullmatch(r"mpiflow\.launch: stopped \(SIGTERM\) after [\d.]+ s: the job ended "
+                        r"cleanly", last), err
+    done = [int(s) for s in re.findall(r"\] done (\d+)$", out, re.M)]
+    assert len(done) == 2, out
+    saved = re.search(r'^model_checkpoint_path: "model\.ckpt-(\d+)"',
+                      (checkpoint_dir / "checkpoint").read_text(), re.M)
+    assert int(saved.group(1)) >= max(done), (saved.group(0), done)
+
+
 def test_stacks_shows_where_each_rank_is_and_the_function_a_hung_rank_is_stuck_in(
         start_launch, tmp_path):
     proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "hang")

@@ -61,12 +61,14 @@ def main(checkpoint_dir, last_step, fault):
         print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
         global_step = 0
         while not sess.should_stop():
+            # Reading the next batch, between the check and the run, as real loops do: a
+            # graceful stop (SIGTERM) mostly begins in here.
+            time.sleep(0.01)
             _, read = sess.run([train, step], {x: np.ones((8, 4), np.float32)})
             global_step = read + 1      # the step read it before its own increment
             if fault and first_start and task == 1 and global_step > 25 and \
                     os.path.exists(os.path.join(checkpoint_dir, "checkpoint")):
                 strike(fault)
-            time.sleep(0.01)
     print(f"done {global_step}", flush=True)
 
 
