@@ -27,6 +27,19 @@ def test_unconnected_inputs_get_none_and_unconnected_ys_give_none():
     assert mf.gradients(mf.constant(5.0), [a]) == [None]
 
 
+@pytest.mark.parametrize("zero", ["zero", mf.UnconnectedGradients.ZERO])
+def test_unconnected_gradients_zero_gives_zeros_shaped_as_each_unconnected_input(zero):
+    a = mf.constant([1.0, 2.0])
+    b = mf.Variable(np.ones((2, 3)))
+    da, db = mf.gradients(mf.reduce_sum(a * 3.0), [a, b], unconnected_gradients=zero)
+    got_a, got_b = _run(da, db)
+    np.testing.assert_array_equal(got_a, [3.0, 3.0])
+    np.testing.assert_array_equal(got_b, np.zeros((2, 3)))
+    assert mf.gradients(a * 2.0, [b], unconnected_gradients="none") == [None]
+    with pytest.raises(mf.errors.InvalidArgumentError, match="'none' or 'zero', got 'zeros'"):
+        mf.gradients(a, [b], unconnected_gradients="zeros")
+
+
 def test_stop_gradients_and_stop_gradient_op_block_flow():
     x = mf.constant(3.0)
     h = x * 2.0
