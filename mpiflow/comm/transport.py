@@ -25,12 +25,19 @@ Waiting polls with a back-off (a short spin, then sleeps doubling up to a cap), 
 idle rank leaves its core to the ranks beside it. A payload whose header came is received
 without blocking, while the rank serves other messages: its sender may be busy computing
 (where MPI needs it to move the data) or die between the two (kill -9 during a push), and
-a blocking receive would then wait forever; ``sender_lost`` (the owner's liveness check,
-asked every ``SENDER_CHECK_S`` while a payload is awaited) drops such a message.
+a blocking receive would then wait forever; ``peer_lost`` (the owner's liveness check,
+asked every ``PEER_CHECK_S`` while a payload is awaited) drops such a message. The same
+holds for a send that a writer waits for (``wait_guard``): a receiver killed while a large
+message to it was in flight never takes the rest of it, and the wait gives up on it once
+``peer_lost`` says so. An MPI error on a message with a rank (MPICH fails the requests of
+a rank whose process ended, in a job that goes on without it) goes to ``peer_failed``,
+which raises where the job cannot go on without that rank, and the messages with it are
+dropped: never a raw MPI exception from the service's loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -51,7 +58,7 @@ HEADER_TAG = 7101
 PAYLOAD_TAG = 7102
 _BUFFERS_KEY = "_buf"    # header field listing [dtype, shape] of each payload
 _TO_GPU_KEY = "_gpu"     # header field: the payloads are wanted in GPU memory
-SENDER_CHECK_S = 0.1     # how often a payload still awaited asks whether its sender lives
+PEER_CHECK_S = 0.1       # how often a message still awaited asks whether its peer lives
 INLINE_MAX_BYTES = 64 << 10   # host payloads up to this many bytes in all ride inline
 # In a larger message of host arrays, each of at most this many bytes rides inline and
 # the others follow as their own messages (a mixed frame): copying one costs less than a
@@ -297,7 +304,7 @@ class _Arrival:
         self.message = message
         self.requests = requests
         self.nbytes = nbytes
-        self.next_check = time.monotonic() + SENDER_CHECK_S
+        self.next_check = time.monotonic() + PEER_CHECK_S
 
 
 class Transport:
@@ -315,8 +322,11 @@ class Transport:
         self._status = MPI.Status()
         self._pool = backend.HostBufferPool()   # receive buffers, reused warm
         # Whether a rank was lost (its owner's liveness check; it may raise for a loss
-        # the job cannot go on without). Asked only while a payload is awaited.
-        self.sender_lost: Callable[[int], bool] = lambda rank: False
+        # the job cannot go on without). Asked only while a message with it is awaited.
+        self.peer_lost: Callable[[int], bool] = lambda rank: False
+        # MPI failed a request of a message with a rank: the owner raises where the job
+        # cannot go on without it; else the messages with it are dropped.
+        self.peer_failed: Callable[[int, Exception], None] = _raise_failure
         # Whether a rank is known dead (its owner's knowledge, no check): nothing is sent
         # to it, since a send to a dead process can crash the network layer.
         self.receiver_dead: Callable[[int], bool] = lambda rank: False
@@ -382,21 +392,37 @@ class Transport:
 
     def complete_sends(self) -> None:
         """Drop the sends that have completed (cheap test, never blocks)."""
+        failed = set()      # ranks MPI failed a send to: given up below (``forget``)
         self._pending = [entry for entry in self._pending
-                         if not MPI.Request.Testall(entry[1])]
+                         if entry[0] in failed or not self._sent(entry[0], entry[1], failed)]
         if self._abandoned:     # a send to a dead rank that completed after all
             self._abandoned = [entry for entry in self._abandoned
-                               if not MPI.Request.Testall(entry[1])]
+                               if not _settled(entry[1])]
         if self._abandoned_receives:    # a cancel that completed late: buffers free again
             self._abandoned_receives = [entry for entry in self._abandoned_receives
-                                        if not MPI.Request.Testall(entry[0])]
+                                        if not _settled(entry[0])]
         if self._guarded:
             for name in list(self._guarded):
-                reqs = [(d, r) for d, r in self._guarded[name] if r != MPI.REQUEST_NULL]
-                if not reqs or MPI.Request.Testall([r for _, r in reqs]):
+                reqs = [(d, r) for d, r in self._guarded[name]
+                        if r != MPI.REQUEST_NULL and d not in failed]
+                if not reqs or all(self._sent(d, [r], failed) for d, r in reqs):
                     del self._guarded[name]
                 else:
                     self._guarded[name] = reqs
+        for dest in failed:
+            self.forget(dest)
+
+    def _sent(self, dest: int, requests, failed: set) -> bool:
+        """Whether ``requests`` (sends to ``dest``) completed. One that MPI failed goes to
+        ``peer_failed`` (which raises where the job cannot go on without ``dest``) and
+        ``dest`` joins ``failed``, for the caller to ``forget``: the requests stay
+        referenced until MPI is done with them."""
+        try:
+            return MPI.Request.Testall(requests)
+        except MPI.Exception as exc:
+            self.peer_failed(dest, exc)
+            failed.add(dest)
+            return False
 
     def forget(self, dest: int) -> None:
         """``dest`` is dead: stop waiting for the sends to it (they can never complete;
@@ -410,10 +436,32 @@ class Transport:
             self._guarded[name] = [(d, r) for d, r in self._guarded[name] if d != dest]
 
     def wait_guard(self, name: str) -> None:
-        """Finish every in-flight send of arrays guarded by ``name``."""
+        """Finish every in-flight send of arrays guarded by ``name``; a send to a rank
+        found lost meanwhile (``peer_lost``) is given up (``forget``)."""
         reqs = self._guarded.pop(name, None)
-        if reqs:
-            self._wait([r for _, r in reqs], f"sends of '{name}'")
+        if not reqs:
+            return
+        by_dest = {}
+        for dest, request in reqs:
+            by_dest.setdefault(dest, []).append(request)
+        next_check = time.monotonic() + PEER_CHECK_S
+
+        def done():
+            nonlocal next_check
+            failed = set()
+            for dest in [d for d, waiting in by_dest.items() if self._sent(d, waiting,
+                                                                          failed)]:
+                del by_dest[dest]
+            for dest in failed:
+                del by_dest[dest]
+                self.forget(dest)
+            if by_dest and time.monotonic() >= next_check:
+                next_check = time.monotonic() + PEER_CHECK_S
+                for dest in [d for d in by_dest if self.peer_lost(d)]:
+                    del by_dest[dest]
+                    self.forget(dest)
+            return not by_dest
+        self._poll(done, f"sends of '{name}'")
 
     def flush(self, timeout: float | None = None) -> None:
         """Finish every pending send (before the process leaves MPI)."""
@@ -423,13 +471,15 @@ class Transport:
         self._guarded.clear()
 
     def _wait(self, requests, what, timeout=None):
+        self._poll(lambda: MPI.Request.Testall(requests), what, timeout)
+
+    def _poll(self, done, what, timeout=None):
         def expired(waited):
             return errors.DeadlineExceededError(
                 f"Rank {self.rank}: {what} did not complete within {waited:.0f} s")
         # Yielding between tests, never sleeping: where MPI copies through shared memory
         # in pieces (no CMA), a send moves only while its sender is in MPI.
-        poll_until(lambda: MPI.Request.Testall(requests), timeout, expired,
-                   Backoff(spin_s=math.inf))
+        poll_until(done, timeout, expired, Backoff(spin_s=math.inf))
 
     # -- receiving ---------------------------------------------------------------------------
     def poll(self) -> Message | None:
@@ -486,36 +536,64 @@ class Transport:
     def _next_arrived(self) -> Message | None:
         """The oldest message whose payloads are all here and whose sender has none
         older still arriving; a message whose sender was lost before its payloads came
-        is dropped, its receives cancelled (asked every ``SENDER_CHECK_S`` per message)."""
+        is dropped, its receives cancelled (asked every ``PEER_CHECK_S`` per message)."""
         held = set()            # senders with an older message still arriving
         now = None
         for i, arrival in enumerate(self._arriving):
             source = arrival.message.source
             if source in held:
                 continue
-            if not arrival.requests or MPI.Request.Testall(arrival.requests):
+            try:
+                arrived = not arrival.requests or MPI.Request.Testall(arrival.requests)
+            except MPI.Exception as exc:    # its sender's process ended (MPICH says so)
+                self.peer_failed(source, exc)
+                self._drop_arrivals(source)
+                return self._next_arrived()
+            if arrived:
                 del self._arriving[i]
                 TRAFFIC.add("p2p", received=arrival.nbytes)
                 return arrival.message
             now = now or time.monotonic()
             if now >= arrival.next_check:
-                arrival.next_check = now + SENDER_CHECK_S
-                if self.sender_lost(source):
-                    del self._arriving[i]
-                    self._cancel(arrival.requests, arrival.message.arrays)
+                arrival.next_check = now + PEER_CHECK_S
+                if self.peer_lost(source):
+                    self._drop_arrivals(source)
                     return self._next_arrived()
             held.add(source)
         return None
+
+    def _drop_arrivals(self, source: int) -> None:
+        """Give up the messages still arriving from ``source`` (lost): their receives
+        cancelled, their buffers kept while MPI may still write them."""
+        for arrival in [a for a in self._arriving if a.message.source == source]:
+            self._arriving.remove(arrival)
+            self._cancel(arrival.requests, arrival.message.arrays)
 
     def _cancel(self, requests, arrays) -> None:
         """Cancel receives whose sender is lost; one that does not complete within
         ``_CANCEL_WAIT_S`` keeps its buffer referenced (MPI may still write it)."""
         for request in requests:
             if request != MPI.REQUEST_NULL:
-                request.Cancel()
+                with contextlib.suppress(MPI.Exception):    # failed already: nothing to do
+                    request.Cancel()
         deadline = time.monotonic() + _CANCEL_WAIT_S
-        while not MPI.Request.Testall(requests):
+        while not _settled(requests):
             if time.monotonic() > deadline:
                 self._abandoned_receives.append((requests, arrays))
                 return
             os.sched_yield()
+
+
+def _settled(requests) -> bool:
+    """Whether MPI is done with ``requests`` (of a rank given up on): completed or
+    failed, either way their buffers are free."""
+    try:
+        return MPI.Request.Testall(requests)
+    except MPI.Exception:
+        return True
+
+
+def _raise_failure(rank: int, exc: Exception) -> None:
+    """``Transport.peer_failed`` where nobody owns the transport's peers: the error
+    stands."""
+    raise exc

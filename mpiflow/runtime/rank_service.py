@@ -95,7 +95,8 @@ class RankService(JobMembership):
                            elastic=config.get("MPIFLOW_ELASTIC"))
         if self.peers.heartbeat is not None:     # a peer that gives up waiting asks
             self.peers.heartbeat.whereabouts = whereabouts.report
-        self.transport.sender_lost = self._sender_lost
+        self.transport.peer_lost = self._peer_lost
+        self.transport.peer_failed = self._peer_failed
         self.transport.receiver_dead = self.peers.is_dead
         self.store = ResourceStore()
         self.store.write_barrier = self.transport.wait_guard
@@ -174,11 +175,33 @@ class RankService(JobMembership):
             f"{self.describe(rank)} left the job while rank {self.rank} was running a step "
             "that needs it"), needing=rank)
 
-    def _sender_lost(self, rank: int) -> bool:
-        """Whether ``rank``, whose message this rank is receiving, was lost (the checks
-        of the dead run here too: this rank's loop waits on that message)."""
+    def _peer_lost(self, rank: int) -> bool:
+        """Whether ``rank``, whose message this rank is receiving or whose receipt of one
+        a writer waits for, was lost (the checks of the dead run here too: this rank
+        waits on that message)."""
         self.peers.check()
         return self.peers.is_dead(rank)
+
+    def _peer_failed(self, rank: int, exc: Exception) -> None:
+        """MPI failed a message with ``rank``: MPICH does so for a rank whose process
+        ended, in a job that goes on after it (``-disable-auto-cleanup``, elastic). A rank
+        the job can go on without is lost here, as if its death had been found; another
+        ends this rank with an error that names it."""
+        if self.peers.is_dead(rank):
+            return
+        describe_error = getattr(exc, "Get_error_string", None)     # an MPI.Exception's
+        why = (describe_error() if callable(describe_error) else str(exc)).strip()
+        # A failed Testall says only where its requests' errors are: nothing to show.
+        why = "" if "MPI_ERROR field" in why else f" ({why})"
+        if self.peers.expendable(rank):
+            self.peers.lose(rank, f"MPI failed a message with it{why}: its process ended")
+            return
+        error = errors.UnavailableError(
+            f"MPI failed a message between rank {self.rank} and {self.describe(rank)}{why}: "
+            f"its process has ended or its host is unreachable; rank {self.rank} cannot "
+            "continue")
+        error.brief = True
+        raise error
 
     def unregister(self, handles: dict) -> None:
         """Tell each rank to drop the partition registered under its handle."""

@@ -43,16 +43,16 @@ def test_a_payload_whose_sender_is_lost_is_dropped_instead_of_awaited(link, nbyt
     asked = []
     lost_after = time.monotonic() + 0.3
 
-    def sender_lost(rank):
+    def peer_lost(rank):
         asked.append(rank)
         return time.monotonic() > lost_after
 
-    link.sender_lost = sender_lost
+    link.peer_lost = peer_lost
     in_flight = _header_without_its_payload(link, nbytes)
     start = time.monotonic()
     while not asked or link.receiving():
         assert link.poll() is None
-        assert time.monotonic() - start < 0.3 + 2 * transport_lib.SENDER_CHECK_S + 1.0
+        assert time.monotonic() - start < 0.3 + 2 * transport_lib.PEER_CHECK_S + 1.0
     assert time.monotonic() - start >= 0.3
     assert set(asked) == {0}
     in_flight[1].Wait()
@@ -65,7 +65,7 @@ def test_a_payload_whose_sender_is_lost_is_dropped_instead_of_awaited(link, nbyt
 
 
 def test_a_payload_that_comes_never_asks_whether_its_sender_lives(link):
-    link.sender_lost = lambda rank: pytest.fail("asked about a sender whose data came")
+    link.peer_lost = lambda rank: pytest.fail("asked about a sender whose data came")
     sent = [np.full(3, 7, np.int64), np.ones((512, 1024), np.float32)]
     link.send(0, {"k": "t"}, sent)
     message = _poll(link)

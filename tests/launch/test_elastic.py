@@ -54,6 +54,22 @@ def test_a_lost_worker_is_left_behind_and_the_others_train_to_the_end(tmp_path, 
         or fault == "raise", done.stderr
 
 
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_worker_killed_with_messages_of_megabytes_in_flight_is_left_behind(tmp_path,
+                                                                             attempt):
+    # A pull, push or save of 8 MB is on the wire when the worker dies (a random moment):
+    # the ps gives up what it sent to it and what it was receiving from it, instead of
+    # waiting for them without end or failing on MPI's error for them.
+    done = launch(tmp_path, "kill-in-flight", 2)
+    assert done.returncode == 0, done.stderr
+    v, step = final_values(done.stdout)
+    assert step >= LAST_STEP and v == step, (v, step)
+    assert len(re.findall(r"^\[rank \d \(worker:[01]\) on \S+\] done \d+$", done.stdout,
+                          re.M)) == 2, done.stdout
+    assert re.search(r"it went on without: rank 3 \(worker:2\) on \S+: ",
+                     done.stderr.strip().splitlines()[-1]), done.stderr
+
+
 @pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("fault", ["raise", "kill"])
 def test_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault, mode):

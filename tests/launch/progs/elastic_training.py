@@ -8,13 +8,18 @@ Usage: elastic_training.py CHECKPOINT_DIR LAST_STEP FAULT [VICTIM_TASK [MODE [BA
 to the variable ``v`` and to the global step, in one apply on the ps: at the end
 ``v == global step`` holds only if no step was ever half applied. FAULT strikes worker
 VICTIM_TASK (default 1) once the global step passes 20: ``raise`` (an exception),
-``kill`` (SIGKILL to itself). The ps prints ``final v=<v> step=<global step>`` once every
-worker has left; every worker ``start``/``done`` lines.
+``kill`` (SIGKILL to itself between steps), ``kill-in-flight`` (SIGKILL from a thread at a
+random moment of the steps that follow, while the model also trains a variable of 8 MB,
+checkpointed every step: a pull, a push or a save of it is mostly on the wire). The ps
+prints ``final v=<v> step=<global step>`` once every worker has left; every worker
+``start``/``done`` lines.
 """
 
 import os
+import random
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -25,9 +30,12 @@ import mpiflow as mf
 def main(checkpoint_dir, last_step, fault, victim, mode, backups):
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
+    in_flight = fault == "kill-in-flight"
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         v = mf.get_variable("v", [], initializer=mf.zeros_initializer())
         step = mf.train.get_or_create_global_step()
+        if in_flight:
+            big = mf.get_variable("big", [2_000_000], initializer=mf.zeros_initializer())
     if server.job_name == "ps":
         server.join()
         # Every worker has left: the variables, here, are still. Read them (the only
@@ -46,12 +54,14 @@ def main(checkpoint_dir, last_step, fault, victim, mode, backups):
             workers = cluster.num_tasks("worker")
             opt = mf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=workers - backups,
                                                  total_num_replicas=workers)
-        train = opt.minimize(-v, global_step=step)
+        loss = -v - mf.reduce_sum(big) * 1e-6 if in_flight else -v
+        train = opt.minimize(loss, global_step=step)
         if mode == "sync":
             hooks.append(opt.make_session_run_hook(server.is_chief))
     with mf.train.MonitoredTrainingSession(
             master=server.target, is_chief=server.is_chief, checkpoint_dir=checkpoint_dir,
-            save_checkpoint_steps=10, progress_bar=False, hooks=hooks) as sess:
+            save_checkpoint_steps=1 if in_flight else 10, progress_bar=False,
+            hooks=hooks) as sess:
         # Read through the raw session: a worker that starts after the others reached
         # the last step finds should_stop() already True, and a run would be refused.
         print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
@@ -64,6 +74,10 @@ def main(checkpoint_dir, last_step, fault, victim, mode, backups):
                     raise RuntimeError(f"worker {task} failed on purpose")
                 if fault == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if in_flight:
+                    in_flight = False       # one killer
+                    threading.Timer(random.uniform(0.0, 0.3),
+                                    os.kill, (os.getpid(), signal.SIGKILL)).start()
             time.sleep(0.01)
     print(f"done {global_step}", flush=True)
 
