@@ -24,6 +24,7 @@ from mpiflow.ops import control_ops, math_ops, state_ops
 from mpiflow.ops.constant_ops import constant
 from mpiflow.ops.registry import apply_op
 from mpiflow.ops.variables import Variable
+from mpiflow.runtime.distributed import resolve_target
 from mpiflow.train.optimizer import WrappingOptimizer
 from mpiflow.train.session_manager import report_uninitialized_variables
 from mpiflow.train.session_run_hook import SessionRunHook
@@ -208,10 +209,28 @@ class _SyncReplicasHook(SessionRunHook):
         self._session = None
 
     def after_create_session(self, session, coord):
+        self._check_enough_workers(session)
         session.run(self._opt.local_step_init_op)
         self._session = session
         if self._is_chief:
             self._start_sync_loop()
+
+    def _check_enough_workers(self, session) -> None:
+        """Refuse a step no cluster of this launch could fill: more gradients to aggregate
+        than it has workers (the first step would wait out MPIFLOW_TIMEOUT and then blame
+        a ps)."""
+        context = resolve_target(getattr(session, "sess_str", ""))
+        if context is None:
+            return
+        cluster = context.cluster
+        workers = sum(cluster.num_tasks(job) for job in ("chief", "worker")
+                      if job in cluster.jobs)
+        wanted = self._opt._replicas_to_aggregate
+        if wanted > workers:
+            raise errors.InvalidArgumentError(
+                f"SyncReplicasOptimizer: replicas_to_aggregate={wanted} gradients per step, "
+                f"but the cluster has {workers} worker(s): no step could ever gather them; "
+                f"aggregate at most {workers} (and give total_num_replicas={workers})")
 
     def take_over_from_chief(self) -> None:
         """This worker succeeds a lost chief (MPIFLOW_ELASTIC): run the sync loop here.

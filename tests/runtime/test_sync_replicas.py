@@ -33,6 +33,19 @@ def test_backup_worker_does_not_slow_the_global_step(run_mpi):
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+def test_more_replicas_to_aggregate_than_workers_is_refused_at_start(run_mpi):
+    # No step could ever gather them: said at once, not after MPIFLOW_TIMEOUT as a wait
+    # on the ps.
+    out = run_mpi(3, PROGS / "sync_too_many.py", 3, timeout=60, check=False,
+                  env={"MPIFLOW_TIMEOUT": "100"})
+    assert out.returncode != 0
+    assert "replicas_to_aggregate=3 gradients per step, but the cluster has 2 worker(s)" \
+        in out.stderr, out.stderr
+    assert "waited" not in out.stderr, out.stderr
+    fits = run_mpi(3, PROGS / "sync_too_many.py", 2, timeout=60)
+    assert sorted(fits.stdout.split("\n"))[-2:] == ["worker 0 done", "worker 1 done"]
+
+
 def test_mnist_sync_example_trains_to_95_percent_on_two_ps(run_mpi):
     out = run_mpi(4, EXAMPLES / "mnist_sync.py", "--ps", 2, "--last-step", 400,
                   timeout=240).stdout
