@@ -10,6 +10,7 @@ since a plan's order is fixed by graph construction.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from mpiflow import errors
 from mpiflow.framework.tensor_shape import TensorShape
@@ -19,6 +20,28 @@ from mpiflow.ops.registry import OpDef, Wait, apply_op, register_op
 from mpiflow.ops.state_ops import _ref_of, check_ref
 
 _OPS = ("sum", "average")
+# The most group members a wait's description names (each is asked where it is).
+_NAMED_MEMBERS = 8
+
+
+class CollectiveEvent(NamedTuple):
+    """What a collective kernel's step waits for: its op's collective to finish."""
+
+    kind: str
+    op_name: str
+    group: object           # the kernel's GroupCollectives
+
+    def describe(self, describe_rank) -> str:
+        """The wait, naming the group's other ranks: MPI does not say which of them have
+        not joined the collective, and each named rank is asked where it is when the wait
+        times out (the rank that is not there shows where it is instead)."""
+        others = self.group.other_ranks()
+        named = ", ".join(describe_rank(r) for r in others[:_NAMED_MEMBERS])
+        more = f" and {len(others) - _NAMED_MEMBERS} more" if len(others) > _NAMED_MEMBERS \
+            else ""
+        return (f"the collective of op '{self.op_name}' (group '{self.group.group}') to "
+                f"finish: every rank of the group must run it, and MPI does not say which "
+                f"have not yet: {named}{more}")
 
 
 class _Collective(OpDef):
@@ -33,7 +56,7 @@ class _Collective(OpDef):
     def prepare(self, ctx):
         ctx.group = ctx.env.collectives(ctx.attrs["group"])
         ctx.pending = None
-        ctx.event = ("collective", ctx.op.name)
+        ctx.event = CollectiveEvent("collective", ctx.op.name, ctx.group)
 
     def forward(self, xp, ctx, *inputs):
         if ctx.pending is None:

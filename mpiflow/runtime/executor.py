@@ -47,7 +47,8 @@ class EventWait(NamedTuple):
     key: object
 
     def describe(self, describe_rank) -> str:
-        return f"event {self.key!r}"
+        describe_key = getattr(self.key, "describe", None)    # a key that can say what
+        return describe_key(describe_rank) if callable(describe_key) else f"event {self.key!r}"
 
 
 class Plan:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from mpiflow import errors
 from mpiflow.comm.buckets import FusedAllreduce, TensorSpec
 from mpiflow.comm.collectives import Strategies, copy_algorithm
+from mpiflow.comm.collectives.state import job_ranks_of
 
 
 class GroupCollectives:
@@ -29,6 +30,11 @@ class GroupCollectives:
     @property
     def size(self) -> int:
         return self.comm.Get_size()
+
+    def other_ranks(self) -> list[int]:
+        """The other ranks of the group, numbered as in the job (MPI_COMM_WORLD)."""
+        ranks = job_ranks_of(self.comm)
+        return ranks[:self.rank] + ranks[self.rank + 1:]
 
     @property
     def rank(self) -> int:

@@ -123,6 +123,21 @@ def test_rank_that_never_joins_is_named_within_the_timeout(run_mpi, algorithm, a
             "message"]
 
 
+@pytest.mark.parametrize("algorithm", ["mpi", "ring"])
+def test_the_ranks_named_are_numbered_as_in_the_job_on_a_group_without_rank_0(run_mpi,
+                                                                              algorithm):
+    # The workers of a job with a ps at rank 0: the group's rank 1 is the job's rank 2,
+    # which is what the lines of its output and every other message call it.
+    result = run_mpi(4, ERRORS, "absent", algorithm, "--absent", 2, "--warm",
+                     "--without-rank-0", timeout=TIMEOUT,
+                     env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    recs = raised(result, "absent")
+    assert sorted(recs) == [1, 3], result.stdout + result.stderr
+    for rec in recs.values():
+        assert "not heard from rank 2 " in rec["message"], rec
+    assert "rank 1 reports that rank 2 never joined" in recs[3]["message"], recs[3]
+
+
 @pytest.mark.parametrize("algorithm,ranks,late,cold", [
     ("mpi", 2, 1, False),   # carried in the check: the late rank completes it from the message
     ("ring", 2, 1, False),  # the late rank passes the check, then waits in the ring

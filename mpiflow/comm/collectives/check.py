@@ -115,14 +115,16 @@ def _show(field: str, value: tuple) -> str:
     return str(value[0])
 
 
-def describe_mismatch(table: np.ndarray) -> str | None:
-    """Return what the ranks' records (rows of ``table``) disagree on, or None."""
+def describe_mismatch(table: np.ndarray, job_ranks=None) -> str | None:
+    """Return what the ranks' records (rows of ``table``) disagree on, or None; the ranks
+    named as ``job_ranks`` numbers them (default: by row)."""
     if (table == table[0]).all():
         return None
     for field, cols in _FIELDS:
         groups: dict[tuple, list[int]] = {}
         for rank, row in enumerate(table):
-            groups.setdefault(tuple(int(v) for v in row[list(cols)]), []).append(rank)
+            groups.setdefault(tuple(int(v) for v in row[list(cols)]), []).append(
+                rank if job_ranks is None else job_ranks[rank])
         if len(groups) > 1:
             label = field
             if field == "shape" and table[0][0] == KINDS.index("allgather"):
@@ -220,7 +222,8 @@ class CrossRankCheck:
             if stopped and not missing:
                 return self._stopped_error(timeout, stopped)
             return self._missing_error(
-                missing, f"(MPIFLOW_TIMEOUT={timeout:g} s){stopped_note(stopped)}")
+                missing, f"(MPIFLOW_TIMEOUT={timeout:g} s)"
+                         f"{stopped_note(stopped, self.state.job_ranks)}")
         here = np.array([self.seq], dtype=np.int64)
         self.state.track_send(comm.Isend([here, MPI.INT64_T], 0, PRESENT_TAG), here)
         count = np.zeros(1, dtype=np.int64)      # rank 0's verdict: how many are missing
@@ -231,14 +234,16 @@ class CrossRankCheck:
                 request.Cancel()
                 return errors.DeadlineExceededError(
                     f"{self.label()}: waited for the cross-rank check, and rank 0 (which "
-                    f"names the ranks missing) did not answer; not heard from rank 0 "
+                    f"names the ranks missing) did not answer; not heard from rank "
+                    f"{self.state.job_ranks[0]} "
                     f"(MPIFLOW_TIMEOUT={timeout:g} s)")
             time.sleep(0.001)
         missing = np.empty(int(count[0]), dtype=np.int64)
         self._receive_from(comm, missing, DETAIL_TAG)
         return self._missing_error(
-            missing.tolist(), f"(rank 0 reports that {format_ranks(missing)} never joined "
-                              f"this collective){stopped_note(stopped)}")
+            missing.tolist(), f"(rank {self.state.job_ranks[0]} reports that "
+                              f"{format_ranks(self.state.in_the_job(missing))} never joined "
+                              f"this collective){stopped_note(stopped, self.state.job_ranks)}")
 
     def _roll_call(self, window: float) -> set:
         """On rank 0: the ranks that said, within ``window`` s, that they wait at this
@@ -259,7 +264,7 @@ class CrossRankCheck:
         """At the deadline, where the ranks not heard from are those that ``stopped``."""
         return errors.DeadlineExceededError(
             f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
-            f"{timeout:g} s){stopped_note(stopped)}")
+            f"{timeout:g} s){stopped_note(stopped, self.state.job_ranks)}")
 
     def _missing_error(self, missing, why: str) -> errors.DeadlineExceededError:
         if not missing:
@@ -269,7 +274,7 @@ class CrossRankCheck:
                 f"communicator before it (one with check=False?) {why}")
         return errors.DeadlineExceededError(
             f"{self.label()}: waited for the cross-rank check; not heard from "
-            f"{format_ranks(missing)} {why}")
+            f"{format_ranks(self.state.in_the_job(missing))} {why}")
 
     def _gather_records(self) -> np.ndarray:
         """Every rank's record, with its operation number and carried bytes, in rank
@@ -288,10 +293,9 @@ class CrossRankCheck:
             self._receive_from(comm, table, DETAIL_TAG)
         return table
 
-    @staticmethod
-    def _describe_mismatch(table: np.ndarray) -> str:
+    def _describe_mismatch(self, table: np.ndarray) -> str:
         """What the gathered ``table`` says the ranks disagree on."""
-        problem = describe_mismatch(table[:, :RECORD_LEN])
+        problem = describe_mismatch(table[:, :RECORD_LEN], self.state.job_ranks)
         if problem is not None:
             return problem
         for column, what, show in (
@@ -301,7 +305,7 @@ class CrossRankCheck:
                  lambda v: str(v) if v else "none")):
             groups: dict[int, list[int]] = {}
             for rank, row in enumerate(table):
-                groups.setdefault(int(row[column]), []).append(rank)
+                groups.setdefault(int(row[column]), []).append(self.state.job_ranks[rank])
             if len(groups) > 1:
                 parts = "; ".join(f"{show(v)} on {format_ranks(rs)}" for v, rs in
                                   groups.items())
@@ -337,14 +341,15 @@ class CrossRankCheck:
             f"shape (allgather: the same shape after the first dimension)")
 
 
-def stopped_note(stopped: dict[int, int]) -> str:
+def stopped_note(stopped: dict[int, int], job_ranks=None) -> str:
     """``"; rank 0 stopped its collectives here ..."`` for the ranks ``stopped`` (rank:
-    the operation that stopped it, ``CommState.stopped_elsewhere``), or ``""``."""
+    the operation that stopped it, ``CommState.stopped_elsewhere``), or ``""``; the ranks
+    named as ``job_ranks`` numbers them (default: as the communicator)."""
     if not stopped:
         return ""
     by_seq: dict[int, list[int]] = {}
     for rank, seq in stopped.items():
-        by_seq.setdefault(seq, []).append(rank)
+        by_seq.setdefault(seq, []).append(rank if job_ranks is None else job_ranks[rank])
     parts = "; ".join(
         f"{format_ranks(ranks)} stopped {'its' if len(ranks) == 1 else 'their'} "
         f"collectives on this communicator when collective #{seq} passed its deadline "

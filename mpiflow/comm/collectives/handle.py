@@ -245,7 +245,9 @@ class Handle:
                     self._error = self._deadline_error(time.monotonic() - self._issued)
                 state.stop(self.seq, self._error, self)
             if self._error is not None:
-                raise self._error
+                # Raised again at every test: without its last traceback, which each raise
+                # of one exception object would otherwise append to.
+                raise self._error.with_traceback(None)
         return False
 
     def wait(self, timeout: float | None = None) -> Any:
@@ -325,14 +327,20 @@ class Handle:
     def _deadline_error(self, waited: float) -> errors.DeadlineExceededError:
         what, ranks = self._waiting_on()
         if ranks is None:
+            # Named as in the job, so that each is asked where it is (the one that is not
+            # in this call shows where it is instead).
+            others = self._state.others_in_the_job()
+            named = ", ".join(f"rank {r}" for r in others[:8]) + \
+                (f" and {len(others) - 8} more" if len(others) > 8 else "")
             heard = ("the ranks not heard from are unknown (inside MPI; every rank of the "
-                     "communicator must make this call)")
+                     f"communicator must make this call: {named})")
         else:
-            heard = f"not heard from {format_ranks(ranks)}" if ranks else "all ranks heard"
+            heard = f"not heard from {format_ranks(self._state.in_the_job(ranks))}" \
+                if ranks else "all ranks heard"
         return errors.DeadlineExceededError(
             f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
             f"(MPIFLOW_TIMEOUT={self.timeout:g} s)"
-            f"{stopped_note(self._state.stopped_elsewhere())}")
+            f"{stopped_note(self._state.stopped_elsewhere(), self._state.job_ranks)}")
 
 
 _ADOPTED = object()      # Handle's record argument when ``adopt`` builds it

@@ -9,6 +9,7 @@ away with the communicator.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 
 import numpy as np
@@ -88,6 +89,15 @@ class ScratchPool:
         self._free.append(buf)
 
 
+def job_ranks_of(comm) -> list[int]:
+    """Each rank of ``comm`` as the job numbers it (MPI_COMM_WORLD), as errors name them:
+    a group's rank 0 may be the job's rank 1 (the workers of a job with a ps), and the
+    lines of its output say ``[rank 1 ...]``."""
+    ranks = MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                      MPI.COMM_WORLD.Get_group())
+    return [i if r == MPI.UNDEFINED else r for i, r in enumerate(ranks)]
+
+
 class CommState:
     """Per-communicator state shared by every collective strategy.
 
@@ -136,6 +146,20 @@ class CommState:
         self._stopped_at = -1
         self._abandoned: list = []        # operations given up on: MPI may still use them
         self._stopped_ranks: dict[int, int] = {}     # ``stopped_elsewhere``'s findings
+
+    @functools.cached_property
+    def job_ranks(self) -> list[int]:
+        """Each rank of the communicator as the job numbers it (``job_ranks_of``)."""
+        return job_ranks_of(self.comm)
+
+    def in_the_job(self, ranks) -> list[int]:
+        """``ranks`` of the communicator, numbered as in the job (``job_ranks``)."""
+        return [self.job_ranks[int(r)] for r in ranks]
+
+    def others_in_the_job(self) -> list[int]:
+        """The communicator's other ranks, numbered as in the job: what an error names
+        where MPI does not say which of them a wait is for."""
+        return [r for i, r in enumerate(self.job_ranks) if i != self.rank]
 
     def stop(self, seq: int, error: errors.MpiflowError, keepalive=None) -> None:
         """Stop this rank's collectives here: operation ``seq`` passed its deadline with
