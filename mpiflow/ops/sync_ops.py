@@ -65,20 +65,25 @@ class StepTokens:
         self.step = -1
 
 
+def _enough_left(ctx, needed: int) -> bool:
+    """Whether as many workers as a step ``needed`` are still in the job."""
+    departed = ctx.env.departed("worker")
+    return not departed or not needed or ctx.env.tasks_of("worker") - len(departed) >= needed
+
+
 def _workers_left(ctx, needed: int, what: str) -> None:
     """Raise UnavailableError when fewer workers are left than a step needs: it would
     wait in vain (until MPIFLOW_TIMEOUT), then blame whichever rank it waited on."""
-    departed = ctx.env.departed("worker")
-    if not departed or not needed:
+    if _enough_left(ctx, needed):
         return
+    departed = ctx.env.departed("worker")
     total = ctx.env.tasks_of("worker")
-    if total - len(departed) < needed:
-        raise errors.op_error(
-            errors.UnavailableError,
-            f"{what} needs {needed} worker(s), but only {total - len(departed)} of {total} "
-            f"are left: {', '.join(d for _, d in departed)} left before training was done "
-            "(to stop training, stop every worker at the same step, e.g. StopAtStepHook)",
-            ctx.op)
+    raise errors.op_error(
+        errors.UnavailableError,
+        f"{what} needs {needed} worker(s), but only {total - len(departed)} of {total} "
+        f"are left: {', '.join(d for _, d in departed)} left before training was done "
+        "(to stop training, stop every worker at the same step, e.g. StopAtStepHook)",
+        ctx.op)
 
 
 def _training(ctx, num_required) -> int:
@@ -197,7 +202,10 @@ class SyncTokenWaitOp(_TokenOp):
     fewer workers are left, or after the chief left, is told so, naming who left; unless
     the chief's duties move to a survivor (MPIFLOW_ELASTIC), whose sync loop releases
     it. (The chief's loop itself keeps waiting quietly: at the end of training the
-    workers leave while it still waits for a step nobody will make.)
+    workers leave while it still waits for a step nobody will make.) In a graceful stop
+    (SIGTERM) the workers leave on purpose, each after its own step: with backup workers
+    one may already wait for a step the others will never join, and it is let go with
+    the step it has (its gradient is not applied), so it stops as they did.
     """
 
     async_kernel = True
@@ -210,6 +218,10 @@ class SyncTokenWaitOp(_TokenOp):
         if ctx.tokens.step > int(local_step):
             return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
         chief = [d for task, d in ctx.env.departed("worker") if task == 0]
+        if ctx.env.stopping_gracefully() and ctx.env.departed("worker") and (
+                chief and not ctx.env.chief_can_move() or
+                not _enough_left(ctx, ctx.attrs["replicas"])):
+            return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
         if chief and not ctx.env.chief_can_move():
             raise errors.op_error(
                 errors.UnavailableError,

@@ -5,8 +5,8 @@ A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random 
 shared resources (``resource``), the rank's output (``print_lines``), signals for steps
 parked on an event (``notify``), the collectives of its process group (``collectives``),
 collective handles to advance between kernels (``track``) or to be woken by once done
-(``watch``), and who has left the job or rests in join (``departed``, ``tasks_of``,
-``resting``).
+(``watch``), who has left the job or rests in join (``departed``, ``tasks_of``,
+``resting``), and whether the job is stopping gracefully (``stopping_gracefully``).
 ``LocalEnv`` serves an in-process session (no cluster: asking for collectives is an error
 that says so); ``ServiceEnv`` serves the rank service of a cluster rank. Op modules use
 nothing of the runtime but this (the layering test holds them to it); everything else
@@ -20,6 +20,7 @@ import sys
 import threading
 
 from mpiflow import backend, errors, logger
+from mpiflow.runtime import interrupts
 
 
 class KernelEnv:
@@ -126,6 +127,11 @@ class KernelEnv:
         """Whether a lost chief's duties go to a surviving worker (MPIFLOW_ELASTIC)."""
         return False
 
+    def stopping_gracefully(self) -> bool:
+        """Whether the job is stopping after its current steps (SIGTERM: Slurm's time
+        limit): workers that ended since did so on purpose."""
+        return False
+
 
 class LocalEnv(KernelEnv):
     """An in-process session's: events are a condition other threads of this process
@@ -189,3 +195,6 @@ class ServiceEnv(KernelEnv):
 
     def chief_can_move(self) -> bool:
         return self._service.peers.chief_can_move
+
+    def stopping_gracefully(self) -> bool:
+        return interrupts.stopping()
