@@ -336,7 +336,12 @@ class _MonitoredSession:
         try:
             if exception_type is None:
                 if interrupts.stopping() and isinstance(self._creator, ChiefSessionCreator):
-                    # The last checkpoint comes after the other workers' last steps.
+                    # The last checkpoint comes after the other workers' last steps,
+                    # which nothing of the chief's may hold up.
+                    for hook in self._hooks:
+                        ends = getattr(hook, "_graceful_stop_ends", None)   # (duck hooks)
+                        if ends is not None:
+                            ends(self._sess)
                     process.wait_for_other_workers(config.get("MPIFLOW_STOP_GRACE_S") / 2)
                 for hook in self._hooks:
                     hook.end(self._sess)

@@ -36,6 +36,11 @@ class SessionRunHook:
     def end(self, session) -> None:
         """Act at the end of the session (not called when it ends with an exception)."""
 
+    def _graceful_stop_ends(self, session) -> None:
+        """mpiflow's own: the chief's session is ending for a graceful stop (SIGTERM) and
+        is about to wait for the other workers' last steps before ``end``; let go what
+        would keep them from ending (a synchronous step they wait for)."""
+
 
 class SessionRunArgs(NamedTuple):
     """What a hook adds to a ``run`` call: a fetch structure, feeds and run options.

@@ -262,6 +262,13 @@ class _SyncReplicasHook(SessionRunHook):
         self._stop.set()
         _stop_sync_loop(session, self._opt, self._thread)
 
+    def _graceful_stop_ends(self, session):
+        # A worker that already waits for a step the others (stopping after their own)
+        # will never join would wait until the chief's wait for it ran out: released now,
+        # it ends as they do. The loop goes on applying what arrives until ``end``.
+        if self._thread is not None:
+            session.run(self._opt._release_all_op)
+
 
 def _run_sync_loop(session, optimizer, stopping):
     """Run the chief's ``sync_op`` until ``stopping()``; a cancelled step ends it."""

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import mpiflow as mf
+
 PROG = Path(__file__).parent.parent / "launch" / "progs" / "launched_training.py"
+SYNC_PROG = Path(__file__).parent / "progs" / "sync_graceful.py"
 
 pytestmark = pytest.mark.mpi
 
@@ -103,6 +106,28 @@ def test_sigterm_to_the_chief_alone_stops_every_rank_naming_it(start_mpi, tmp_pa
                                      f"stopped: {who} got SIGTERM"]), err
     assert last_checkpoint(checkpoint_dir) >= max(
         int(s) for s in re.findall(r"^done (\d+)$", out, re.M))
+
+
+@pytest.mark.mpich_only        # a signal to the launch: Open MPI's kills the ranks
+@pytest.mark.parametrize("attempt", range(2))
+def test_sigterm_to_sync_training_with_a_backup_worker_stops_at_once(start_mpi, tmp_path,
+                                                                      attempt):
+    # A fast worker may already wait for a step the others, stopping after their own, will
+    # never join: let go, it ends with them, instead of after the chief's wait for it
+    # (half of MPIFLOW_STOP_GRACE_S) or with "a synchronous step needs 2 worker(s)".
+    checkpoint_dir = tmp_path / "ckpt"
+    proc = start_mpi(4, SYNC_PROG, checkpoint_dir)
+    wait_for_training(proc, checkpoint_dir, step=40)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = finish(proc)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, err
+    assert sorted(re.findall(r"^done (\d)$", out, re.M)) == ["0", "1", "2"], out
+    assert took < 6, (took, err)
+    saved = last_checkpoint(checkpoint_dir)
+    reader = mf.train.NewCheckpointReader(str(checkpoint_dir / f"model.ckpt-{saved}"))
+    assert reader.get_tensor("v") == reader.get_tensor("global_step") == saved
 
 
 def test_sigusr1_prints_where_every_rank_is_once(start_mpi, tmp_path):
