@@ -97,8 +97,13 @@ class JobMembership:
         """
         lost = self.lost_summary()
         if lost and self.rank == 0:
-            logger.get_logger("mpiflow.elastic").warning(
-                "the job went on without %d rank(s): %s", len(self.peers.lost_on_the_way), lost)
+            count = len(self.peers.lost_on_the_way)
+            workers_lost = self.peers.tasks_among("worker", self.peers.lost_on_the_way)
+            # Every worker lost is no job that went on: say what happened to them instead.
+            said = "every worker was lost, the job could not go on" if \
+                len(workers_lost) == self.peers.tasks_of("worker") else \
+                f"the job went on without {count} rank(s)"
+            logger.get_logger("mpiflow.elastic").warning("%s: %s", said, lost)
         with self._lock:
             if self._closed:
                 return

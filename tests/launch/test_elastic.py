@@ -99,6 +99,16 @@ def test_a_survivor_takes_over_the_lost_chiefs_duties(tmp_path, fault, mode):
         sorted(p.name for p in (tmp_path / "ckpt").iterdir())
 
 
+def test_sync_training_without_backups_fails_when_a_worker_is_lost_and_says_so(tmp_path):
+    # Every step needs every worker: the others fail, naming the lost one, and the job's
+    # summary does not claim it went on.
+    done = launch(tmp_path, "kill", 2, "sync", 0)
+    assert done.returncode != 0
+    assert "A synchronous step needs 3 worker(s), but only 2 of 3 are left" in done.stderr
+    assert "the job went on without" not in done.stderr, done.stderr
+    assert "the job failed" in done.stderr.strip().splitlines()[-1], done.stderr
+
+
 def test_without_elastic_a_lost_worker_ends_the_job(tmp_path):
     done = launch(tmp_path, "raise", 2, elastic=False)
     assert done.returncode != 0
