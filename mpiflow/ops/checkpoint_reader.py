@@ -202,19 +202,26 @@ def _check_mod_layout(pieces, boxes, want, lookup, name, prefix, op) -> None:
     saved_way, now_way = saved.split(":")[0], lookup.split(":")[0]
     if "mod" not in (saved_way, now_way):
         return
-    saved_parts, wanted_parts = len(pieces), int(lookup.split(":")[1]) if lookup else 1
     same_part = any(b.start == want.start and b.length == want.length for b in boxes)
-    if saved_parts == wanted_parts and same_part and "div" not in (saved_way, now_way):
+    saved_parts = len(pieces)
+    # No lookup recorded now: one whole variable is one part; of a table split in parts
+    # that nothing looks up the count is not known here, but a part that is one of the
+    # saved parts, as each of them must be, restores as it was.
+    whole = list(want.length) == list(want.full_shape)
+    wanted_parts = int(lookup.split(":")[1]) if lookup else (1 if whole else None)
+    if same_part and "div" not in (saved_way, now_way) and \
+            wanted_parts in (saved_parts, None):
         return
     ways = f"'{saved_way or 'none'}' when saved, '{now_way or 'none'}' now"
+    into = "other parts" if wanted_parts is None else f"{wanted_parts} part(s)"
     raise errors.op_error(
         errors.InvalidArgumentError, f"Cannot restore table '{name}' from checkpoint "
-        f"'{prefix}' saved in {saved_parts} part(s) into {wanted_parts} part(s) (lookups: "
+        f"'{prefix}' saved in {saved_parts} part(s) into {into} (lookups: "
         f"{ways}): with partition_strategy='mod' an id's row depends on the number of parts, "
         "so each id would get another id's row; restore into the same parts with the same "
         "lookup, or look the table up with partition_strategy='div' (TrainingMode's tables "
         "do), whose checkpoints restore into any number of parts", op,
-        expected=f"{saved_parts} part(s) looked up as saved", got=f"{wanted_parts} part(s)")
+        expected=f"{saved_parts} part(s) looked up as saved", got=into)
 
 
 def _piece_box(piece, prefix, name, op) -> SliceSpec:

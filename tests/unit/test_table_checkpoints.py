@@ -61,6 +61,31 @@ def test_a_mod_table_between_part_counts_is_refused_naming_it(tmp_path, saved, r
         _table_rows(*restored, checkpoint=prefix)
 
 
+def _unlooked_table(parts, checkpoint):
+    """The ``parts`` of a table that this graph never looks up, restored from
+    ``checkpoint``, as one array."""
+    graph = mf.Graph()
+    with graph.as_default():
+        table = mf.get_variable("emb", [VOCAB, DIM],
+                                partitioner=mf.fixed_size_partitioner(parts))
+        saver = mf.train.Saver()
+        with mf.Session() as sess:
+            saver.restore(sess, checkpoint)
+            return np.concatenate(sess.run(list(table)))
+
+
+def test_a_mod_table_restores_into_its_own_parts_where_nothing_looks_it_up(tmp_path):
+    # No lookup now: each part restores as saved where it is one of the saved parts.
+    prefix = str(tmp_path / "model")
+    _table_rows(2, "mod", save_to=prefix)
+    expected = mf.train.NewCheckpointReader(prefix).get_tensor("emb")
+    np.testing.assert_array_equal(_unlooked_table(2, prefix), expected)
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=r"table 'emb'.*saved in 2 part\(s\) into other parts \(lookups: "
+                             r"'mod' when saved, 'none' now\)"):
+        _unlooked_table(3, prefix)
+
+
 def test_a_table_looked_up_both_ways_is_refused():
     table = mf.get_variable("emb", [VOCAB, DIM], partitioner=mf.fixed_size_partitioner(2))
     mf.nn.embedding_lookup(table, [1], partition_strategy="div")
