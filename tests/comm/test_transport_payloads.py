@@ -2,7 +2,7 @@
 and its payload (killed during a push) makes the receiver drop that message, not wait
 for it forever; the transport goes on with the next message. Meanwhile the receiver
 serves the messages of other senders, and those of one sender come out in the order
-sent."""
+sent. A writer waiting for a guarded send to a receiver lost meanwhile gives it up."""
 
 import time
 from pathlib import Path
@@ -95,3 +95,20 @@ def test_a_payload_on_the_way_does_not_hold_back_another_senders_message(run_mpi
     out = run_mpi(3, PROGS / "arrivals.py", timeout=60).stdout
     assert "OK arrivals: rank 2's message came while rank 1's payload was on the way; " \
            "then rank 1's, whole" in out, out
+
+
+@pytest.mark.timeout(30, method="thread")
+def test_a_guarded_send_to_a_receiver_found_lost_is_given_up_by_its_writer(link):
+    # 8 MB: a rendezvous send, never done while nobody receives it (a worker killed
+    # during its pull); the ps about to update the variable stops waiting once the
+    # receiver is found lost.
+    lost_after = time.monotonic() + 0.3
+    link.peer_lost = lambda rank: time.monotonic() > lost_after
+    variable = np.ones(2 << 20, dtype=np.float32)
+    link.send(0, {"k": "t"}, [variable], guards=["v"])
+    start = time.monotonic()
+    link.wait_guard("v")
+    assert 0.3 <= time.monotonic() - start < 0.3 + 2 * transport_lib.PEER_CHECK_S + 1.0
+    assert not link.has_pending_sends()         # given up, kept alive while MPI may read
+    message = _poll(link)                       # (received here after all: MPI is done)
+    assert np.array_equal(message.arrays[0], variable)
