@@ -9,7 +9,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, apply_op, is_float, is_numeric, normalize_axis, register_op, require_dtype)
+    OpDef, apply_op, is_numeric, normalize_axis, register_op, require_dtype)
 
 
 def _axes(b, ndims):
@@ -71,8 +71,20 @@ class SumOp(_Reduce):
 
 @register_op("Mean", attrs={"axis": None, "keepdims": False})
 class MeanOp(_Reduce):
+    """The mean; of integers, the sum divided by the count in integer arithmetic, rounded
+    toward zero and in their dtype, as TensorFlow's (``reduce_mean([1, 2])`` is 1)."""
+
     method = "mean"
-    allowed = staticmethod(is_float)
+
+    def forward(self, xp, ctx, x):
+        if ctx.dtype.kind not in "iu":
+            return super().forward(xp, ctx, x)
+        total = xp.sum(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"], dtype=ctx.dtype)
+        count = x.size // max(int(xp.size(total)), 1)
+        if count == 0:          # nothing to average (an empty axis): 0, as numpy's sum
+            return xp.asarray(total, dtype=ctx.dtype)
+        quotient = xp.abs(total) // count
+        return xp.asarray(xp.where(total < 0, -quotient, quotient), dtype=ctx.dtype)
 
     def gradient(self, op, g):
         return [_reduce_grad(op, g, "mean")]

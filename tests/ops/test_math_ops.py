@@ -174,6 +174,18 @@ def test_integer_division_is_true_division():
         np.testing.assert_allclose(sess.run(a / 2), [1.5, 2.0])
 
 
+def test_the_mean_of_integers_rounds_toward_zero_in_their_dtype_as_tensorflow():
+    a, b = mf.constant([[1, 2], [3, 5]]), mf.constant([-7, 2, 0])
+    with mf.Session() as sess:
+        whole, rows, negative, kept = sess.run([
+            mf.reduce_mean(a), mf.reduce_mean(a, axis=1), mf.reduce_mean(b),
+            mf.reduce_mean(a, axis=0, keepdims=True)])
+    assert whole.dtype == np.int32 and whole == 2
+    np.testing.assert_array_equal(rows, [1, 4])
+    assert negative == -1                       # -5 / 3, toward zero
+    np.testing.assert_array_equal(kept, [[2, 3]])
+
+
 def test_div_divides_integers_as_python_2_and_floats_as_divide():
     # TensorFlow 1's div: floor division for integers (dtype kept), true for floats;
     # divide, truediv and / are true division whatever the dtype.
