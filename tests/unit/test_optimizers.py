@@ -1,6 +1,7 @@
 """mf.train optimizers: a few steps against the numpy updates of optimizer_reference.py
 (dense and sparse, float64 and float32), slots, the global step, schedules and errors."""
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -94,6 +95,19 @@ class Twin:
                                            err_msg=f"{label}: slot {slot_name} of {name}")
 
 
+@contextlib.contextmanager
+def steps_against_twin(twin, train, grads, opt, variables, dtype, label):
+    """Run ``STEPS`` of ``train`` beside ``twin``'s numpy steps and check the variables
+    and slots after them; yields the session for more checks."""
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            twin.step(grads(twin.states), t)
+        twin.check(sess, opt, variables, dtype, label)
+        yield sess
+
+
 def dense_model(rng, dtype):
     """loss = sum(A * w^2) + sum(C * w) + sum((b - D)^2) + F * (s - G)^2, s a scalar
     variable; returns its numpy gradient too."""
@@ -123,13 +137,8 @@ def test_optimizer_dense_steps_match_numpy(case, dtype, rng):
     variables, values, loss, grads = dense_model(rng, dtype)
     opt = case.make(LR)
     train = opt.minimize(loss)
-    twin = Twin(case, values)
-    with mf.Session() as sess:
-        sess.run(mf.global_variables_initializer())
-        for t in range(1, STEPS + 1):
-            sess.run(train)
-            twin.step(grads(twin.states), t)
-        twin.check(sess, opt, variables, dtype, case.name)
+    with steps_against_twin(Twin(case, values), train, grads, opt, variables, dtype,
+                            case.name) as sess:
         for v in variables.values():
             assert sess.run(v).dtype == dtype
 
@@ -460,13 +469,9 @@ def test_adam_betas_as_tensors_start_the_powers_at_their_values(rng):
         CASES[-1], step=lambda s, g, t, lr: ref.update_adam(
             s, g, np.float32(betas["beta1"]) ** t, np.float32(betas["beta2"]) ** t, lr,
             **betas))
-    twin = Twin(case, values)
-    with mf.Session() as sess:
-        sess.run(mf.global_variables_initializer())
-        for t in range(1, STEPS + 1):
-            sess.run(train)
-            twin.step(grads(twin.states), t)
-        twin.check(sess, opt, variables, np.float64, "adam with tensor betas")
+    with steps_against_twin(Twin(case, values), train, grads, opt, variables, np.float64,
+                            "adam with tensor betas"):
+        pass
 
 
 def test_minimize_an_int_loss_is_invalid():
