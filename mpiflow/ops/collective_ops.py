@@ -64,12 +64,24 @@ class _Collective(OpDef):
         handles = ctx.pending if isinstance(ctx.pending, list) else [ctx.pending]
         waiting = [h for h in handles if not h.test()]
         if waiting:
-            departed = ctx.env.departed(ctx.attrs["group"])
+            group = ctx.attrs["group"]
+            departed = ctx.env.departed(group)
             if departed and not _finish_without(waiting):
                 raise errors.op_error(
                     errors.UnavailableError,
-                    f"A collective of group '{ctx.attrs['group']}' cannot finish: "
+                    f"A collective of group '{group}' cannot finish: "
                     f"{', '.join(d for _, d in departed)} left it", ctx.op)
+            joined = ctx.env.joined_ahead(group)
+            if joined and not _finish_without(waiting):
+                raise errors.op_error(
+                    errors.FailedPreconditionError,
+                    f"A collective of group '{group}' cannot finish: {group} task(s) "
+                    f"{', '.join(map(str, joined))} wait in server.join() (or mf.train.join "
+                    "without a joinable optimizer), where they run no step until this "
+                    "worker joins too. A worker whose data ends before the others' calls "
+                    "mf.train.join(sess) with AllreduceOptimizer(opt, joinable=True) (or "
+                    "TrainingMode('allreduce', ..., joinable=True)), whose steps carry zeros "
+                    "for it", ctx.op)
             for h in waiting:
                 ctx.group.watch(h, ctx.event)
             return Wait(ctx.event)

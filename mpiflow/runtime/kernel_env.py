@@ -6,7 +6,7 @@ shared resources (``resource``), the rank's output (``print_lines``), signals fo
 parked on an event (``notify``), the collectives of its process group (``collectives``),
 collective handles to advance between kernels (``track``) or to be woken by once done
 (``watch``), who has left the job or rests in join (``departed``, ``tasks_of``,
-``resting``), and whether the job is stopping gracefully (``stopping_gracefully``).
+``resting``, ``joined_ahead``), and whether the job is stopping gracefully (``stopping_gracefully``).
 ``LocalEnv`` serves an in-process session (no cluster: asking for collectives is an error
 that says so); ``ServiceEnv`` serves the rank service of a cluster rank. Op modules use
 nothing of the runtime but this (the layering test holds them to it); everything else
@@ -114,6 +114,11 @@ class KernelEnv:
         """``(task, description)`` of the tasks of ``job`` that left or died."""
         return []
 
+    def joined_ahead(self, job: str) -> list:
+        """The tasks of ``job`` that wait in a join (``server.join()``) this rank has not
+        made: a collective with them cannot finish before this rank joins too."""
+        return []
+
     def tasks_of(self, job: str) -> int | None:
         """How many tasks ``job`` has (None without a cluster)."""
         return None
@@ -186,6 +191,9 @@ class ServiceEnv(KernelEnv):
 
     def departed(self, job: str) -> list:
         return self._service.peers.departed(job)
+
+    def joined_ahead(self, job: str) -> list:
+        return self._service.peers.tasks_among(job, self._service.ahead_in_join)
 
     def tasks_of(self, job: str) -> int | None:
         return self._service.peers.tasks_of(job)

@@ -182,6 +182,13 @@ class JobMembership:
             return []
         return [r for r, n in self._peer_joins.items() if n >= self._joins]
 
+    @property
+    def ahead_in_join(self) -> list:
+        """The ranks waiting in a join (``server.join()``) this rank has not made: they
+        take part in nothing more (a collective with them) until it joins too."""
+        return [r for r, n in self._peer_joins.items()
+                if n > self._joins and not self.peers.is_gone(r)]
+
     def wait_for_others_done(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every other rank has left or serves (joined):
         a chief stopping gracefully saves its last checkpoint after the other workers'

@@ -230,6 +230,10 @@ class AllreduceOptimizer(WrappingOptimizer):
         until every worker has joined; return how many steps that took. Call it on every
         worker once its data is done (the last one to join ends every join).
 
+        A MonitoredSession's steps here run without its hooks: a hook's fetches (the
+        progress line's loss, the summaries) read the input that has run out, and a hook
+        that stopped the session (StopAtStepHook) must not stop the others' steps.
+
         Raises:
             FailedPreconditionError: the optimizer was not made ``joinable=True``, or
                 has built no train op yet.
@@ -240,9 +244,17 @@ class AllreduceOptimizer(WrappingOptimizer):
                 "op (minimize or apply_gradients) first: a worker that joins contributes "
                 "zeros to the steps of the others, which must count the contributors")
         feeds = dict(self._join_feeds)
+        fetches = [self._train_op, self._contributors]
+        run_step_fn = getattr(session, "run_step_fn", None)     # a MonitoredSession's
+        if callable(run_step_fn):
+            def step():
+                return run_step_fn(lambda context: context.session.run(fetches, feeds))
+        else:
+            def step():
+                return session.run(fetches, feeds)
         steps = 0
         while True:
-            _, contributors = session.run([self._train_op, self._contributors], feeds)
+            _, contributors = step()
             steps += 1
             if contributors == 0:
                 return steps
@@ -320,6 +332,13 @@ def join(session) -> int:
         raise errors.FailedPreconditionError(
             "mf.train.join: no cluster in this process (create mf.train.Server first): "
             "there are no other workers to go on")
+    if any(op.type.startswith("Collective") for op in session.graph.get_operations()):
+        raise errors.FailedPreconditionError(
+            "mf.train.join: this graph's steps run collectives among the workers "
+            "(allreduce or hybrid mode), which a worker that only serves would leave "
+            "waiting: build the optimizer with AllreduceOptimizer(opt, joinable=True) (or "
+            "TrainingMode('allreduce', ..., joinable=True)), whose join steps carry zeros "
+            "for this worker; hybrid mode has no join, so give every worker as many steps")
     service.join()
     return 0
 

@@ -80,11 +80,15 @@ class TrainingMode:
             together (its batch times the fields). Without it, the lookups' static shapes
             say, and a lookup whose batch dimension is None counts as
             ``mode_choice.ASSUMED_IDS`` ids.
+        joinable: allreduce mode only: a worker whose data runs out first may leave with
+            ``mf.train.join(sess)`` while the others train on
+            (``AllreduceOptimizer(joinable=True)``). ps training joins without it; hybrid
+            mode has no join.
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
                  tables=(), replicated=(), staleness=None, compression=None,
-                 candidates=MODES, ids_per_step=None):
+                 candidates=MODES, ids_per_step=None, joinable=False):
         if mode not in (*MODES, "auto"):
             raise errors.InvalidArgumentError(
                 f"Unknown training mode {mode!r}: expected one of {', '.join(MODES)} or "
@@ -95,6 +99,11 @@ class TrainingMode:
                 f"TrainingMode(candidates={candidates!r}): expected some of "
                 f"{', '.join(MODES)}")
         parse_compression(compression)
+        if joinable and mode != "allreduce":
+            raise errors.InvalidArgumentError(
+                f"TrainingMode({mode!r}, joinable=True): joinable is for allreduce mode; ps "
+                "training joins without it (mf.train.join), and hybrid mode has no join: "
+                "give every worker as many steps")
         if staleness is not None and mode != "ps":
             raise errors.InvalidArgumentError(
                 f"TrainingMode({mode!r}, staleness={staleness!r}): a staleness bound is for "
@@ -122,6 +131,7 @@ class TrainingMode:
         self.requested = mode
         self.candidates = candidates
         self.ids_per_step = ids_per_step
+        self.joinable = bool(joinable)
         self.choice = None          # auto: the mode_choice.Choice made at minimize()
         self.cluster = cluster
         self.task_index = task_index
@@ -186,7 +196,7 @@ class TrainingMode:
                 StalenessAwareOptimizer(opt, staleness=self.staleness)
         if self.mode == "allreduce":
             return AllreduceOptimizer(opt, algorithm=self.algorithm,
-                                      compression=self.compression)
+                                      compression=self.compression, joinable=self.joinable)
         return HybridOptimizer(opt, self._choice, algorithm=self.algorithm,
                                compression=self.compression)
 

@@ -30,9 +30,18 @@ def _reference(workers, steps):
     return w
 
 
-@pytest.mark.parametrize("steps", [(10, 3), (4, 4)])
-def test_a_worker_out_of_data_joins_and_the_others_train_on(run_mpi, tmp_path, steps):
-    run_mpi(2, PROGS / "uneven_data.py", tmp_path, *steps, timeout=120)
+# hooks: the session's progress lines, summaries and StopAtStepHook, none of which join
+# may run (their fetches read the input that ran out); mode: TrainingMode(joinable=True).
+HOOKS = {"MPIFLOW_PROGRESS": "lines", "MPIFLOW_PROGRESS_INTERVAL_S": "0.001",
+         "UNEVEN_HOOKS": "1"}
+
+
+@pytest.mark.parametrize("steps, env", [
+    ((10, 3), {}), ((4, 4), {}), ((10, 3), HOOKS), ((3, 10), HOOKS),
+    ((10, 3), {"UNEVEN_BUILD": "mode"})], ids=["10-3", "4-4", "10-3-hooks", "3-10-hooks",
+                                                "10-3-training-mode"])
+def test_a_worker_out_of_data_joins_and_the_others_train_on(run_mpi, tmp_path, steps, env):
+    run_mpi(2, PROGS / "uneven_data.py", tmp_path, *steps, timeout=120, env=env)
     workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
     longest = max(steps)
     for t, r in enumerate(workers):
@@ -65,3 +74,25 @@ def test_a_joined_worker_keeps_step_with_compressed_gradients_too(run_mpi, tmp_p
     workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
     assert [r["join_steps"] for r in workers] == [1, 5] and workers[0]["step"] == 6
     np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
+
+
+@pytest.mark.parametrize("mode, ps", [("allreduce", 0), ("hybrid", 1)])
+def test_where_steps_run_collectives_a_join_without_a_joinable_optimizer_is_refused(
+        run_mpi, mode, ps):
+    # ps training's join (serving) would leave the others waiting in their allreduce.
+    out = run_mpi(2 + ps, PROGS / "uneven_collectives.py", mode, "join", check=False,
+                  timeout=60, env={"MPIFLOW_PS": str(ps), "MPIFLOW_TIMEOUT": "100"})
+    assert out.returncode != 0
+    assert "mf.train.join: this graph's steps run collectives among the workers" in \
+        out.stderr, out.stderr
+    assert "waited" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("mode, ps", [("allreduce", 0), ("hybrid", 1)])
+def test_a_worker_serving_in_server_join_fails_the_others_collective_at_once(run_mpi,
+                                                                            mode, ps):
+    out = run_mpi(2 + ps, PROGS / "uneven_collectives.py", mode, "serve", check=False,
+                  timeout=60, env={"MPIFLOW_PS": str(ps), "MPIFLOW_TIMEOUT": "100"})
+    assert out.returncode != 0
+    assert "cannot finish: worker task(s) 0 wait in server.join()" in out.stderr, out.stderr
+    assert "joinable=True" in out.stderr and "waited" not in out.stderr, out.stderr
