@@ -121,7 +121,7 @@ def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Ten
     if callable(convert):
         value = convert()
     if type(value).__name__ == "IndexedSlices":    # densified, as TensorFlow does
-        from mpiflow.ops.sparse_ops import densified_for_conversion     # (imports this)
+        from mpiflow.ops.sparse_ops import densified_for_conversion  # (imports this)
         value = densified_for_conversion(value)
     if isinstance(value, Tensor):
         if dtype is not None and value.dtype is not dtypes.as_dtype(dtype):

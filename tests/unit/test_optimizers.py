@@ -461,7 +461,7 @@ def test_adam_betas_as_tensors_start_the_powers_at_their_values(rng):
     # As TensorFlow: beta1_power and beta2_power begin at the betas, which may be tensors
     # (a constant, a placeholder with a default), and the betas decay the moments.
     variables, values, loss, grads = dense_model(rng, np.float64)
-    betas = dict(beta1=0.5, beta2=0.75, epsilon=1e-8)      # exact in float32
+    betas = {"beta1": 0.5, "beta2": 0.75, "epsilon": 1e-8}      # exact in float32
     opt = mf.train.AdamOptimizer(LR, beta1=mf.constant(betas["beta1"]),
                                  beta2=mf.placeholder_with_default(betas["beta2"], []))
     train = opt.minimize(loss)

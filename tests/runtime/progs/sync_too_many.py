@@ -5,7 +5,6 @@ Usage: mpiexec -n 3 python sync_too_many.py REPLICAS_TO_AGGREGATE (1 ps + 2 work
 
 import sys
 
-
 import mpiflow as mf
 
 
