@@ -26,6 +26,10 @@ class GroupCollectives:
         self.comm = service.groups[group]
         self.group = group
         self._strategies = Strategies(self.comm)
+        # Named in a wait's description, which another thread may ask for (a report of
+        # where this rank is): found once, without MPI then.
+        self._job_ranks = job_ranks_of(self.comm)
+        self._own = self.comm.Get_rank()
 
     @property
     def size(self) -> int:
@@ -33,8 +37,7 @@ class GroupCollectives:
 
     def other_ranks(self) -> list[int]:
         """The other ranks of the group, numbered as in the job (MPI_COMM_WORLD)."""
-        ranks = job_ranks_of(self.comm)
-        return ranks[:self.rank] + ranks[self.rank + 1:]
+        return self._job_ranks[:self._own] + self._job_ranks[self._own + 1:]
 
     @property
     def rank(self) -> int:
