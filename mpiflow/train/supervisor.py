@@ -199,15 +199,24 @@ class Supervisor:
         return threads
 
     def loop(self, timer_interval_secs, target, args=None, kwargs=None):
-        """Call ``target(*args, **kwargs)`` every ``timer_interval_secs`` in a thread until
-        a stop is requested; return the thread."""
+        """Call ``target(*args, **kwargs)`` at once, then every ``timer_interval_secs``
+        (None: back to back) in a thread until a stop is requested; return the thread."""
         return self._loop_thread("mpiflow-sv-loop", timer_interval_secs,
                                  lambda: target(*(args or ()), **(kwargs or {})))
 
     def _loop_thread(self, name, period, call):
+        """A thread calling ``call`` at once, then every ``period`` s from its start (a
+        call that takes long does not push the next ones back), as TensorFlow's: a job
+        shorter than ``save_model_secs`` still leaves its first checkpoint."""
         def run():
             with self._coord.stop_on_exception():
-                while not self._coord.wait_for_stop(period):
+                if period is None:
+                    while not self._coord.should_stop():
+                        call()
+                    return
+                due = time.monotonic()
+                while not self._coord.wait_for_stop(max(due - time.monotonic(), 0.0)):
+                    due += period
                     call()
         thread = threading.Thread(target=run, name=name, daemon=True)
         self._coord.register_thread(thread)

@@ -4,6 +4,7 @@ host lists, tf.app / tf.flags / tf.logging, Supervisor and the sync-replicas hel
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -138,6 +139,22 @@ def test_managed_session_trains_checkpoints_and_resumes_from_its_logdir(tmp_path
         again = mf.train.Supervisor(logdir=str(tmp_path), save_model_secs=0)
         with again.managed_session() as sess:
             assert sess.run(step) == 30      # restored, not initialized
+
+
+def test_the_supervisors_periodic_jobs_run_once_at_the_start_as_tensorflows(tmp_path):
+    # A job shorter than save_model_secs still leaves its first checkpoint, and a loop's
+    # function is called at once, then every period.
+    _, train, step = _regression()
+    sv = mf.train.Supervisor(logdir=str(tmp_path), save_model_secs=60, summary_op=None)
+    calls = []
+    with sv.managed_session() as sess:
+        sv.loop(60, lambda: calls.append(sess.run(step)))
+        deadline = time.monotonic() + 10
+        while not (calls and mf.train.latest_checkpoint(str(tmp_path))):
+            assert time.monotonic() < deadline, (calls, sorted(tmp_path.iterdir()))
+            time.sleep(0.01)
+    assert calls == [0]
+    assert mf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-0")
 
 
 def test_managed_session_ends_cleanly_on_out_of_range_and_reraises_other_errors():
