@@ -496,9 +496,10 @@ def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,
                 save_secs=save_summaries_secs, output_dir=summary_dir))
     if checkpoint_dir and ((save_checkpoint_secs and save_checkpoint_secs > 0) or
                            (save_checkpoint_steps and save_checkpoint_steps > 0)):
-        # TensorFlow: with both given, the seconds win.
+        # Both given is an error, as in TensorFlow (its hook's timer refuses the pair):
+        # the script would believe it saves on both schedules.
         all_hooks.append(basic_hooks.CheckpointSaverHook(
-            checkpoint_dir, save_steps=None if save_checkpoint_secs else save_checkpoint_steps,
+            checkpoint_dir, save_steps=save_checkpoint_steps or None,
             save_secs=save_checkpoint_secs or None, scaffold=scaffold))
     return all_hooks
 

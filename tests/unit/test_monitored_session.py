@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import mpiflow as mf
-from mpiflow.train import basic_hooks
 from tests.unit.monitored_helpers import (
     counter_model, event_scalars, regression_model, train_until_stop)
 
@@ -215,17 +214,15 @@ def test_summaries_of_a_training_run_reach_tensorboard(tmp_path):
     assert [s for s, _ in scalars["global_step/sec"]] == [3, 5]
 
 
-def test_checkpoint_secs_take_precedence_over_steps_as_in_tensorflow(tmp_path, monkeypatch):
-    m = counter_model()
-    clock = [0.0]
-    monkeypatch.setattr(basic_hooks.time, "monotonic", lambda: clock[0])
-    with mf.train.MonitoredTrainingSession(
-            checkpoint_dir=str(tmp_path), save_checkpoint_secs=100, save_checkpoint_steps=1,
-            log_step_count_steps=None) as sess:
-        for _ in range(3):
-            sess.run(m.train_op)
-    state = mf.train.get_checkpoint_state(str(tmp_path))
-    assert [p.rsplit("-", 1)[1] for p in state.all_model_checkpoint_paths] == ["0", "3"]
+def test_checkpoint_secs_and_steps_together_are_refused_as_in_tensorflow(tmp_path):
+    # Its CheckpointSaverHook's timer refuses the pair: with one of them ignored, the
+    # script would believe it saves on both schedules.
+    counter_model()
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"exactly one of save_secs and save_steps.*save_secs=100.*"
+                             r"save_steps=1"):
+        mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path),
+                                          save_checkpoint_secs=100, save_checkpoint_steps=1)
 
 
 # -- scaffold and readiness -----------------------------------------------------------------
