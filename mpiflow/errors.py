@@ -19,14 +19,22 @@ class MpiflowError(Exception):
 class OpError(MpiflowError):
     """An error tied to an operation (or to the runtime acting for one).
 
+    Made as ``Error(message, op=None)``, or with TensorFlow's arguments,
+    ``Error(node_def, op, message)``, as TF1 code raises them (an input function that
+    raises ``OutOfRangeError(None, None, "end of input")`` to end training cleanly).
+
     Attributes:
         op: the ``Operation`` involved, or None when the error is not tied to one.
         message: the text without the op prefix.
+        node_def: TensorFlow's node description, where it was given (else None).
     """
 
     error_code = "UNKNOWN"
 
-    def __init__(self, message: str, op=None):
+    def __init__(self, message=None, op=None, *tensorflow_message, node_def=None):
+        if tensorflow_message:          # TensorFlow's (node_def, op, message)
+            node_def, message = message, tensorflow_message[0]
+        self.node_def = node_def
         self.op = op
         self.message = message
         super().__init__(message)

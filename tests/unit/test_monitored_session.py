@@ -116,6 +116,19 @@ def test_context_manager_swallows_out_of_range_and_calls_end():
     assert hook.calls[-1] == "end" and sess.should_stop()
 
 
+def test_an_error_made_with_tensorflows_arguments_ends_input_as_one_of_mpiflows():
+    # TF1 input code raises OutOfRangeError(node_def, op, message) to end training.
+    m = counter_model()
+    hook = RecordingHook()
+    with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        sess.run(m.train_op)
+        raise mf.errors.OutOfRangeError(None, None, "end of my input")
+    assert hook.calls[-1] == "end"
+    error = mf.errors.InvalidArgumentError(node_def="n", op=None, message="bad")
+    assert (error.message, error.node_def, error.op, str(error)) == ("bad", "n", None, "bad")
+    assert mf.errors.NotFoundError(None, "op", "gone").op == "op"
+
+
 def test_other_errors_propagate_and_skip_the_hooks_end():
     counter_model()
     hook = RecordingHook()
