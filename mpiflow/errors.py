@@ -112,6 +112,12 @@ class DataLossError(OpError):
     error_code = "DATA_LOSS"
 
 
+class CheckpointNotFoundError(NotFoundError, ValueError):
+    """No checkpoint at the path a restore was given. Also a ``ValueError``, which
+    TensorFlow's ``Saver.restore`` raises there, so code written for it keeps catching
+    it."""
+
+
 class PlacementError(InvalidArgumentError):
     """An op asked for a device that the cluster cannot provide."""
 

@@ -57,6 +57,11 @@ HINTS = {
                               ".batch(...)",
     "tf.train.string_input_producer": "use tf.data.Dataset.from_tensor_slices on arrays",
     "tf.train.start_queue_runners": "queue runners are not provided; use tf.data",
+    "tf.train.init_from_checkpoint": "after the variables are initialized, restore those "
+                                     "to take from the checkpoint with tf.train.Saver("
+                                     "var_list={'name in the checkpoint': variable})"
+                                     ".restore(sess, path) (in a MonitoredTrainingSession: "
+                                     "Scaffold(init_fn=lambda scaffold, sess: ...))",
     "tf.data.TFRecordDataset": "mpiflow has no string dtype; read the records with numpy "
                                "and use tf.data.Dataset.from_tensor_slices",
     "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "

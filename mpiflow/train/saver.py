@@ -306,7 +306,7 @@ class Saver:
             raise errors.InvalidArgumentError("Can't load save_path when it is None.")
         prefix = os.fspath(save_path)
         if not ckpt.checkpoint_exists(prefix):
-            raise errors.NotFoundError(
+            raise errors.CheckpointNotFoundError(
                 f"The passed save_path is not a valid checkpoint: {prefix} (there is no "
                 f"{fmt.index_path(prefix)})")
         if self._is_empty:

@@ -374,6 +374,14 @@ def test_restore_of_a_missing_checkpoint_names_the_path(tmp_path):
         saver.restore(sess, str(tmp_path / "nothing-3"))
     assert "not a valid checkpoint" in str(info.value)
     assert str(tmp_path / "nothing-3.index.json") in str(info.value)
+    # TensorFlow's Saver raises a ValueError there: code that catches one still does.
+    assert isinstance(info.value, ValueError)
+
+
+def test_init_from_checkpoint_says_how_to_restore_some_variables_instead():
+    with pytest.raises(mf.errors.UnsupportedAPIError,
+                       match=r"tf\.train\.init_from_checkpoint.*tf\.train\.Saver\(var_list="):
+        mf.train.init_from_checkpoint("ckpt", {"old/": "new/"})
 
 
 def test_save_into_a_missing_directory_is_an_error(tmp_path):
