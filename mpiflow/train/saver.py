@@ -17,6 +17,7 @@ complete and named by the state file, even when both saves use one prefix.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -326,7 +327,9 @@ class Saver:
         return [p for p, _ in self._last_checkpoints]
 
     def set_last_checkpoints(self, last_checkpoints) -> None:
-        self._last_checkpoints = [(p, time.time()) for p in last_checkpoints]
+        """Take over ``last_checkpoints`` (prefixes) as this Saver's, never to be deleted
+        by its rotation: timed at infinity, as TensorFlow does."""
+        self._last_checkpoints = [(p, math.inf) for p in last_checkpoints]
 
     def set_last_checkpoints_with_time(self, last_checkpoints_with_time) -> None:
         self._last_checkpoints = [(p, float(t)) for p, t in last_checkpoints_with_time]

@@ -153,7 +153,8 @@ def test_state_file_paths_outside_the_directory_are_neither_restored_nor_deleted
     with mf.Graph().as_default():
         _two_shard_model(1.0)
         saver = mf.train.Saver(max_to_keep=1)
-        saver.set_last_checkpoints([outside])          # as if recovered from a bad state file
+        # As if recovered from a bad state file, with an old time: due for deletion.
+        saver.set_last_checkpoints_with_time([(outside, 0.0)])
         with mf.Session() as sess:
             sess.run(mf.global_variables_initializer())
             saver.save(sess, str(directory / "model"), global_step=2)

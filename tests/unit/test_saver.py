@@ -504,3 +504,18 @@ def test_save_shard_and_restore_slice_check_their_inputs():
     with pytest.raises(mf.errors.InvalidArgumentError, match="does not have the shape"):
         io_ops.save_shard(filename, filename, [mf.constant(np.zeros((3, 2)))], ["a"],
                           ["4 2 0,2:0,2"])
+
+
+def test_checkpoints_handed_to_set_last_checkpoints_are_never_rotated_away(tmp_path):
+    # As TensorFlow: they are timed at infinity, so keep_checkpoint_every_n_hours keeps
+    # them; the Saver's own rotate as usual.
+    mf.Variable(1.0, name="v")
+    saver = mf.train.Saver(max_to_keep=2)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        old = [saver.save(sess, str(tmp_path / "old"), global_step=s) for s in (1, 2)]
+        keeper = mf.train.Saver(max_to_keep=2)
+        keeper.set_last_checkpoints(old)
+        new = [keeper.save(sess, str(tmp_path / "new"), global_step=s) for s in (3, 4)]
+    assert all(mf.train.checkpoint_exists(p) for p in old + new)
+    assert keeper.last_checkpoints == new
