@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PROG = Path(__file__).parent / "progs" / "collective_absentee.py"
+PROG = Path(__file__).parent / "progs" / "uneven_collectives.py"
 
 pytestmark = pytest.mark.mpi
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("mode, ps, absent", [("allreduce", 0, "rank 0 (worker:0)"),
                                               ("hybrid", 1, "rank 1 (worker:0)")])
 def test_the_rank_absent_from_a_collective_is_shown_where_it_is(run_mpi, mode, ps, absent):
-    result = run_mpi(3 + ps, PROG, mode, check=False, timeout=90,
+    result = run_mpi(3 + ps, PROG, mode, "absent", check=False, timeout=90,
                      env={"MPIFLOW_TIMEOUT": "6", "MPIFLOW_PS": str(ps)})
     assert result.returncode != 0
     err = result.stderr

@@ -1,14 +1,20 @@
-"""Uneven data where the steps run collectives among the workers and the worker whose
-data ends first does what ps training allows: ``mf.train.join`` without a joinable
-optimizer (END "join"), or ``server.join()`` (END "serve"). Worker 0 has 2 batches,
-worker 1 has 8. Usage: MPIFLOW_PS=P mpiexec -n K python uneven_collectives.py MODE END
+"""A worker that stops taking part in its group's collectives while the others step on:
+worker 0 has 2 batches, the others 8, and then worker 0 does what ps training allows,
+``mf.train.join`` without a joinable optimizer (END "join") or ``server.join()`` (END
+"serve"), or sleeps in the script's own code (END "absent").
+Usage: MPIFLOW_PS=P mpiexec -n K python uneven_collectives.py MODE END
 """
 
 import sys
+import time
 
 import numpy as np
 
 import mpiflow as mf
+
+
+def absent_in_user_code():
+    time.sleep(1000)
 
 
 def main(mode_name, end):
@@ -33,6 +39,9 @@ def main(mode_name, end):
             sess.run(train, {ids: np.arange(4) + i})
         if end == "join":
             mf.train.join(sess)
+        if end == "absent" and task == 0:
+            print("worker 0 absent", flush=True)
+            absent_in_user_code()
     server.join()
 
 
