@@ -1,8 +1,9 @@
 """Exception classes of mpiflow, named after TensorFlow's so users' habits carry over.
 
 Owns the error hierarchy, the one message template every layer uses:
-``"<what> in op 'name' (Type) on <device>: expected <X>, got <Y>"``, and the one check
-of an integer argument with a lower bound (``integer_at_least``).
+``"<what> in op 'name' (Type) on <device>: expected <X>, got <Y>"``, a list of names cut
+short (``first_of``), and the one check of an integer argument with a lower bound
+(``integer_at_least``).
 Imports nothing of mpiflow.
 """
 
@@ -140,6 +141,14 @@ class RemoteError(MpiflowError):
         self.host = host
         self.remote_traceback = remote_traceback
         super().__init__(message)
+
+
+def first_of(names, most: int = 8) -> str:
+    """``"a, b, c"``, or the first ``most`` of ``names`` and ``"and N more"``: a message
+    that names every rank of a large job would be the size of the job."""
+    names = list(names)
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(map(str, names[:most])) + more
 
 
 def integer_at_least(value, minimum: int, what: str, hint: str = "") -> int:

@@ -20,10 +20,13 @@ from mpiflow.ops.registry import OpDef, Wait, apply_op, register_op
 from mpiflow.ops.state_ops import _ref_of, check_ref
 
 _OPS = ("sum", "average")
-# The most group members a wait's description names (each is asked where it is).
-_NAMED_MEMBERS = 8
 
 
+def runs_collectives(graph) -> bool:
+    """Whether ``graph``'s steps run collectives among the workers (allreduce and hybrid
+    mode): then no worker may stop stepping on its own (a graceful stop, a join that only
+    serves, a chief's duties moving to another worker)."""
+    return any(op.type.startswith("Collective") for op in graph.get_operations())
 class CollectiveEvent(NamedTuple):
     """What a collective kernel's step waits for: its op's collective to finish."""
 
@@ -35,13 +38,10 @@ class CollectiveEvent(NamedTuple):
         """The wait, naming the group's other ranks: MPI does not say which of them have
         not joined the collective, and each named rank is asked where it is when the wait
         times out (the rank that is not there shows where it is instead)."""
-        others = self.group.other_ranks()
-        named = ", ".join(describe_rank(r) for r in others[:_NAMED_MEMBERS])
-        more = f" and {len(others) - _NAMED_MEMBERS} more" if len(others) > _NAMED_MEMBERS \
-            else ""
+        named = errors.first_of(describe_rank(r) for r in self.group.other_ranks())
         return (f"the collective of op '{self.op_name}' (group '{self.group.group}') to "
                 f"finish: every rank of the group must run it, and MPI does not say which "
-                f"have not yet: {named}{more}")
+                f"have not yet: {named}")
 
 
 class _Collective(OpDef):

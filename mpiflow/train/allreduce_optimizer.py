@@ -332,7 +332,7 @@ def join(session) -> int:
         raise errors.FailedPreconditionError(
             "mf.train.join: no cluster in this process (create mf.train.Server first): "
             "there are no other workers to go on")
-    if any(op.type.startswith("Collective") for op in session.graph.get_operations()):
+    if collective_ops.runs_collectives(session.graph):
         raise errors.FailedPreconditionError(
             "mf.train.join: this graph's steps run collectives among the workers "
             "(allreduce or hybrid mode), which a worker that only serves would leave "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from mpiflow import config, errors, summary
 from mpiflow.framework.graph import GraphKeys, get_default_graph
+from mpiflow.ops import collective_ops
 from mpiflow.ops.variables import (
     global_variables,
     global_variables_initializer,
@@ -231,7 +232,7 @@ class _MonitoredSession:
             # hooks' ends (the chief's checkpoint), instead of interrupting it; not where
             # workers step in lockstep through collectives: each would stop at its own
             # step, one a collective ahead of another.
-            if not _runs_collectives(self._graph):
+            if not collective_ops.runs_collectives(self._graph):
                 interrupts.STOPPABLE.append(self._coord)
         except BaseException:
             if self._sess is not None:
@@ -370,11 +371,6 @@ class _MonitoredSession:
             exception_type = None
         self._close_internal(exception_type)
         return exception_type is None
-
-
-def _runs_collectives(graph) -> bool:
-    """Whether the graph's steps run collectives between workers (allreduce, hybrid)."""
-    return any(op.type.startswith("Collective") for op in graph.get_operations())
 
 
 def _check_disjoint(feeds, more, who):

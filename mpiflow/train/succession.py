@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from mpiflow import config, logger
 from mpiflow.framework.graph import get_default_graph
+from mpiflow.ops import collective_ops
 from mpiflow.runtime import process
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook, SessionRunValues
 
@@ -30,7 +31,7 @@ def _duties_can_move(master) -> bool:
     if not config.get("MPIFLOW_ELASTIC") or not master or process.current_service() is None:
         return False
     graph = get_default_graph()
-    return not any(op.type.startswith("Collective") for op in graph.get_operations())
+    return not collective_ops.runs_collectives(graph)
 
 
 def may_succeed(master) -> bool:

@@ -329,9 +329,7 @@ class Handle:
         if ranks is None:
             # Named as in the job, so that each is asked where it is (the one that is not
             # in this call shows where it is instead).
-            others = self._state.others_in_the_job()
-            named = ", ".join(f"rank {r}" for r in others[:8]) + \
-                (f" and {len(others) - 8} more" if len(others) > 8 else "")
+            named = errors.first_of(f"rank {r}" for r in self._state.others_in_the_job())
             heard = ("the ranks not heard from are unknown (inside MPI; every rank of the "
                      f"communicator must make this call: {named})")
         else:
