@@ -441,14 +441,6 @@ class Transport:
         reqs = self._guarded.pop(name, None)
         if not reqs:
             return
-        dest = reqs[0][0]
-        if all(d == dest for d, _ in reqs):     # mostly: sends to one rank, done already
-            failed = set()
-            if self._sent(dest, [r for _, r in reqs], failed):
-                return
-            if failed:
-                self.forget(dest)
-                return
         by_dest = {}
         for dest, request in reqs:
             by_dest.setdefault(dest, []).append(request)

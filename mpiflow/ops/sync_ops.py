@@ -65,20 +65,14 @@ class StepTokens:
         self.step = -1
 
 
-def _enough_left(ctx, needed: int) -> bool:
-    """Whether as many workers as a step ``needed`` are still in the job."""
-    departed = ctx.env.departed("worker")
-    return not departed or not needed or ctx.env.tasks_of("worker") - len(departed) >= needed
-
-
-def _workers_left(ctx, needed: int, what: str) -> None:
-    """Raise UnavailableError when fewer workers are left than a step needs: it would
-    wait in vain (until MPIFLOW_TIMEOUT), then blame whichever rank it waited on."""
-    if _enough_left(ctx, needed):
-        return
-    departed = ctx.env.departed("worker")
+def _too_few_left(ctx, needed: int, departed, what: str) -> errors.OpError | None:
+    """The UnavailableError for a step that needs more workers than are left after
+    ``departed`` (it would wait in vain until MPIFLOW_TIMEOUT, then blame whichever rank
+    it waited on); None while enough are left."""
     total = ctx.env.tasks_of("worker")
-    raise errors.op_error(
+    if not needed or total - len(departed) >= needed:
+        return None
+    return errors.op_error(
         errors.UnavailableError,
         f"{what} needs {needed} worker(s), but only {total - len(departed)} of {total} "
         f"are left: {', '.join(d for _, d in departed)} left before training was done "
@@ -89,7 +83,7 @@ def _workers_left(ctx, needed: int, what: str) -> None:
 def _training(ctx, num_required) -> int:
     """The gradients a step averages: ``num_required``, or fewer once workers whose data
     ran out rest in server.join() and too few still train (uneven data: the others go
-    on); a worker lost is no such case (see ``_workers_left``)."""
+    on); a worker lost is no such case (see ``_too_few_left``)."""
     resting = ctx.env.resting("worker")
     if not resting:
         return int(num_required)
@@ -217,17 +211,19 @@ class SyncTokenWaitOp(_TokenOp):
     def forward(self, xp, ctx, local_step):
         if ctx.tokens.step > int(local_step):
             return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
-        chief = [d for task, d in ctx.env.departed("worker") if task == 0]
-        if ctx.env.stopping_gracefully() and ctx.env.departed("worker") and (
-                chief and not ctx.env.chief_can_move() or
-                not _enough_left(ctx, ctx.attrs["replicas"])):
-            return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
-        if chief and not ctx.env.chief_can_move():
-            raise errors.op_error(
+        departed = ctx.env.departed("worker")
+        if departed:
+            chief = [d for task, d in departed if task == 0]
+            never = errors.op_error(
                 errors.UnavailableError,
                 f"This worker waits for the chief to release the next synchronous step, but "
-                f"the chief left: {chief[0]}", ctx.op)
-        _workers_left(ctx, ctx.attrs["replicas"], "A synchronous step")
+                f"the chief left: {chief[0]}", ctx.op) \
+                if chief and not ctx.env.chief_can_move() else \
+                _too_few_left(ctx, ctx.attrs["replicas"], departed, "A synchronous step")
+            if never is not None:
+                if ctx.env.stopping_gracefully():   # let go, its gradient unapplied
+                    return np.asarray(ctx.tokens.step, dtype=local_step.dtype)
+                raise never
         return Wait(ctx.event)
 
 

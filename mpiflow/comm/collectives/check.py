@@ -341,15 +341,15 @@ class CrossRankCheck:
             f"shape (allgather: the same shape after the first dimension)")
 
 
-def stopped_note(stopped: dict[int, int], job_ranks=None) -> str:
+def stopped_note(stopped: dict[int, int], job_ranks) -> str:
     """``"; rank 0 stopped its collectives here ..."`` for the ranks ``stopped`` (rank:
     the operation that stopped it, ``CommState.stopped_elsewhere``), or ``""``; the ranks
-    named as ``job_ranks`` numbers them (default: as the communicator)."""
+    named as ``job_ranks`` (``CommState.job_ranks``) numbers them."""
     if not stopped:
         return ""
     by_seq: dict[int, list[int]] = {}
     for rank, seq in stopped.items():
-        by_seq.setdefault(seq, []).append(rank if job_ranks is None else job_ranks[rank])
+        by_seq.setdefault(seq, []).append(job_ranks[rank])
     parts = "; ".join(
         f"{format_ranks(ranks)} stopped {'its' if len(ranks) == 1 else 'their'} "
         f"collectives on this communicator when collective #{seq} passed its deadline "
