@@ -221,6 +221,15 @@ class _MonitoredSession:
         self._stop_requested = False
         self._sess = None
         self._coord = Coordinator(clean_stop_exception_types=[])
+        # SIGTERM (Slurm's time limit) stops training after the current step, with the
+        # hooks' ends (the chief's checkpoint), instead of interrupting it; not where
+        # workers step in lockstep through collectives: each would stop at its own step,
+        # one a collective ahead of another. From before the session is created: a signal
+        # to the whole job reaches a worker still waiting for the chief's initialisation
+        # as often as one already training, and it stops as soon as its session exists
+        # (``should_stop()`` is then True at once).
+        if not collective_ops.runs_collectives(self._graph):
+            interrupts.STOPPABLE.append(self._coord)
         try:
             for hook in self._hooks:
                 hook.begin()
@@ -228,13 +237,9 @@ class _MonitoredSession:
             self._sess = self._creator.create_session()
             for hook in self._hooks:
                 hook.after_create_session(self._sess, self._coord)
-            # SIGTERM (Slurm's time limit) stops training after the current step, with the
-            # hooks' ends (the chief's checkpoint), instead of interrupting it; not where
-            # workers step in lockstep through collectives: each would stop at its own
-            # step, one a collective ahead of another.
-            if not collective_ops.runs_collectives(self._graph):
-                interrupts.STOPPABLE.append(self._coord)
         except BaseException:
+            if self._coord in interrupts.STOPPABLE:
+                interrupts.STOPPABLE.remove(self._coord)
             if self._sess is not None:
                 self._sess.close()
             self._sess = None

@@ -108,6 +108,24 @@ def test_sigterm_to_the_chief_alone_stops_every_rank_naming_it(start_mpi, tmp_pa
         int(s) for s in re.findall(r"^done (\d+)$", out, re.M))
 
 
+def test_sigterm_while_a_session_is_being_created_stops_once_it_exists(start_mpi, tmp_path):
+    # A signal to the whole job reaches a worker still waiting for the chief as often as
+    # one already training: it stops gracefully too (its session's should_stop() is True
+    # at once), instead of being interrupted and taking the job's exit code with it.
+    checkpoint_dir = tmp_path / "ckpt"
+    proc = start_mpi(3, PROG, checkpoint_dir, 10**6, "term_at_start")
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    lines = {line.split("] ")[0] + "]": line.split("] ", 1)[1] for line in rank_lines(err)}
+    (signalled,) = [name for name in lines if "(worker:1)" in name]
+    assert lines[signalled] == "stopping (SIGTERM): after the current step", err
+    assert all(text.endswith(f"{signalled.strip('[]')} got SIGTERM")
+               for name, text in lines.items() if name != signalled), err
+    done = [int(s) for s in re.findall(r"^done (\d+)$", out, re.M)]
+    assert len(done) == 2, out
+    assert last_checkpoint(checkpoint_dir) >= max(done), err
+
+
 @pytest.mark.mpich_only        # a signal to the launch: Open MPI's kills the ranks
 @pytest.mark.parametrize("attempt", range(2))
 def test_sigterm_to_sync_training_with_a_backup_worker_stops_at_once(start_mpi, tmp_path,

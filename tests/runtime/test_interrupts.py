@@ -100,10 +100,15 @@ def test_a_signal_to_the_whole_launch_ends_every_rank_with_one_line(start_mpi, t
     _, err, took = _interrupt(proc, lambda: os.killpg(proc.pid, signum))
     lines = _assert_clean_interrupt(err, tmp)
     name = signal.Signals(signum).name
-    assert sorted(lines) == sorted(
-        f"[rank {r} ({role}) on {lines[0].split(' on ')[1].split(']')[0]}] "
-        f"interrupted ({name})" for r, role in ((0, "ps:0"), (1, "worker:0"),
-                                                (2, "worker:1"))), err
+    # One line per rank, naming the signal; every rank got it, but a peer's word can
+    # reach a rank before its own signal is handled (a busy core), and it says so.
+    said = {line.split("] ", 1)[0] + "]": line.split("] ", 1)[1] for line in lines}
+    host = lines[0].split(" on ")[1].split("]")[0]
+    assert sorted(said) == [f"[rank {r} ({role}) on {host}]" for r, role in
+                            ((0, "ps:0"), (1, "worker:0"), (2, "worker:1"))], err
+    for rank, text in said.items():
+        assert re.fullmatch(rf"interrupted(?: \({name}\)|: rank \d \(\S+\) on \S+ got {name})",
+                            text) and rank[1:-1] not in text, err
     assert proc.returncode == 128 + signum, err
     assert took < GONE_WITHIN_S, took
     assert not _alive(pids.values())

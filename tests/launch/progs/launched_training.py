@@ -6,7 +6,8 @@ Usage: mpiflow launch -n 3 launched_training.py CHECKPOINT_DIR LAST_STEP [FAULT]
 ``start <global step>`` once its session is ready and ``done <global step>`` at the end.
 FAULT (on the first start only, MPIFLOW_RESTART=0) strikes worker 1 once the global step
 passes 25 and a checkpoint exists: ``raise`` raises, ``kill`` kills the rank with
-SIGKILL, ``hang`` stops it in a deadlock; ``print`` has every rank print an untagged line.
+SIGKILL, ``hang`` stops it in a deadlock; ``print`` has every rank print an untagged line;
+``term_at_start`` has worker 1 send itself SIGTERM while its session is being created.
 """
 
 import os
@@ -36,6 +37,15 @@ def strike(fault):
         deadlocked_in_user_code()
 
 
+class SigtermInCreation(mf.train.SessionRunHook):
+    """Worker 1 gets SIGTERM as its session is being created (Slurm's time limit reaching
+    a job that is still starting), and gives the signal's thread time to begin the stop."""
+
+    def begin(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+
+
 def main(checkpoint_dir, last_step, fault):
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
@@ -55,7 +65,8 @@ def main(checkpoint_dir, last_step, fault):
     with mf.train.MonitoredTrainingSession(
             master=server.target, is_chief=server.is_chief, checkpoint_dir=checkpoint_dir,
             save_checkpoint_steps=10, progress_bar=False,
-            hooks=[mf.train.StopAtStepHook(last_step=last_step)]) as sess:
+            hooks=[mf.train.StopAtStepHook(last_step=last_step)] +
+            ([SigtermInCreation()] if fault == "term_at_start" and task == 1 else [])) as sess:
         # Read through the raw session: a worker that starts after the others reached
         # the last step finds should_stop() already True, and a run would be refused.
         print(f"start {sess.run_step_fn(lambda ctx: ctx.session.run(step))}", flush=True)
