@@ -89,7 +89,9 @@ class AdamOptimizer(Optimizer):
         advances = []
         for var, updates in self._updates_by_domain(update_ops):
             beta1_power, beta2_power = self._get_beta_accumulators(graph, var)
-            with graph.control_dependencies(updates), graph.colocate_with(beta1_power.op):
+            # Under the gate of the domain's updates (a joined worker's tables on the ps).
+            with graph.control_dependencies(updates), graph.colocate_with(beta1_power.op), \
+                    self._gated(var):
                 advances.append(state_ops.assign(
                     beta1_power, beta1_power * self._hyper(self._beta1, beta1_power, "beta1")))
                 advances.append(state_ops.assign(

@@ -65,6 +65,8 @@ class AllreduceOptimizer(WrappingOptimizer):
         self._contributes = None    # joinable: 1.0, fed 0.0 by a worker that has joined
         self._contributors = None   # joinable: how many workers contributed to the step
         self._join_feeds = []       # joinable: (tensor, what a joined worker feeds it)
+        self._kept_local = []       # joinable: the variables kept local (changed only by
+        #                             the steps this worker contributes to)
         self._last_collective = None    # joinable: the collectives run one after another
         self._train_op = None
         self._kind, self._parameter = parse_compression(compression)
@@ -132,7 +134,32 @@ class AllreduceOptimizer(WrappingOptimizer):
         for i, (g, v) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
                 reduced[i] = self._gather_rows(g, v)
+            elif self.joinable and g is not None and not shared[i]:
+                # Pushed to the ps alone (hybrid's tables): a joined worker feeds nothing
+                # of its own, and its update waits on its contribution (apply_gradients).
+                self._kept_local.append(v)
+                self._join_feeds += self._nothing_of(g, v)
         return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
+
+    def _nothing_of(self, grad, var) -> list:
+        """What a joined worker feeds in place of ``grad`` of ``var``: no rows of a sparse
+        gradient, zeros of a dense one."""
+        if not isinstance(grad, IndexedSlices):
+            shape = grad.shape.as_list() if grad.shape.ndims is not None else None
+            if shape is None or None in shape:
+                shape = var.shape.as_list()
+            return [(grad, np.zeros(shape, grad.dtype.np_dtype))]
+        # A row's shape, from the variable where the gradient's leaves it open.
+        declared = var.shape.as_list()[1:] if var.shape.ndims else []
+        given = grad.values.shape.as_list()[1:] if grad.values.shape.ndims is not None \
+            else [None] * len(declared)
+        row = [d if d is not None else v for d, v in zip(given, declared)]
+        if None in row or len(row) != len(given):
+            raise errors.InvalidArgumentError(
+                f"{self._name}: joinable=True needs the row shape of '{var.op.name}' "
+                f"known (a joined worker sends no rows of it), got {var.shape}")
+        return [(grad.values, np.zeros([0] + row, grad.values.dtype.np_dtype)),
+                (grad.indices, np.zeros([0], grad.indices.dtype.np_dtype))]
 
     def _top_k_reduced(self, graph, grad, var):
         """Every worker's top-k entries of ``grad`` (with its residual), summed (or
@@ -155,17 +182,7 @@ class AllreduceOptimizer(WrappingOptimizer):
 
     def _gather_rows(self, grad, var):
         if self.joinable:           # a joined worker gathers no rows
-            # A row's shape, from the variable where the gradient's leaves it open.
-            declared = var.shape.as_list()[1:] if var.shape.ndims else []
-            given = grad.values.shape.as_list()[1:] if grad.values.shape.ndims is not None \
-                else [None] * len(declared)
-            row = [d if d is not None else v for d, v in zip(given, declared)]
-            if None in row or len(row) != len(given):
-                raise errors.InvalidArgumentError(
-                    f"{self._name}: joinable=True needs the row shape of '{var.op.name}' "
-                    f"known (a joined worker sends no rows of it), got {var.shape}")
-            self._join_feeds += [(grad.values, np.zeros([0] + row, grad.values.dtype.np_dtype)),
-                                 (grad.indices, np.zeros([0], grad.indices.dtype.np_dtype))]
+            self._join_feeds += self._nothing_of(grad, var)
         values = self._in_order(collective_ops.all_gather, grad.values, group=self._group)
         indices = self._in_order(collective_ops.all_gather,
                                  math_ops.cast(grad.indices, "int64"), group=self._group)
@@ -210,12 +227,17 @@ class AllreduceOptimizer(WrappingOptimizer):
         """Apply the reduced gradients; record the replicated variables (the wrapped
         optimizer's slots and state among them) and the op that broadcasts them.
         Joinable, a step nobody contributed to (every worker has joined) applies
-        nothing."""
+        nothing, and a worker that joined leaves what it alone pushes to (hybrid's
+        tables on the ps) as it is: an empty push would still move a table whose sparse
+        update touches every row (Adam's)."""
         if self.joinable and self._contributors is not None:
             graph = self._contributors.graph
             with graph.state_changes_only_if(math_ops.greater(self._contributors, 0.0)):
-                train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
-                                                     name=name)
+                contributes = math_ops.greater(self._contributes, 0.0) \
+                    if self._kept_local else None
+                with self._opt.gating_updates([(v, contributes) for v in self._kept_local]):
+                    train_op = self._opt.apply_gradients(grads_and_vars,
+                                                         global_step=global_step, name=name)
             graph.add_to_collection(JOINABLE_OPTIMIZERS, self)
         else:
             train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
@@ -337,8 +359,8 @@ def join(session) -> int:
             "mf.train.join: this graph's steps run collectives among the workers "
             "(allreduce or hybrid mode), which a worker that only serves would leave "
             "waiting: build the optimizer with AllreduceOptimizer(opt, joinable=True) (or "
-            "TrainingMode('allreduce', ..., joinable=True)), whose join steps carry zeros "
-            "for this worker; hybrid mode has no join, so give every worker as many steps")
+            "TrainingMode('allreduce' or 'hybrid', ..., joinable=True)), whose join steps "
+            "carry zeros for this worker")
     service.join()
     return 0
 

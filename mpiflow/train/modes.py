@@ -80,10 +80,11 @@ class TrainingMode:
             together (its batch times the fields). Without it, the lookups' static shapes
             say, and a lookup whose batch dimension is None counts as
             ``mode_choice.ASSUMED_IDS`` ids.
-        joinable: allreduce mode only: a worker whose data runs out first may leave with
-            ``mf.train.join(sess)`` while the others train on
-            (``AllreduceOptimizer(joinable=True)``). ps training joins without it; hybrid
-            mode has no join.
+        joinable: allreduce and hybrid mode (and auto, where it picks one of them): a
+            worker whose data runs out first may leave with ``mf.train.join(sess)`` while
+            the others train on (``AllreduceOptimizer(joinable=True)``; in hybrid mode a
+            joined worker pushes no rows, and its steps leave the tables as they are). ps
+            training joins without it.
     """
 
     def __init__(self, mode, cluster, task_index, shard_rows=10000, algorithm="auto",
@@ -99,11 +100,11 @@ class TrainingMode:
                 f"TrainingMode(candidates={candidates!r}): expected some of "
                 f"{', '.join(MODES)}")
         parse_compression(compression)
-        if joinable and mode != "allreduce":
+        if joinable and mode == "ps":
             raise errors.InvalidArgumentError(
-                f"TrainingMode({mode!r}, joinable=True): joinable is for allreduce mode; ps "
-                "training joins without it (mf.train.join), and hybrid mode has no join: "
-                "give every worker as many steps")
+                "TrainingMode('ps', joinable=True): joinable is for allreduce and hybrid "
+                "mode, whose steps run collectives; ps training joins without it "
+                "(mf.train.join)")
         if staleness is not None and mode != "ps":
             raise errors.InvalidArgumentError(
                 f"TrainingMode({mode!r}, staleness={staleness!r}): a staleness bound is for "
@@ -198,7 +199,7 @@ class TrainingMode:
             return AllreduceOptimizer(opt, algorithm=self.algorithm,
                                       compression=self.compression, joinable=self.joinable)
         return HybridOptimizer(opt, self._choice, algorithm=self.algorithm,
-                               compression=self.compression)
+                               compression=self.compression, joinable=self.joinable)
 
     def _decide(self, opt, grads_and_vars) -> None:
         """Auto mode: choose the mode for these gradients (``mode_choice``) and place the

@@ -9,6 +9,8 @@ fused kernel next to the variable it writes.
 
 from __future__ import annotations
 
+import contextlib
+
 from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
@@ -53,6 +55,7 @@ class Optimizer:
         self._slots = {}            # slot name -> {variable key: slot Variable}
         self._non_slot_dict = {}    # (name, graph, domain) -> Variable
         self._update_var = {}       # update op -> the variable it updates (for _finish)
+        self._update_gates = {}     # variable key -> what its update waits on (gating_updates)
 
     def get_name(self) -> str:
         return self._name
@@ -164,7 +167,7 @@ class Optimizer:
                     if grad is None:
                         continue
                     with graph.name_scope("update_" + var.op.name), \
-                            graph.colocate_with(var.op):
+                            graph.colocate_with(var.op), self._gated(var):
                         hook = getattr(self, _UPDATE_FOR_GRAD_TYPE[type(grad)])
                         update_ops.append(hook(grad, var))
                         self._update_var[update_ops[-1]] = var
@@ -182,6 +185,27 @@ class Optimizer:
             if train_op not in collection:
                 collection.append(train_op)
         return train_op
+
+    @contextlib.contextmanager
+    def gating_updates(self, gates):
+        """Inside, ``apply_gradients`` makes the update of each variable of ``gates``
+        ([(variable, bool scalar Tensor)]) change state only in the steps where its
+        predicate is true (``Graph.state_changes_only_if``, inside any in force around
+        the call): a worker that joined in hybrid mode leaves the tables on the ps alone,
+        while the replicas' updates follow the step's count of contributors."""
+        previous = self._update_gates
+        self._update_gates = {_var_key(var): predicate for var, predicate in gates}
+        try:
+            yield
+        finally:
+            self._update_gates = previous
+
+    def _gated(self, var):
+        """Where the update of ``var`` (or state advanced with it, in ``_finish``) is
+        made: under its gate (``gating_updates``), if it has one."""
+        gate = self._update_gates.get(_var_key(var))
+        return contextlib.nullcontext() if gate is None else \
+            var.graph.state_changes_only_if(gate)
 
     def get_slot(self, var, name):
         """Return the slot ``name`` (e.g. "momentum") this optimizer made for ``var``."""
@@ -344,6 +368,9 @@ class WrappingOptimizer(Optimizer):
     @property
     def slots_per_variable(self) -> int:
         return self._opt.slots_per_variable
+
+    def gating_updates(self, gates):
+        return self._opt.gating_updates(gates)     # the wrapped optimizer applies
 
     def get_slot(self, var, name):
         return self._opt.get_slot(var, name)

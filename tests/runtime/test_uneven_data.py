@@ -65,6 +65,44 @@ def test_in_synchronous_ps_training_a_worker_out_of_data_leaves_the_others_train
     np.testing.assert_allclose(workers[0]["w"], _reference(workers, steps), rtol=1e-5)
 
 
+def _adam_reference(batches, lr=0.05, beta1=0.9, beta2=0.999, epsilon=1e-8):
+    """uneven_hybrid.py's model trained in one process on ``batches`` with Adam (TF1's:
+    a sparse gradient as its densified one)."""
+    params = {"w": np.full(5, 0.5), "table": np.arange(30.0).reshape(10, 3) / 20.0}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    for t, (xb, idb, yb) in enumerate(batches, start=1):
+        xb, idb, yb = np.asarray(xb, np.float64), np.asarray(idb), np.asarray(yb, np.float64)
+        residual = xb @ params["w"] + params["table"][idb].sum(axis=1) - yb
+        grads = {"w": 2.0 / len(yb) * xb.T @ residual, "table": np.zeros((10, 3))}
+        np.add.at(grads["table"], idb, (2.0 / len(yb) * residual)[:, None])
+        rate = lr * np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+        for k, g in grads.items():
+            m[k] = beta1 * m[k] + (1 - beta1) * g
+            v[k] = beta2 * v[k] + (1 - beta2) * g * g
+            params[k] = params[k] - rate * m[k] / (np.sqrt(v[k]) + epsilon)
+    return params
+
+
+@pytest.mark.parametrize("steps", [(4, 0), (0, 4)], ids=["chief-trains", "chief-joins"])
+def test_in_hybrid_mode_a_joined_worker_leaves_the_tables_on_the_ps_alone(run_mpi, tmp_path,
+                                                                         steps):
+    # One worker trains while the other has joined from the start: the model is the one
+    # process's on the batches of the worker that trained, the table included (an empty
+    # push applied would move every row of it: Adam decays all of its moments).
+    run_mpi(3, PROGS / "uneven_hybrid.py", tmp_path, *steps, timeout=120,
+            env={"MPIFLOW_PS": "1"})
+    workers = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(2)]
+    for t, r in enumerate(workers):
+        assert r["join_steps"] == max(steps) - steps[t] + 1 and r["step"] == max(steps)
+    np.testing.assert_array_equal(workers[0]["w"], workers[1]["w"])
+    np.testing.assert_array_equal(workers[0]["table"], workers[1]["table"])
+    trained = workers[steps.index(max(steps))]["batches"]
+    expected = _adam_reference(trained)
+    np.testing.assert_allclose(workers[0]["w"], expected["w"], rtol=1e-5)
+    np.testing.assert_allclose(workers[0]["table"], expected["table"], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("compression", ["fp16", "topk:0.4"])
 def test_a_joined_worker_keeps_step_with_compressed_gradients_too(run_mpi, tmp_path,
                                                                   compression):

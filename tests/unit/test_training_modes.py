@@ -249,3 +249,39 @@ def test_auto_takes_ids_per_step_as_a_positive_integer(bad):
         mf.train.TrainingMode("auto", CLUSTER, 0, ids_per_step=bad)
     mode = mf.train.TrainingMode("auto", CLUSTER, 0, ids_per_step=np.int64(8192))
     assert mode.ids_per_step == 8192 and type(mode.ids_per_step) is int
+
+
+def _gates(graph) -> dict:
+    """{op name: the op feeding the predicate its state change waits on}, for every op
+    made under ``state_changes_only_if``."""
+    gates = {}
+    for op in graph.get_operations():
+        if op.attrs.get("_gate"):
+            gates[op.name] = op.inputs[-1].op.inputs[0].op
+    return gates
+
+
+def test_joinable_hybrid_changes_the_tables_only_in_steps_its_worker_contributes_to():
+    # A joined worker's steps push no rows; an empty push would still move every row of an
+    # Adam table (and its powers on the ps), so those wait on this worker's contribution,
+    # the replicas' updates on the step's count of contributors.
+    graph = mf.Graph()
+    with graph.as_default():
+        build("hybrid", joinable=True)
+    gates = _gates(graph)
+    on_ps = {name for name in gates if graph.get_operation_by_name(name).device
+             .startswith("/job:ps")}
+    assert {n for n in on_ps if n.endswith("SparseApplyAdam")} == \
+        {"Adam/update_emb/part_0/SparseApplyAdam", "Adam/update_emb/part_1/SparseApplyAdam"}
+    assert len(on_ps) == 4      # and the ps's beta1_power and beta2_power advances
+    assert {gates[n].name for n in on_ps} == {"Allreduce/contributes"}
+    on_workers = set(gates) - on_ps
+    assert len(on_workers) == 6 and all(gates[n].type != "PlaceholderWithDefault"
+                                        for n in on_workers)
+
+
+def test_joinable_is_for_the_modes_whose_steps_run_collectives():
+    with pytest.raises(errors.InvalidArgumentError, match="ps training joins without it"):
+        mf.train.TrainingMode("ps", CLUSTER, 0, joinable=True)
+    for mode in ("allreduce", "hybrid", "auto"):
+        assert mf.train.TrainingMode(mode, CLUSTER, 0, joinable=True).joinable
