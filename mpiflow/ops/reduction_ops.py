@@ -95,11 +95,55 @@ class ProdOp(_Reduce):
     method = "prod"
 
     def gradient(self, op, g):
-        # d prod / d x_i = prod / x_i; exact for inputs without zeros, as TensorFlow's
-        # documented limitation for its simple path.
-        x = op.inputs[0]
-        y_b = _broadcast_back(op, op.outputs[0])
-        return [math_ops.multiply(_broadcast_back(op, g), math_ops.divide(y_b, x))]
+        # d prod / d x_i is the product of the others in x_i's group: ProdOthers, not
+        # prod / x_i, which is 0/0 = NaN wherever x_i is 0 (TensorFlow's is exact there).
+        others = apply_op("ProdOthers", [op.inputs[0]],
+                          {"axis": _normalized_axis(op)}).outputs[0]
+        return [math_ops.multiply(_broadcast_back(op, g), others)]
+
+
+def _runtime_axes(axis, ndim) -> tuple:
+    """The reduction axes of ``axis`` (all for None) in [0, ndim), sorted, for a kernel
+    whose input's rank may have been unknown when the graph was built."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted({a % max(ndim, 1) for a in axis}))
+
+
+@register_op("ProdOthers", attrs={"axis": None})
+class ProdOthersOp(OpDef):
+    """For each element, the product of the other elements of its group (the elements a
+    ``Prod`` over ``axis`` multiplies together): ``d prod / d x``.
+
+    Computed from the products before and after each element (exclusive cumulative
+    products both ways along the group, TensorFlow's way), so it never divides: exact
+    where ``x`` holds zeros, where ``prod / x`` is NaN.
+    """
+
+    def infer(self, b):
+        require_dtype(b, 0, is_numeric)
+        return [(b.dtype(0), b.shape(0))]
+
+    def forward(self, xp, ctx, x):
+        axes = _runtime_axes(ctx.attrs["axis"], x.ndim)
+        front = tuple(range(len(axes)))
+        moved = xp.moveaxis(x, axes, front)
+        flat = moved.reshape((-1,) + moved.shape[len(axes):])
+        ones = xp.ones((1,) + flat.shape[1:], dtype=x.dtype)
+        before = xp.cumprod(xp.concatenate([ones, flat]), axis=0)[:-1]
+        after = xp.cumprod(xp.concatenate([ones, flat[::-1]]), axis=0)[:-1][::-1]
+        others = (before * after).reshape(moved.shape)
+        return xp.ascontiguousarray(xp.moveaxis(others, front, axes))
+
+    def gradient(self, op, gg):
+        # d others_i / d x_k = prod of the group but x_i and x_k (k != i), which is
+        # others_i / x_k: the same division TensorFlow's second derivative (its cumprod's
+        # gradient) makes, so exact where x has no zeros.
+        x, others = op.inputs[0], op.outputs[0]
+        weighted = math_ops.multiply(gg, others)
+        total = apply_op("Sum", [weighted], {"axis": op.get_attr("axis"),
+                                             "keepdims": True}).outputs[0]
+        return [math_ops.divide(math_ops.subtract(total, weighted), x)]
 
 
 class _ReduceExtreme(_Reduce):

@@ -67,6 +67,15 @@ GRAD_CASES = [
     GradCase("reduce_min_keepdims", lambda a: mf.reduce_min(a, axis=0, keepdims=True),
              [arr(3, 5)]),
     GradCase("reduce_prod", lambda a: mf.reduce_prod(a, axis=1), [pos(2, 3)]),
+    # Zeros: the derivative is the product of the others (TensorFlow's), not prod / x = NaN.
+    GradCase("reduce_prod_with_zeros", lambda a: mf.reduce_prod(a, axis=[0, -1]),
+             [np.array([[[0.0, 1.5], [2.0, -1.0]], [[0.5, 0.0], [3.0, 0.0]],
+                        [[-2.0, 1.0], [0.7, 1.2]]])]),
+    GradCase("reduce_prod_all_keepdims_one_zero",
+             lambda a: mf.reduce_prod(a, keepdims=True), [np.array([[1.5, 0.0], [-2.0, 0.5]])]),
+    GradCase("reduce_prod_second_order",
+             lambda a: mf.gradients(mf.reduce_sum(mf.reduce_prod(a, axis=1) ** 2), a)[0] * a,
+             [pos(2, 3)]),
     GradCase("fan_out_two_paths", lambda a: a * a + mf.exp(a), [arr(4)]),
     GradCase("sum_to_shape", lambda a, b: sum_to_shape(a, b) * 1.0, [arr(2, 3, 4), arr(3, 1)],
              wrt=[0]),
@@ -144,6 +153,16 @@ def test_the_gradient_of_a_reduction_follows_the_shape_fed_in_each_run():
                 np.testing.assert_array_equal(per_row, np.ones((rows, 3), np.float32))
                 np.testing.assert_allclose(mean, np.full((rows, 3), 1.0 / rows), rtol=1e-6)
                 assert total.dtype == per_row.dtype == mean.dtype == np.float32
+
+
+def test_the_gradient_of_a_product_with_zeros_is_the_product_of_the_others():
+    # TensorFlow's values: one zero gets the product of the rest, the rest 0; two zeros
+    # in a row give 0 everywhere in it (never NaN, which prod / x gives).
+    x = mf.constant([[0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [1.0, 2.0, 3.0]], mf.float64)
+    grad = mf.gradients(mf.reduce_prod(x, axis=1), x)[0]
+    with mf.Session() as sess:
+        got = sess.run(grad)
+    np.testing.assert_array_equal(got, [[6.0, 0.0, 0.0], [0.0, 0.0, 0.0], [6.0, 3.0, 2.0]])
 
 
 def test_integer_sum_keeps_dtype():
