@@ -147,6 +147,24 @@ class ProdOthersOp(OpDef):
 
 
 class _ReduceExtreme(_Reduce):
+    """Max and Min. Over no elements (an axis of size 0) each gives its identity, as
+    TensorFlow does: Max the least value of the dtype (-inf for floats), Min the greatest
+    (inf), where numpy has no identity for them and refuses."""
+
+    lowest = None       # True: Max's identity; False: Min's
+
+    def forward(self, xp, ctx, x):
+        if x.size == 0:
+            shape = np.add.reduce(np.zeros(x.shape, np.int8), axis=ctx.axis,
+                                  keepdims=ctx.attrs["keepdims"]).shape
+            dtype = ctx.op.outputs[0].dtype
+            if dtype.is_floating:
+                value = -np.inf if self.lowest else np.inf
+            else:
+                value = dtype.min if self.lowest else dtype.max
+            return xp.full(shape, value, dtype=ctx.dtype)
+        return super().forward(xp, ctx, x)
+
     def gradient(self, op, g):
         x = op.inputs[0]
         y_b = _broadcast_back(op, op.outputs[0])
@@ -159,11 +177,13 @@ class _ReduceExtreme(_Reduce):
 @register_op("Max", attrs={"axis": None, "keepdims": False})
 class MaxOp(_ReduceExtreme):
     method = "max"
+    lowest = True
 
 
 @register_op("Min", attrs={"axis": None, "keepdims": False})
 class MinOp(_ReduceExtreme):
     method = "min"
+    lowest = False
 
 
 def _broadcast_layout(shape: tuple, axis) -> tuple:

@@ -165,6 +165,23 @@ def test_the_gradient_of_a_product_with_zeros_is_the_product_of_the_others():
     np.testing.assert_array_equal(got, [[6.0, 0.0, 0.0], [0.0, 0.0, 0.0], [6.0, 3.0, 2.0]])
 
 
+@pytest.mark.parametrize("fn,dtype,expected", [
+    (mf.reduce_max, np.float32, -np.inf), (mf.reduce_min, np.float64, np.inf),
+    (mf.reduce_max, np.int32, np.iinfo(np.int32).min),
+    (mf.reduce_min, np.int64, np.iinfo(np.int64).max),
+])
+def test_max_and_min_over_no_elements_give_their_identity_as_tensorflow(fn, dtype, expected):
+    x = mf.placeholder(mf.as_dtype(dtype), [None, 3])
+    over_rows, kept, everything = (fn(x, axis=0), fn(x, axis=[-2], keepdims=True), fn(x))
+    per_row = fn(x, axis=1)         # no row: an empty result, as numpy's
+    with mf.Session() as sess:
+        got = sess.run([over_rows, kept, everything, per_row], {x: np.zeros((0, 3), dtype)})
+    np.testing.assert_array_equal(got[0], np.full(3, expected, dtype))
+    np.testing.assert_array_equal(got[1], np.full((1, 3), expected, dtype))
+    assert got[2] == expected and got[2].dtype == dtype
+    assert got[3].shape == (0,) and all(g.dtype == dtype for g in got)
+
+
 def test_integer_sum_keeps_dtype():
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     check_forward(lambda a: mf.reduce_sum(a, axis=0), [x], x.sum(axis=0).astype(np.int32))
