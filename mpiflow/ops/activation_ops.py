@@ -266,9 +266,24 @@ class _SoftmaxBase(OpDef):
         return [(b.dtype(0), s)]
 
 
+def log_softmax_kernel(xp, x, axis):
+    """``x - log(sum(exp(x)))`` along ``axis``, with the max subtracted first (no overflow).
+
+    The one kernel of log-softmax (LogSoftmax and the softmax cross entropies). An empty
+    ``x`` gives an empty result, as in TensorFlow: over a class axis of size 0 numpy's max
+    has nothing to start from and refuses.
+    """
+    if x.size == 0:
+        return xp.zeros_like(x)
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+
+
 @register_op("Softmax", attrs={"axis": -1})
 class SoftmaxOp(_SoftmaxBase):
     def forward(self, xp, ctx, x):
+        if x.size == 0:         # nothing to normalize (see log_softmax_kernel)
+            return xp.zeros_like(x)
         axis = ctx.attrs["axis"]
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
@@ -283,9 +298,7 @@ class SoftmaxOp(_SoftmaxBase):
 @register_op("LogSoftmax", attrs={"axis": -1})
 class LogSoftmaxOp(_SoftmaxBase):
     def forward(self, xp, ctx, x):
-        axis = ctx.attrs["axis"]
-        shifted = x - x.max(axis=axis, keepdims=True)
-        return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        return log_softmax_kernel(xp, x, ctx.attrs["axis"])
 
     def gradient(self, op, g):
         total = reduce_sum(g, axis=op.get_attr("axis"), keepdims=True)

@@ -17,7 +17,7 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.scopes import name_scope
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops, random_ops
-from mpiflow.ops.activation_ops import log_softmax, softmax
+from mpiflow.ops.activation_ops import log_softmax, log_softmax_kernel, softmax
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.control_ops import stop_gradient
 from mpiflow.ops.reduction_ops import reduce_mean, reduce_sum
@@ -221,11 +221,6 @@ def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
 
 # -- softmax cross entropy -----------------------------------------------------------------
 
-def _log_softmax(xp, logits, axis):
-    shifted = logits - logits.max(axis=axis, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
-
-
 def _is_zero(grad):
     # gradients() fills the unused output of a multi-output op with ZerosLike.
     return grad is None or grad.op.type == "ZerosLike"
@@ -264,7 +259,7 @@ class SoftmaxCrossEntropyWithLogitsOp(OpDef):
 
     def forward(self, xp, ctx, logits, labels):
         axis = ctx.attrs["axis"]
-        log_probs = _log_softmax(xp, logits, axis)
+        log_probs = log_softmax_kernel(xp, logits, axis)
         loss = -(labels * log_probs).sum(axis=axis)
         backprop = xp.exp(log_probs) * labels.sum(axis=axis, keepdims=True) - labels
         return loss, backprop
@@ -319,7 +314,7 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
             raise errors.op_error(
                 errors.InvalidArgumentError, f"Received a label value of {int(bad)} which is "
                 f"outside the valid range of [0, {classes})", ctx.op)
-        log_probs = _log_softmax(xp, logits.reshape(-1, classes), 1)
+        log_probs = log_softmax_kernel(xp, logits.reshape(-1, classes), 1)
         rows = xp.arange(flat_labels.size)
         loss = -log_probs[rows, flat_labels]
         backprop = xp.exp(log_probs)
@@ -345,7 +340,7 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
             return loss.reshape(labels.shape), backprop
         valid = (flat_labels >= 0) & (flat_labels < classes)
         safe = xp.where(valid, flat_labels, 0)
-        log_probs = _log_softmax(xp, logits.reshape(-1, classes), 1)
+        log_probs = log_softmax_kernel(xp, logits.reshape(-1, classes), 1)
         rows = xp.arange(flat_labels.size)
         loss = -log_probs[rows, safe]
         backprop = xp.exp(log_probs)

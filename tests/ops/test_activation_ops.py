@@ -133,6 +133,18 @@ def test_softmax_and_log_softmax_are_stable_at_1000():
                   [[0.0, -1000.0, -2000.0], [np.log(third)] * 3], rtol=1e-6)
 
 
+def test_softmax_over_an_empty_class_axis_is_empty_as_tensorflow():
+    # numpy's max has no identity to start a zero-size axis from; TensorFlow returns the
+    # empty tensor, and the gradient is empty too.
+    x = mf.placeholder(mf.float32, [3, None])
+    outs = [mf.nn.softmax(x), mf.nn.log_softmax(x), mf.nn.softmax(x, axis=0)]
+    grad = mf.gradients(mf.add_n([mf.reduce_sum(y) for y in outs]), x)[0]
+    with mf.Session() as sess:
+        got = sess.run(outs + [grad], {x: np.zeros((3, 0), np.float32)})
+    assert [g.shape for g in got] == [(3, 0)] * 4
+    assert all(g.dtype == np.float32 for g in got)
+
+
 def test_softmax_of_a_scalar_is_a_build_error_naming_the_op():
     with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'probs' \(Softmax\)"):
         mf.nn.softmax(mf.constant(1.0), name="probs")

@@ -111,6 +111,16 @@ def test_softmax_xent_matches_numpy():
                   -(y * np_log_softmax(z, axis=0)).sum(0))
 
 
+def test_softmax_xent_over_no_classes_is_zero_as_tensorflow():
+    logits = mf.placeholder(mf.float32, [2, None])
+    loss = mf.nn.softmax_cross_entropy_with_logits_v2(labels=logits * 1.0, logits=logits)
+    grad = mf.gradients(mf.reduce_sum(loss), logits)[0]
+    with mf.Session() as sess:
+        got_loss, got_grad = sess.run([loss, grad], {logits: np.zeros((2, 0), np.float32)})
+    np.testing.assert_array_equal(got_loss, np.zeros(2, np.float32))
+    assert got_loss.dtype == np.float32 and got_grad.shape == (2, 0)
+
+
 def test_sparse_softmax_xent_matches_numpy():
     z = arr(4, 5) * 5
     labels = np.array([4, 0, 2, 2], dtype=np.int32)
