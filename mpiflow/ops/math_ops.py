@@ -131,8 +131,15 @@ def _binary_grad(op, gx, gy):
     return [sum_to_shape(gx, x), sum_to_shape(gy, y)]
 
 
-def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None):
-    """Register a broadcasting binary op whose kernel is one numpy/cupy ufunc."""
+def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None,
+              divides=False):
+    """Register a broadcasting binary op whose kernel is one numpy/cupy ufunc.
+
+    ``divides``: y is a divisor, and an integer one of 0 is an error naming the op, as in
+    TensorFlow's CPU kernels (numpy gives 0, a silently wrong result, with a warning the
+    executor silences). A GPU kernel does not read the divisor back to check it (that
+    would wait for the device at every step), as TensorFlow's GPU kernels do not.
+    """
     name = ufunc.__name__
 
     class Op(_Binary):
@@ -146,6 +153,16 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
                 if out is not None:
                     return getattr(xp, name)(x, y, out=out)
             return getattr(xp, name)(x, y)
+    if divides:
+        plain = Op.forward
+
+        def checked(self, xp, ctx, x, y):
+            if y.dtype.kind in "iu" and not xp.all(y):
+                raise errors.op_error(errors.InvalidArgumentError, "Integer division by zero",
+                                      ctx.op, expected="a divisor (input 1) without zeros",
+                                      got=f"{int((y == 0).sum())} zero(s)")
+            return plain(self, xp, ctx, x, y)
+        Op.forward, Op.fusion_forward, Op.gpu_forward = checked, plain, plain
     Op.allowed = staticmethod(allowed)
     Op.out_dtype = out_dtype
     Op.gradient = (lambda self, op, g: grad_fn(op, g)) if grad_fn else None
@@ -211,8 +228,8 @@ _ufunc_op("RealDiv", np.divide, _div_grad, allowed=is_float)
 _ufunc_op("Pow", np.power, _pow_grad, allowed=is_float)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
-_ufunc_op("FloorDiv", np.floor_divide)
-_ufunc_op("FloorMod", np.remainder)
+_ufunc_op("FloorDiv", np.floor_divide, divides=True)
+_ufunc_op("FloorMod", np.remainder, divides=True)
 for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal), ("Less", np.less),
                    ("LessEqual", np.less_equal), ("Greater", np.greater),
                    ("GreaterEqual", np.greater_equal)):

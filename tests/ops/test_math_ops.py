@@ -236,6 +236,29 @@ def test_div_divides_integers_as_python_2_and_floats_as_divide():
     np.testing.assert_allclose(true, [3.5, -3.5, -5 / 3, -1.5])
 
 
+@pytest.mark.parametrize("build", [
+    lambda a, b: mf.floordiv(a, b, name="late_div"),
+    lambda a, b: mf.floormod(a, b, name="late_div"),
+    lambda a, b: mf.div(a, b, name="late_div"),
+])
+@pytest.mark.parametrize("dtype", [mf.int32, mf.int64, mf.uint8])
+def test_integer_division_by_zero_fails_naming_the_op_as_tensorflow(build, dtype):
+    # numpy gives 0 (with a warning the executor silences): a silently wrong result.
+    a = mf.placeholder(dtype, [None])
+    b = mf.placeholder(dtype, [None])
+    y = build(a, b)
+    with mf.Session() as sess:
+        expected = 1 if y.op.type == "FloorMod" else 3
+        np.testing.assert_array_equal(sess.run(y, {a: [7], b: [2]}), [expected])
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Integer division by zero in op 'late_div' \(Floor(Div|Mod)\)"):
+            sess.run(y, {a: [7, 3], b: [2, 0]})
+    floats = mf.placeholder(mf.float32, [2])
+    with mf.Session() as sess:         # floats divide by zero into inf and nan, as IEEE
+        got = sess.run(mf.floordiv(floats, 0.0), {floats: [1.0, 0.0]})
+    assert np.isinf(got[0]) and np.isnan(got[1])
+
+
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
     a = mf.placeholder(mf.float32, [3, 4])
     b = mf.placeholder(mf.float32, [5, 6])
