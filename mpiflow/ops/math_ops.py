@@ -384,13 +384,30 @@ is_finite = _unary_op("IsFinite", lambda xp, x: xp.isfinite(x), None, allowed=is
 
 @register_op("Select")
 class SelectOp(OpDef):
+    """TensorFlow 1's Select: elements of x where ``condition``, else of y, with numpy
+    broadcasting, except that a vector condition against x and y of higher rank picks
+    whole rows (its length is their first dimension), as TF1's ``tf.where`` does. numpy
+    would line it up with their last dimension instead: for square x the same shapes
+    would select columns, a silently different result."""
+
     def infer(self, b):
         require_dtype(b, 0, lambda dt: dt.is_bool)
         dt = same_dtype(b, [1, 2])
         out = broadcast_shapes(b, b.shape(1), b.shape(2))
-        return [(dt, broadcast_shapes(b, b.shape(0), out))]
+        cond = b.shape(0)
+        if cond.ndims == 1 and out.ndims is not None and out.ndims > 1:
+            rows = out[0]
+            if None not in (cond[0], rows) and 1 not in (cond[0], rows) and cond[0] != rows:
+                raise b.error("A vector condition must have one entry per row of x and y",
+                              expected=f"condition of shape ({rows},) for x and y of "
+                                       f"shape {out}", got=f"shape {cond}")
+            cond = TensorShape(cond.as_list() + [1] * (out.ndims - 1))
+        return [(dt, broadcast_shapes(b, cond, out))]
 
     def forward(self, xp, ctx, cond, x, y):
+        rank = max(x.ndim, y.ndim)
+        if cond.ndim == 1 and rank > 1:             # rows, as TF1 (see the class)
+            cond = cond.reshape(cond.shape + (1,) * (rank - 1))
         # cupy's where widens bfloat16 to float32; the op's dtype is its inputs'.
         return xp.where(cond, x, y).astype(x.dtype, copy=False)
 
@@ -402,7 +419,8 @@ class SelectOp(OpDef):
 
 
 def where(condition, x, y, name=None) -> Tensor:
-    """Return elements of x where ``condition`` holds, else of y (broadcasting)."""
+    """Return elements of x where ``condition`` holds, else of y (broadcasting; a vector
+    ``condition`` against x and y of higher rank picks their rows, as TF1's)."""
     x, y = _binary_inputs(x, y)
     return apply_op("Select", [convert_to_tensor(condition), x, y], name=name).outputs[0]
 

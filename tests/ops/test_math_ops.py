@@ -46,6 +46,9 @@ GRAD_CASES = [
     GradCase("reciprocal", mf.reciprocal, [pos(3)]),
     GradCase("select", lambda c, a, b: mf.where(c, a, b),
              [R.uniform(size=(3, 4)) > 0.5, arr(3, 4), arr(4)], wrt=[1, 2]),
+    GradCase("select_vector_condition_picks_rows",
+             lambda a, b: mf.where(mf.constant([True, False, True]), a, b),
+             [arr(3, 3), arr(3, 3)]),
     GradCase("cast_float32_roundtrip",
              lambda a: mf.cast(mf.cast(a, mf.float32), mf.float64) * 2.0, [arr(3)],
              rtol=1e-3, atol=1e-3, delta=1e-3),
@@ -257,6 +260,26 @@ def test_integer_division_by_zero_fails_naming_the_op_as_tensorflow(build, dtype
     with mf.Session() as sess:         # floats divide by zero into inf and nan, as IEEE
         got = sess.run(mf.floordiv(floats, 0.0), {floats: [1.0, 0.0]})
     assert np.isinf(got[0]) and np.isnan(got[1])
+
+
+def test_where_with_a_vector_condition_picks_rows_as_tensorflow_1():
+    # TF1's tf.where: a condition of rank 1 against x and y of higher rank has one entry
+    # per row. numpy's broadcasting would pick columns of a square x instead.
+    x = np.arange(9.0).reshape(3, 3)
+    rows = np.array([[0.0, 1.0, 2.0], [-3.0, -4.0, -5.0], [6.0, 7.0, 8.0]])
+    check_forward(lambda c, a, b: mf.where(c, a, b), [np.array([True, False, True]), x, -x],
+                  rows)
+    check_forward(lambda c, a, b: mf.where(c, a, b),
+                  [np.array([False, True]), np.ones((2, 2, 3)), np.zeros((2, 2, 3))],
+                  np.stack([np.zeros((2, 3)), np.ones((2, 3))]))
+    unknown = mf.placeholder(mf.float64)            # the rank known only when it runs
+    with mf.Session() as sess:
+        got = sess.run(mf.where(mf.constant([True, False, True]), unknown, -unknown),
+                       {unknown: x})
+    np.testing.assert_array_equal(got, rows)
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"op 'Select' \(Select\): expected condition of shape \(4,\)"):
+        mf.where(mf.constant([True, False, True]), mf.ones([4, 3]), mf.zeros([4, 3]))
 
 
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
