@@ -55,8 +55,9 @@ class PlaceholderWithDefaultOp(OpDef):
         return [grad]
 
 
-def _python_dtype(value):
-    """TensorFlow's defaults: Python floats are float32, ints int32 (int64 if too big)."""
+def python_dtype(value):
+    """The dtype a value that is not a tensor becomes, with TensorFlow's defaults: Python
+    floats are float32, ints int32 (int64 if too big), numpy values keep theirs."""
     array = np.asarray(value)
     if array.dtype == np.float64 and not isinstance(value, np.ndarray) and \
             not isinstance(value, np.generic):
@@ -93,7 +94,7 @@ def _to_array(value, dtype: dtypes.DType, what: str):
 
 def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
     """Create a Const tensor from a Python or numpy value (broadcast to ``shape``)."""
-    dt = dtypes.as_dtype(dtype) if dtype is not None else _python_dtype(value)
+    dt = dtypes.as_dtype(dtype) if dtype is not None else python_dtype(value)
     array = _to_array(value, dt, f"constant '{name}'")
     if shape is not None:
         shape = tuple(TensorShape(shape).as_list())

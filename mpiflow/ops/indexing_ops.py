@@ -20,7 +20,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import (
     concat, kernel_error, runtime_axis, stack, static_ints, static_scalar)
-from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.ops.constant_ops import convert_to_tensor, python_dtype
 from mpiflow.ops.registry import (
     REQUIRED, OpDef, apply_op, const_value, is_index, normalize_axis, register_op,
     require_dtype)
@@ -400,6 +400,9 @@ class OneHotOp(OpDef):
             if not dt.is_floating and value != int(value):
                 raise b.error(f"Invalid {key}", expected=f"a value representable as {dt.name}",
                               got=value)
+        if b.attrs["axis"] < -1:        # TensorFlow's rule: -1 (the default) or an index
+            raise b.error("Invalid axis", expected="-1 or an axis in [0, rank]",
+                          got=b.attrs["axis"])
         s = b.shape(0)
         if s.ndims is None:
             return [(dt, TensorShape(None))]
@@ -420,11 +423,28 @@ class OneHotOp(OpDef):
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None,
             name="one_hot") -> Tensor:
     """Return a tensor with ``on_value`` where the new ``axis`` (default last) equals an
-    index and ``off_value`` (default 0) elsewhere; out-of-range indices give all off."""
-    values = {key: static_scalar(default if value is None else value, f"one_hot {key}")
-              for key, value, default in (("on_value", on_value, 1), ("off_value", off_value, 0))}
+    index and ``off_value`` (default 0) elsewhere; out-of-range indices give all off.
+
+    Without ``dtype`` the result has the dtype of ``on_value`` (else of ``off_value``,
+    else float32), as in TensorFlow: ``one_hot(i, 3, on_value=5, off_value=0)`` is int32.
+
+    Raises:
+        InvalidArgumentError: ``on_value`` and ``off_value`` of different dtypes and no
+            ``dtype``; values ``dtype`` cannot hold; an axis below -1.
+    """
+    given = {key: value for key, value in (("on_value", on_value), ("off_value", off_value))
+             if value is not None}
+    if dtype is None:
+        kinds = {key: value.dtype if isinstance(value, Tensor) else python_dtype(value)
+                 for key, value in given.items()}
+        if len(set(kinds.values())) > 1:
+            raise errors.InvalidArgumentError(
+                f"one_hot '{name}': on_value and off_value must have the same dtype, got "
+                f"{kinds['on_value'].name} and {kinds['off_value'].name}; give dtype")
+        dtype = next(iter(kinds.values()), dtypes.float32)
+    values = {key: static_scalar(given.get(key, default), f"one_hot {key}")
+              for key, default in (("on_value", 1), ("off_value", 0))}
     return apply_op("OneHot", [convert_to_tensor(indices)],
                     {"depth": int(static_ints(depth, "one_hot depth")),
                      "axis": -1 if axis is None else int(axis),
-                     "dtype": dtypes.as_dtype(dtypes.float32 if dtype is None else dtype),
-                     **values}, name=name).outputs[0]
+                     "dtype": dtypes.as_dtype(dtype), **values}, name=name).outputs[0]

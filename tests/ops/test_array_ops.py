@@ -179,6 +179,32 @@ def test_one_hot_matches_numpy(kwargs, ref):
     check_forward(lambda i: mf.one_hot(i, 4, **kwargs), [idx], ref(idx))
 
 
+@pytest.mark.parametrize("kwargs,dtype,on,off", [
+    # Without dtype, the values' dtype (TensorFlow's): on_value's, else off_value's.
+    ({"on_value": 5, "off_value": 0}, np.int32, 5, 0),
+    ({"off_value": -1}, np.int32, 1, -1),
+    ({"on_value": np.float64(1.0), "off_value": np.float64(0.0)}, np.float64, 1.0, 0.0),
+    ({"on_value": mf.constant(2, mf.int64)}, np.int64, 2, 0),
+    ({"on_value": 0.5}, np.float32, 0.5, 0.0),
+    ({"on_value": 1, "dtype": mf.float32}, np.float32, 1.0, 0.0),
+    ({}, np.float32, 1.0, 0.0),
+])
+def test_one_hot_takes_the_dtype_of_its_values_as_tensorflow(kwargs, dtype, on, off):
+    idx = np.array([0, 2], dtype=np.int32)
+    expected = np.where(np.eye(3, dtype=bool)[idx], on, off).astype(dtype)
+    assert mf.one_hot(idx, 3, **kwargs).dtype.np_dtype == dtype
+    check_forward(lambda i: mf.one_hot(i, 3, **kwargs), [idx], expected)
+
+
+def test_one_hot_refuses_values_of_two_dtypes_and_axes_below_minus_1():
+    with _raises(r"one_hot 'one_hot': on_value and off_value must have the same dtype, got "
+                 r"int32 and float32"):
+        mf.one_hot([0, 2], 3, on_value=5, off_value=0.0)
+    with _raises(r"Invalid axis in op 'one_hot' \(OneHot\): expected -1 or an axis in "
+                 r"\[0, rank\], got -2"):
+        mf.one_hot([0, 2], 3, axis=-2)
+
+
 def test_one_hot_out_of_range_indices_are_all_off():
     idx = np.array([-1, 4, 2], dtype=np.int32)
     expected = np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]], dtype=np.float32)
