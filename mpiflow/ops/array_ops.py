@@ -317,10 +317,11 @@ class SqueezeOp(OpDef):
 
 
 def squeeze(input, axis=None, name=None, squeeze_dims=None) -> Tensor:
-    """Remove dimensions of size 1 (all of them, or those listed in ``axis``)."""
+    """Remove dimensions of size 1 (all of them, or those listed in ``axis``; an empty
+    list, TensorFlow's default, means all of them too)."""
     axis = squeeze_dims if axis is None else axis
     if axis is not None:
-        axis = static_ints(axis, "squeeze axis").reshape(-1).tolist()
+        axis = static_ints(axis, "squeeze axis").reshape(-1).tolist() or None
     return apply_op("Squeeze", [convert_to_tensor(input)], {"axis": axis},
                     name=name).outputs[0]
 

@@ -205,6 +205,14 @@ def test_one_hot_refuses_values_of_two_dtypes_and_axes_below_minus_1():
         mf.one_hot([0, 2], 3, axis=-2)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"axis": []}, {"squeeze_dims": []}, {"axis": ()}])
+def test_squeeze_with_no_axes_listed_removes_every_dimension_of_size_1(kwargs):
+    # TensorFlow's default axis is [], meaning all: an empty list squeezes everything.
+    x = np.ones((2, 1, 3, 1))
+    assert mf.squeeze(mf.placeholder(mf.float64, [2, 1, 3, 1]), **kwargs).shape == [2, 3]
+    check_forward(lambda a: mf.squeeze(a, **kwargs), [x], np.ones((2, 3)))
+
+
 def test_one_hot_out_of_range_indices_are_all_off():
     idx = np.array([-1, 4, 2], dtype=np.int32)
     expected = np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]], dtype=np.float32)
