@@ -133,17 +133,29 @@ class UnsortedSegmentSumOp(OpDef):
 
     def forward(self, xp, ctx, data, segment_ids, num_segments):
         n = int(num_segments)
+        if segment_ids.size and segment_ids.min() < 0:     # dropped, as TensorFlow's
+            kept = segment_ids >= 0
+            segment_ids, data = segment_ids[kept], data[kept]
         _check_indices(ctx, segment_ids, n, "num_segments")
         out = xp.zeros((n,) + data.shape[segment_ids.ndim:], dtype=data.dtype)
         add_at(xp, out, segment_ids, data)
         return out
 
     def gradient(self, op, g):
-        return [gather(g, op.inputs[1]), None, None]
+        # Each row of data gets its segment's gradient, and a dropped row (a negative id)
+        # none: TensorFlow's gather that drops negatives.
+        ids = op.inputs[1]
+        rows = gather(g, math_ops.maximum(ids, math_ops.zeros_like(ids)))
+        kept = math_ops.cast(math_ops.greater_equal(ids, math_ops.zeros_like(ids)), g.dtype)
+        row_dims = indexing_ops.slice(math_ops.shape(g), [1], [-1])
+        kept = array_ops.reshape(kept, array_ops.concat(
+            [math_ops.shape(ids), math_ops.ones_like(row_dims)], 0))
+        return [math_ops.multiply(rows, kept), None, None]
 
 
 def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
-    """Return sums of ``data`` rows grouped by ``segment_ids`` (num_segments rows)."""
+    """Return sums of ``data`` rows grouped by ``segment_ids`` (num_segments rows); rows
+    whose id is negative are dropped, as in TensorFlow."""
     n = num_segments if isinstance(num_segments, Tensor) else constant(int(num_segments))
     return apply_op("UnsortedSegmentSum", [convert_to_tensor(data),
                                            convert_to_tensor(segment_ids), n],

@@ -55,6 +55,9 @@ GRAD_CASES = [
              _second_order(lambda p, i: mf.gather(p, i)), [arr(4, 2), ints(3, 0, 3)]),
     GradCase("unsorted_segment_sum", lambda d, s: mf.unsorted_segment_sum(d, s, 4),
              [arr(5, 2), ints(0, 3, 0, 1, 3)]),
+    GradCase("unsorted_segment_sum_negative_ids_dropped",
+             lambda d, s: mf.unsorted_segment_sum(d, s, 3),
+             [arr(2, 3, 2), np.array([[0, -1, 2], [-4, 2, 1]], dtype=np.int64)]),
     GradCase("embedding_lookup_duplicate_ids", lambda p, i: mf.nn.embedding_lookup(p, i),
              [arr(6, 3), ints(5, 1, 5, 5, 0)]),
     # transpose
@@ -227,6 +230,21 @@ def test_gather_and_segment_sum_match_numpy():
     expected = np.zeros((3, 3))
     np.add.at(expected, seg, p)
     check_forward(lambda a, b: mf.unsorted_segment_sum(a, b, 3), [p, seg], expected)
+
+
+def test_segment_sum_drops_rows_with_a_negative_id_as_tensorflow():
+    # TensorFlow's values: the row of id -1 is in no sum and its gradient is 0; an id at
+    # or above num_segments is still an error naming the op.
+    d, ids = mf.placeholder(mf.float32, [3]), mf.placeholder(mf.int32, [3])
+    y = mf.unsorted_segment_sum(d, ids, 2, name="late_sums")
+    grad = mf.gradients(mf.reduce_sum(y), d)[0]
+    with mf.Session() as sess:
+        got, got_grad = sess.run([y, grad], {d: [1.0, 2.0, 3.0], ids: [0, -1, 1]})
+        np.testing.assert_array_equal(got, np.array([1.0, 3.0], np.float32))
+        np.testing.assert_array_equal(got_grad, np.array([1.0, 0.0, 1.0], np.float32))
+        with _raises(r"Index out of range in op 'late_sums' \(UnsortedSegmentSum\): "
+                     r"expected indices in \[0, 2\) for num_segments, got 2"):
+            sess.run(y, {d: [1.0, 2.0, 3.0], ids: [0, -1, 2]})
 
 
 def test_size_and_rank_of_unknown_shapes_run_as_ops():
