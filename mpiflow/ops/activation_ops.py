@@ -12,6 +12,7 @@ import numpy as np
 
 from mpiflow.framework.graph import Tensor
 from mpiflow.ops import math_ops
+from mpiflow.ops.array_ops import static_axis
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.reduction_ops import reduce_sum
 from mpiflow.ops.registry import (
@@ -309,13 +310,15 @@ def softmax(logits, axis=None, name=None, dim=None) -> Tensor:
     """Return exp(logits) / sum(exp(logits)) along ``axis`` (default -1), stably."""
     axis = dim if axis is None else axis
     return apply_op("Softmax", [convert_to_tensor(logits)],
-                    {"axis": -1 if axis is None else int(axis)}, name=name).outputs[0]
+                    {"axis": -1 if axis is None else static_axis(axis, "softmax axis")},
+                    name=name).outputs[0]
 
 
 def log_softmax(logits, axis=None, name=None, dim=None) -> Tensor:
     """Return logits - log(sum(exp(logits))) along ``axis`` (default -1), stably."""
     axis = dim if axis is None else axis
     return apply_op("LogSoftmax", [convert_to_tensor(logits)],
-                    {"axis": -1 if axis is None else int(axis)}, name=name).outputs[0]
+                    {"axis": -1 if axis is None else static_axis(axis, "log_softmax axis")},
+                    name=name).outputs[0]
 
 

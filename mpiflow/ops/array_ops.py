@@ -54,6 +54,19 @@ def static_scalar(value, what: str):
     return np.asarray(known).item()
 
 
+def static_axis(value, what: str) -> int:
+    """Return an axis (an int, numpy's too, or an integer scalar constant) as a Python int.
+
+    Axes are attrs fixed when the graph is built: TensorFlow also takes a tensor computed
+    at run time, which mpiflow refuses, naming it (``static_ints``); so is anything but a
+    single integer.
+    """
+    array = static_ints(value, what)
+    if array.ndim != 0:
+        raise errors.InvalidArgumentError(f"{what}: expected a single int, got {value!r}")
+    return int(array)
+
+
 def kernel_error(ctx, what, expected=None, got=None):
     """Return an InvalidArgumentError naming the op a kernel runs for (bad runtime input)."""
     return errors.op_error(errors.InvalidArgumentError, what, ctx.op, expected, got)
@@ -179,7 +192,8 @@ def concat(values, axis, name="concat") -> Tensor:
     values = [convert_to_tensor(v) for v in values]
     if len(values) == 1:
         return values[0]
-    return apply_op("ConcatV2", values, {"axis": int(axis)}, name=name).outputs[0]
+    return apply_op("ConcatV2", values, {"axis": static_axis(axis, "concat axis")},
+                    name=name).outputs[0]
 
 
 # -- transpose ---------------------------------------------------------------------------
@@ -250,7 +264,8 @@ class PackOp(OpDef):
 def stack(values, axis=0, name="stack") -> Tensor:
     """Join same-shaped tensors along a new dimension ``axis``."""
     values = [convert_to_tensor(v) for v in values]
-    return apply_op("Pack", values, {"axis": int(axis)}, name=name).outputs[0]
+    return apply_op("Pack", values, {"axis": static_axis(axis, "stack axis")},
+                    name=name).outputs[0]
 
 
 # -- expand_dims / squeeze ---------------------------------------------------------------
@@ -277,7 +292,7 @@ def expand_dims(input, axis=None, name=None, dim=None) -> Tensor:
     """Insert a dimension of size 1 at ``axis`` (negative counts from the end)."""
     axis = dim if axis is None else axis
     x = convert_to_tensor(input)
-    return apply_op("ExpandDims", [x], {"axis": int(static_ints(axis, "expand_dims axis"))},
+    return apply_op("ExpandDims", [x], {"axis": static_axis(axis, "expand_dims axis")},
                     name=name).outputs[0]
 
 

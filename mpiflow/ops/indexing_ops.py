@@ -19,7 +19,7 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import (
-    concat, kernel_error, runtime_axis, stack, static_ints, static_scalar)
+    concat, kernel_error, runtime_axis, stack, static_axis, static_ints, static_scalar)
 from mpiflow.ops.constant_ops import convert_to_tensor, python_dtype
 from mpiflow.ops.registry import (
     REQUIRED, OpDef, apply_op, const_value, is_index, normalize_axis, register_op,
@@ -333,7 +333,7 @@ def split(value, num_or_size_splits, axis=0, name="split") -> list:
     Returns a list of Tensors.
     """
     x = convert_to_tensor(value)
-    axis = int(static_ints(axis, "split axis"))
+    axis = static_axis(axis, "split axis")
     spec = static_ints(num_or_size_splits, "split num_or_size_splits")
     if spec.ndim == 0:
         return apply_op("Split", [x], {"num_split": int(spec), "axis": axis},
@@ -379,8 +379,10 @@ class UnpackOp(OpDef):
 def unstack(value, num=None, axis=0, name="unstack") -> list:
     """Return the slices of ``value`` along ``axis`` as a list (that dimension removed)."""
     x = convert_to_tensor(value)
-    return apply_op("Unpack", [x], {"num": None if num is None else int(num),
-                                    "axis": int(axis)}, name=name).outputs
+    return apply_op("Unpack", [x], {"num": None if num is None else
+                                    static_axis(num, "unstack num"),
+                                    "axis": static_axis(axis, "unstack axis")},
+                    name=name).outputs
 
 
 # -- one_hot ------------------------------------------------------------------------------
@@ -446,5 +448,5 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
               for key, default in (("on_value", 1), ("off_value", 0))}
     return apply_op("OneHot", [convert_to_tensor(indices)],
                     {"depth": int(static_ints(depth, "one_hot depth")),
-                     "axis": -1 if axis is None else int(axis),
+                     "axis": -1 if axis is None else static_axis(axis, "one_hot axis"),
                      "dtype": dtypes.as_dtype(dtype), **values}, name=name).outputs[0]

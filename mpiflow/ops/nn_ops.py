@@ -18,6 +18,7 @@ from mpiflow.framework.scopes import name_scope
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops, random_ops
 from mpiflow.ops.activation_ops import log_softmax, log_softmax_kernel, softmax
+from mpiflow.ops.array_ops import static_axis, static_ints
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.control_ops import stop_gradient
 from mpiflow.ops.reduction_ops import reduce_mean, reduce_sum
@@ -207,7 +208,7 @@ def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
     zero, so gradients are exact and the graph is smaller.
     """
     keep = bool(keepdims if keepdims is not None else (keep_dims or False))
-    axes = [int(a) for a in axes]
+    axes = static_ints(axes, "moments axes").reshape(-1).tolist()
     with name_scope(name, "moments"):
         x = convert_to_tensor(x)
         mean = reduce_mean(x, axis=axes, keepdims=True)
@@ -397,7 +398,7 @@ def softmax_cross_entropy_with_logits_v2(labels=None, logits=None, axis=-1, name
     axis = dim if dim is not None else axis
     logits = convert_to_tensor(logits)
     labels = convert_to_tensor(labels, dtype=None if is_tensor_like(labels) else logits.dtype)
-    return apply_op("SoftmaxCrossEntropyWithLogits", [logits, labels], {"axis": int(axis)},
+    return apply_op("SoftmaxCrossEntropyWithLogits", [logits, labels], {"axis": static_axis(axis, "softmax_cross_entropy axis")},
                     name=name).outputs[0]
 
 

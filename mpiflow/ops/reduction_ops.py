@@ -265,11 +265,16 @@ def _axis_attr(axis, reduction_indices):
     axis = reduction_indices if axis is None else axis
     if axis is None:
         return None
-    if hasattr(axis, "op") and getattr(axis.op, "type", None) == "Const":
-        axis = axis.op.get_attr("value").tolist()
-    if isinstance(axis, (int, np.integer)):
-        return [int(axis)]
-    return [int(a) for a in axis]
+    from mpiflow.ops.array_ops import static_ints     # (array_ops imports this module)
+    return static_ints(axis, "reduction axis").reshape(-1).tolist()
+
+
+def _arg_axis(axis, dimension, what):
+    axis = dimension if axis is None else axis
+    if axis is None:
+        return 0
+    from mpiflow.ops.array_ops import static_axis     # (array_ops imports this module)
+    return static_axis(axis, f"{what} axis")
 
 
 def _reduction(type_name):
@@ -320,17 +325,17 @@ class ArgMinOp(_ArgReduce):
 
 def argmax(input, axis=None, name=None, dimension=None, output_type=dtypes.int64):
     """Return the index of the largest value along ``axis`` (default 0)."""
-    axis = dimension if axis is None else axis
     return apply_op("ArgMax", [convert_to_tensor(input)],
-                    {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)},
+                    {"axis": _arg_axis(axis, dimension, "argmax"),
+                     "output_type": dtypes.as_dtype(output_type)},
                     name=name).outputs[0]
 
 
 def argmin(input, axis=None, name=None, dimension=None, output_type=dtypes.int64):
     """Return the index of the smallest value along ``axis`` (default 0)."""
-    axis = dimension if axis is None else axis
     return apply_op("ArgMin", [convert_to_tensor(input)],
-                    {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)},
+                    {"axis": _arg_axis(axis, dimension, "argmin"),
+                     "output_type": dtypes.as_dtype(output_type)},
                     name=name).outputs[0]
 
 

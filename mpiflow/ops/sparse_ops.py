@@ -113,7 +113,8 @@ def gather(params, indices, axis=0, name=None, validate_indices=None, batch_dims
         raise errors.UnimplementedError("gather: batch_dims != 0 is not supported")
     p = convert_to_tensor(params)
     i = convert_to_tensor(indices)
-    return apply_op("GatherV2", [p, i], {"axis": int(axis)}, name=name).outputs[0]
+    return apply_op("GatherV2", [p, i], {"axis": array_ops.static_axis(axis, "gather axis")},
+                    name=name).outputs[0]
 
 
 @register_op("UnsortedSegmentSum")

@@ -576,6 +576,42 @@ def test_non_constant_mode_and_layout_tensors_are_rejected():
         mf.tile(x, mf.placeholder(mf.int32, [2]))
 
 
+_AXIS_TAKERS = {
+    "gather": lambda x, a: mf.gather(x, [1, 0], axis=a),
+    "concat": lambda x, a: mf.concat([x, x], a),
+    "stack": lambda x, a: mf.stack([x, x], a),
+    "unstack": lambda x, a: mf.unstack(x, axis=a)[0],
+    "split": lambda x, a: mf.split(x, 1, axis=a)[0],
+    "expand_dims": lambda x, a: mf.expand_dims(x, a),
+    "argmax": lambda x, a: mf.argmax(x, a),
+    "argmin": lambda x, a: mf.argmin(x, axis=a),
+    "reduce_sum": lambda x, a: mf.reduce_sum(x, a),
+    "softmax": lambda x, a: mf.nn.softmax(x, axis=a),
+    "log_softmax": lambda x, a: mf.nn.log_softmax(x, a),
+    "one_hot": lambda x, a: mf.one_hot([1, 0], 2, axis=a),
+    "softmax_cross_entropy": lambda x, a: mf.nn.softmax_cross_entropy_with_logits_v2(
+        labels=x, logits=x, axis=a),
+}
+
+
+@pytest.mark.parametrize("what", sorted(_AXIS_TAKERS))
+def test_an_axis_may_be_a_constant_and_a_computed_one_is_refused_by_name(what):
+    # TensorFlow takes axes as tensors; mpiflow fixes them when the graph is built: a
+    # constant is as good as the int, a tensor computed at run time (or a float, which
+    # int() used to truncate) is an error saying so, not a TypeError from int().
+    build = _AXIS_TAKERS[what]
+    x = np.arange(6.0).reshape(2, 3)
+    with mf.Session() as sess:
+        want = sess.run(build(mf.constant(x), 1))
+        got = sess.run(build(mf.constant(x), mf.constant(1)))
+    np.testing.assert_array_equal(got, want)
+    with _raises(r"axis must be known when the graph is built: expected a Python value or "
+                 r"a constant, got the computed tensor 'axis:0'"):
+        build(mf.constant(x), mf.placeholder(mf.int32, [], name="axis"))
+    with _raises(r"axis: expected integers, got 1.5"):
+        build(mf.constant(x), 1.5)
+
+
 def test_gather_on_an_axis_of_params_with_unknown_rank():
     p = mf.placeholder(mf.float64)
     y = mf.gather(p, [0, 2], axis=1)
