@@ -215,6 +215,13 @@ def _minimum_grad(op, g):
                                                                           pick_x)))
 
 
+def _floormod_grad(op, g):
+    # x mod y = x - floor(x / y) * y: d/dx = 1, d/dy = -floor(x / y) (TensorFlow's, which
+    # differentiates floormod; floordiv is piecewise constant and has no gradient).
+    x, y = op.inputs
+    return _binary_grad(op, g, multiply(g, negative(floordiv(x, y))))
+
+
 def _squared_difference_grad(op, g):
     x, y = op.inputs
     d = multiply(constant(2, dtype=g.dtype), multiply(g, subtract(x, y)))
@@ -229,7 +236,7 @@ _ufunc_op("Pow", np.power, _pow_grad, allowed=is_float)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
 _ufunc_op("FloorDiv", np.floor_divide, divides=True)
-_ufunc_op("FloorMod", np.remainder, divides=True)
+_ufunc_op("FloorMod", np.remainder, _floormod_grad, divides=True)
 for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal), ("Less", np.less),
                    ("LessEqual", np.less_equal), ("Greater", np.greater),
                    ("GreaterEqual", np.greater_equal)):

@@ -32,6 +32,9 @@ GRAD_CASES = [
     GradCase("maximum", lambda a, b: mf.maximum(a, b), [arr(3, 4), arr(3, 4) + 0.05]),
     GradCase("minimum", lambda a, b: mf.minimum(a, b), [arr(3, 4), arr(4) + 0.05]),
     GradCase("squared_difference", mf.squared_difference, [arr(3, 2), arr(2)]),
+    # floormod: 1 for x and -floor(x / y) for y, as TensorFlow (away from the jumps).
+    GradCase("floormod_broadcast", mf.floormod,
+             [np.array([[-7.3, 7.2, -2.9], [5.1, -0.4, 3.3]]), np.array([2.1, -1.7, 0.65])]),
     GradCase("neg", lambda a: -a, [arr(3)]),
     GradCase("square", mf.square, [arr(2, 3)]),
     GradCase("sqrt", mf.sqrt, [pos(4)]),
