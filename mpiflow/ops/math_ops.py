@@ -232,7 +232,7 @@ _ufunc_op("Add", np.add, _add_grad)
 _ufunc_op("Sub", np.subtract, _sub_grad)
 _ufunc_op("Mul", np.multiply, _mul_grad)
 _ufunc_op("RealDiv", np.divide, _div_grad, allowed=is_float)
-_ufunc_op("Pow", np.power, _pow_grad, allowed=is_float)
+_ufunc_op("Pow", np.power, _pow_grad)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
 _ufunc_op("FloorDiv", np.floor_divide, divides=True)
@@ -247,7 +247,6 @@ for _type, _fn in (("LogicalAnd", np.logical_and), ("LogicalOr", np.logical_or))
 
 @register_op("SquaredDifference")
 class SquaredDifferenceOp(_Binary):
-    allowed = staticmethod(is_float)
     fusable = True
 
     def forward(self, xp, ctx, x, y):
@@ -283,7 +282,8 @@ def _binary_fn(type_name, doc):
 add = _binary_fn("Add", "Return x + y elementwise (numpy broadcasting).")
 subtract = _binary_fn("Sub", "Return x - y elementwise.")
 multiply = _binary_fn("Mul", "Return x * y elementwise.")
-pow = _binary_fn("Pow", "Return x ** y elementwise (floating dtypes).")
+pow = _binary_fn("Pow", "Return x ** y elementwise (integers to a negative integer power are an "
+                        "error naming the op, as in TensorFlow).")
 maximum = _binary_fn("Maximum", "Return max(x, y) elementwise.")
 minimum = _binary_fn("Minimum", "Return min(x, y) elementwise.")
 floordiv = _binary_fn("FloorDiv", "Return floor(x / y) elementwise.")

@@ -285,6 +285,21 @@ def test_where_with_a_vector_condition_picks_rows_as_tensorflow_1():
         mf.where(mf.constant([True, False, True]), mf.ones([4, 3]), mf.zeros([4, 3]))
 
 
+def test_integer_powers_and_squared_differences_as_tensorflow():
+    # TensorFlow computes both for integers in their dtype; they were refused at build time.
+    a, b = mf.constant([2, 3, -2]), mf.constant([3, 0, 3])
+    with mf.Session() as sess:
+        power, square, diff = sess.run([mf.pow(a, b), a ** 2, mf.squared_difference(a, b)])
+        assert power.dtype == square.dtype == diff.dtype == np.int32
+        np.testing.assert_array_equal(power, [8, 1, -8])
+        np.testing.assert_array_equal(square, [4, 9, 4])
+        np.testing.assert_array_equal(diff, [1, 9, 25])
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Integers to negative integer powers.*in op 'late_pow' \(Pow\)"):
+            sess.run(mf.pow(a, mf.placeholder_with_default(mf.constant([1, -1, 2]), [3]),
+                            name="late_pow"))
+
+
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
     a = mf.placeholder(mf.float32, [3, 4])
     b = mf.placeholder(mf.float32, [5, 6])
