@@ -67,7 +67,10 @@ class CheckNumericsOp(OpDef):
         return x
 
     def gradient(self, op, grad):
-        return [grad]
+        # As TensorFlow's: the gradient flowing back is checked too, so a step whose
+        # backward pass meets NaN or Inf fails here instead of applying it.
+        return [check_numerics(grad, "Not a number (NaN) or infinity (Inf) values detected "
+                                     f"in gradient. {op.get_attr('message')}")]
 
 
 def no_op(name=None) -> Operation:

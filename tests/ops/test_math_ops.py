@@ -300,6 +300,17 @@ def test_integer_powers_and_squared_differences_as_tensorflow():
                             name="late_pow"))
 
 
+def test_check_numerics_checks_the_gradient_too_as_tensorflow():
+    x = mf.placeholder(mf.float32, [2])
+    grad = mf.gradients(mf.reduce_sum(mf.sqrt(mf.check_numerics(x, "bad x"))), x)[0]
+    with mf.Session() as sess:
+        np.testing.assert_allclose(sess.run(grad, {x: [4.0, 1.0]}), [0.25, 0.5])
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Not a number \(NaN\) or infinity \(Inf\) values detected "
+                                 r"in gradient. bad x: Tensor had Inf values"):
+            sess.run(grad, {x: [0.0, 1.0]})
+
+
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
     a = mf.placeholder(mf.float32, [3, 4])
     b = mf.placeholder(mf.float32, [5, 6])
