@@ -131,9 +131,12 @@ class ConcatOp(OpDef):
             raise b.error("concat needs at least one input")
         dt = same_dtype(b)
         shapes = [b.shape(i) for i in range(len(b.inputs))]
-        if any(s.ndims is None for s in shapes):
+        ranked = [s for s in shapes if s.ndims is not None]
+        if not ranked:
             return [(dt, TensorShape(None))]
-        nd = shapes[0].ndims
+        nd = ranked[0].ndims
+        # An input of unknown rank has the others' (TensorFlow's rule): its dims unknown.
+        shapes = [s if s.ndims is not None else TensorShape([None] * nd) for s in shapes]
         if any(s.ndims != nd for s in shapes):
             raise b.error("concat inputs must have the same rank",
                           got=", ".join(str(s) for s in shapes))

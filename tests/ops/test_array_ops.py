@@ -640,6 +640,19 @@ def test_split_count_may_be_a_scalar_constant():
     assert [t.shape for t in mf.split(x, mf.constant(2))] == [[2, 2], [2, 2]]
 
 
+def test_concat_with_an_input_of_unknown_rank_takes_the_others_shape_as_tensorflow():
+    known, unknown = mf.placeholder(mf.float32, [2, 3]), mf.placeholder(mf.float32)
+    assert mf.concat([unknown, known], 1).shape.as_list() == [2, None]
+    assert mf.concat([known, unknown], 0).shape.as_list() == [None, 3]
+    assert mf.concat([unknown, unknown], 0).shape.ndims is None
+    with _raises(r"concat inputs must have the same rank in op 'concat' \(ConcatV2\)"):
+        mf.concat([unknown, known, mf.placeholder(mf.float32, [2])], 0)
+    with mf.Session() as sess:
+        got = sess.run(mf.concat([unknown, known], -1),
+                       {unknown: np.zeros((2, 1)), known: np.ones((2, 3))})
+    np.testing.assert_array_equal(got, [[0, 1, 1, 1], [0, 1, 1, 1]])
+
+
 def test_concat_of_scalars_and_negative_reshape_dims_are_build_errors():
     with _raises(r"op 'concat' \(ConcatV2\): expected inputs of rank >= 1"):
         mf.concat([mf.constant(1.0), mf.constant(2.0)], 0)
