@@ -498,6 +498,13 @@ class AddNOp(OpDef):
     def forward(self, xp, ctx, *xs):
         if len(xs) == 1:
             return xs[0]
+        shape = xs[0].shape
+        for i, x in enumerate(xs):
+            if x.shape != shape:    # numpy would broadcast; AddN's inputs are alike (TF)
+                raise errors.op_error(errors.InvalidArgumentError,
+                                      "AddN inputs must have the same shape", ctx.op,
+                                      expected=f"shape {shape} (input 0)",
+                                      got=f"shape {x.shape} for input {i}")
         # numpy returns a scalar, not an array, for 0-d operands: keep an array to add into.
         total = xp.asarray(xp.add(xs[0], xs[1]))
         for x in xs[2:]:
@@ -531,15 +538,28 @@ class RangeOp(OpDef):
         values = [t.op.get_attr("value") if t.op.type == "Const" else None for t in b.inputs]
         if any(v is None for v in values):
             return [(dt, [None])]
-        if values[2] == 0:
-            raise b.error("range delta must not be 0")
+        wrong = _range_error(*values)
+        if wrong:
+            raise b.error(wrong)
         return [(dt, [len(np.arange(*values))])]
 
     def forward(self, xp, ctx, start, limit, delta):
-        if delta == 0:
-            raise errors.op_error(errors.InvalidArgumentError, "range delta must not be 0",
-                                  ctx.op)
+        wrong = _range_error(start, limit, delta)
+        if wrong:
+            raise errors.op_error(errors.InvalidArgumentError, wrong, ctx.op)
         return xp.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)
+
+
+def _range_error(start, limit, delta):
+    """What is wrong with a range, or None: TensorFlow's rules, a delta of 0 and a delta
+    that leads away from the limit (numpy would give an empty range silently)."""
+    if delta == 0:
+        return "range delta must not be 0"
+    if delta > 0 and start > limit:
+        return f"Requires start <= limit when delta > 0: {start}/{limit}"
+    if delta < 0 and start < limit:
+        return f"Requires start >= limit when delta < 0: {start}/{limit}"
+    return None
 
 
 def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
@@ -605,6 +625,12 @@ class MatMulOp(OpDef):
         return [(dt, TensorShape(batch.as_list() + [m, n]))]
 
     def forward(self, xp, ctx, a, b):
+        # Shapes the graph left unknown, checked as the shape function checks known ones:
+        # numpy's matmul would take a vector for a matrix (and give a vector) silently.
+        if a.ndim < 2 or b.ndim < 2:
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  "MatMul needs inputs of rank >= 2", ctx.op,
+                                  expected="rank >= 2", got=f"shapes {a.shape} and {b.shape}")
         if ctx.attrs["transpose_a"]:
             a = xp.swapaxes(a, -1, -2)
         if ctx.attrs["transpose_b"]:

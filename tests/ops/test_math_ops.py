@@ -311,6 +311,37 @@ def test_check_numerics_checks_the_gradient_too_as_tensorflow():
             sess.run(grad, {x: [0.0, 1.0]})
 
 
+def test_shapes_known_only_at_run_time_are_checked_as_tensorflow_does():
+    # numpy would take a vector for a matrix, broadcast AddN's inputs and count a range
+    # away from its limit as empty: TensorFlow refuses all three, naming the op.
+    a, b = mf.placeholder(mf.float32), mf.placeholder(mf.float32)
+    start, limit = mf.placeholder(mf.int32, []), mf.placeholder(mf.int32, [])
+    product = mf.matmul(a, b, name="late_matmul")
+    total = mf.add_n([a, b], name="late_add_n")
+    counted = mf.range(start, limit, name="late_range")
+    down = mf.range(start, limit, -1, name="late_range_down")
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"MatMul needs inputs of rank >= 2 in op 'late_matmul' "
+                                 r"\(MatMul\): expected rank >= 2, got shapes \(3,\) and \(3, 2\)"):
+            sess.run(product, {a: np.ones(3), b: np.ones((3, 2))})
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"AddN inputs must have the same shape in op 'late_add_n' "
+                                 r"\(AddN\): expected shape \(1,\) \(input 0\), got shape \(3,\)"):
+            sess.run(total, {a: np.ones(1), b: np.ones(3)})
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Requires start <= limit when delta > 0: 0/-1 in op 'late_range'"):
+            sess.run(counted, {start: 0, limit: -1})
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Requires start >= limit when delta < 0: 0/2"):
+            sess.run(down, {start: 0, limit: 2})
+        assert sess.run(counted, {start: 2, limit: 2}).shape == (0,)
+        np.testing.assert_array_equal(sess.run(product, {a: np.ones((2, 3)),
+                                                         b: np.ones((3, 1))}), [[3], [3]])
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"Requires start <= limit"):
+        mf.range(5, 0)
+
+
 def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
     a = mf.placeholder(mf.float32, [3, 4])
     b = mf.placeholder(mf.float32, [5, 6])
