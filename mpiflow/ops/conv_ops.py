@@ -34,6 +34,8 @@ class _ConvBase(OpDef):
         ctx.dilations = tuple(ctx.attrs["dilations"][1:3])
 
     def window(self, ctx, x_shape, f_shape):
+        Window.check_rank(x_shape, "input")
+        Window.check_rank(f_shape, "filter")
         if x_shape[3] != f_shape[2]:
             raise ValueError(f"filter in_channels {f_shape[2]} != input channels {x_shape[3]}")
         return Window(x_shape[1], x_shape[2], f_shape[:2], ctx.strides, ctx.dilations,

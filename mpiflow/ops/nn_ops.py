@@ -183,6 +183,12 @@ class InTopKOp(OpDef):
         return [(dtypes.bool_, [rows if rows is not None else entries])]
 
     def forward(self, xp, ctx, predictions, targets):
+        if predictions.ndim != 2 or targets.shape != predictions.shape[:1]:
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  "in_top_k needs 2-D predictions and a target per row",
+                                  ctx.op, expected="predictions (batch, classes) and "
+                                  "targets (batch,)", got=f"shapes {predictions.shape} and "
+                                  f"{targets.shape}")
         n, classes = predictions.shape
         valid = (targets >= 0) & (targets < classes)
         target_value = predictions[xp.arange(n), xp.where(valid, targets, 0)]

@@ -32,6 +32,7 @@ class _PoolBase(OpDef):
         ctx.strides = tuple(ctx.attrs["strides"][1:3])
 
     def window(self, ctx, x_shape):
+        Window.check_rank(x_shape, "input")
         return Window(x_shape[1], x_shape[2], ctx.ksize, ctx.strides, (1, 1),
                        ctx.attrs["padding"])
 

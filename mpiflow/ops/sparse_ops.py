@@ -44,10 +44,10 @@ class GatherOp(OpDef):
 
     def forward(self, xp, ctx, params, indices):
         # The axis attr may be negative (or unchecked, when params' rank was unknown at
-        # build time): indexing params.shape validates it against the runtime rank.
-        axis = ctx.attrs["axis"]
+        # build time): checked against the runtime rank, naming the op.
+        axis = array_ops.runtime_axis(ctx, ctx.attrs["axis"], params.ndim)
         _check_indices(ctx, indices, params.shape[axis])
-        if ctx.outgoing is not None and axis in (0, -params.ndim):     # rows a ps sends
+        if ctx.outgoing is not None and axis == 0:     # rows a ps sends
             out = ctx.outgoing(indices.shape + params.shape[1:], params.dtype)
             # Indices are checked: 'clip' changes none, and numpy writes into ``out``
             # directly (with 'raise' it goes through a temporary).
@@ -134,6 +134,10 @@ class UnsortedSegmentSumOp(OpDef):
 
     def forward(self, xp, ctx, data, segment_ids, num_segments):
         n = int(num_segments)
+        if data.shape[:segment_ids.ndim] != segment_ids.shape:
+            raise array_ops.kernel_error(
+                ctx, "segment_ids shape must be a prefix of data shape",
+                expected=f"data shape starting with {segment_ids.shape}", got=data.shape)
         if segment_ids.size and segment_ids.min() < 0:     # dropped, as TensorFlow's
             kept = segment_ids >= 0
             segment_ids, data = segment_ids[kept], data[kept]

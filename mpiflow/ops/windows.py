@@ -31,6 +31,13 @@ def output_size(size, k, stride, dilation, padding):
 class Window:
     """The geometry of one call on an NHWC input of spatial size (h, w)."""
 
+    @staticmethod
+    def check_rank(shape, what):
+        """Raise ValueError unless ``shape`` is 4-D (NHWC): shapes the graph left unknown
+        are checked when the kernel runs, as the shape functions check known ones."""
+        if len(shape) != 4:
+            raise ValueError(f"{what} must be 4-D (NHWC), got shape {tuple(shape)}")
+
     def __init__(self, h, w, ksize, strides, dilations, padding):
         self.h, self.w = h, w
         (self.kh, self.kw), (self.sh, self.sw), (self.dh, self.dw) = ksize, strides, dilations

@@ -568,6 +568,28 @@ def test_bad_runtime_input_names_the_op(build, feed, pattern):
             sess.run(y, {x: feed})
 
 
+@pytest.mark.parametrize("build,feeds,pattern", [
+    (lambda a, b: mf.gather(a, b, axis=2, name="late"), [np.ones((2, 3)), np.array([0])],
+     r"Axis out of range in op 'late' \(GatherV2\): expected axis in \[-2, 2\), got 2"),
+    (lambda a, b: mf.unsorted_segment_sum(a, b, 2, name="late"),
+     [np.ones((3, 2)), np.array([0, 1])],
+     r"segment_ids shape must be a prefix of data shape in op 'late' "
+     r"\(UnsortedSegmentSum\): expected data shape starting with \(2,\), got \(3, 2\)"),
+    (lambda a, b: mf.nn.in_top_k(a, b, 1, name="late"), [np.ones((2, 3)), np.array([0, 1, 2])],
+     r"in_top_k needs 2-D predictions and a target per row in op 'late' \(InTopK\): "
+     r"expected predictions \(batch, classes\) and targets \(batch,\), got shapes "
+     r"\(2, 3\) and \(3,\)"),
+])
+def test_shapes_of_unknown_rank_are_checked_at_run_time_naming_the_op(build, feeds, pattern):
+    # These were numpy's IndexError and ValueError texts ("tuple index out of range",
+    # "array is not broadcastable to correct shape", "shape mismatch: indexing arrays").
+    a, b = mf.placeholder(mf.float32), mf.placeholder(mf.int32)
+    y = build(a, b)
+    with mf.Session() as sess:
+        with _raises(pattern):
+            sess.run(y, {a: feeds[0], b: feeds[1]})
+
+
 def test_non_constant_mode_and_layout_tensors_are_rejected():
     x = mf.placeholder(mf.float32, [2, 2])
     with pytest.raises(mf.errors.UnimplementedError, match="REFLECT"):

@@ -134,3 +134,23 @@ def test_backprop_filter_with_mismatched_out_backprop_at_run_time_names_the_op()
         with pytest.raises(mf.errors.InvalidArgumentError,
                            match=r"out_backprop.*\(3, 3\).*'late_filter_grad'"):
             sess.run(df, {dy: np.zeros((1, 4, 4, 3), np.float32)})
+
+
+@pytest.mark.parametrize("build,feeds,message", [
+    (lambda x, f: mf.nn.conv2d(x, f, 1, "SAME", name="late"),
+     [np.ones((3, 3, 2)), np.ones((2, 2, 2, 1))], r"input must be 4-D \(NHWC\), got shape \(3, 3, 2\)"),
+    (lambda x, f: mf.nn.conv2d(x, f, 1, "SAME", name="late"),
+     [np.ones((1, 3, 3, 2)), np.ones((2, 2, 2))], r"filter must be 4-D \(NHWC\), got shape \(2, 2, 2\)"),
+    (lambda x, f: mf.nn.max_pool(x, 2, 1, "VALID", name="late") + 0 * f,
+     [np.ones((3, 3, 2)), np.ones(())], r"input must be 4-D \(NHWC\), got shape \(3, 3, 2\)"),
+    (lambda x, f: mf.nn.avg_pool(x, 2, 1, "VALID", name="late") + 0 * f,
+     [np.ones((3, 3)), np.ones(())], r"input must be 4-D \(NHWC\), got shape \(3, 3\)"),
+])
+def test_inputs_of_unknown_rank_are_checked_at_run_time_naming_the_op(build, feeds, message):
+    # Ranks the graph did not know meet the same check when the kernel runs (it was an
+    # IndexError: tuple index out of range, or a failed unpacking).
+    x, f = mf.placeholder(mf.float64), mf.placeholder(mf.float64)
+    y = build(x, f)
+    with mf.Session() as sess:
+        with pytest.raises(mf.errors.InvalidArgumentError, match=message + r" in op 'late"):
+            sess.run(y, {x: feeds[0], f: feeds[1]})
