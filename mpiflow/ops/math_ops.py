@@ -425,9 +425,35 @@ class SelectOp(OpDef):
                 sum_to_shape(where(cond, zeros, g), y)]
 
 
-def where(condition, x, y, name=None) -> Tensor:
+@register_op("Where")
+class WhereOp(OpDef):
+    """The coordinates of the true (nonzero) elements of a tensor, one row each, in
+    row-major order: int64 of shape [number of them, rank] (TF1's ``tf.where(condition)``)."""
+
+    def infer(self, b):
+        require_dtype(b, 0, lambda dt: dt.is_bool or is_numeric(dt))
+        return [(dtypes.int64, [None, b.shape(0).ndims])]
+
+    def forward(self, xp, ctx, condition):
+        return xp.argwhere(condition).astype(np.int64, copy=False)
+
+    gradient = None
+
+
+def where(condition, x=None, y=None, name=None) -> Tensor:
     """Return elements of x where ``condition`` holds, else of y (broadcasting; a vector
-    ``condition`` against x and y of higher rank picks their rows, as TF1's)."""
+    ``condition`` against x and y of higher rank picks their rows, as TF1's); with neither
+    x nor y, the coordinates of the true elements of ``condition`` (int64, one row each).
+
+    Raises:
+        InvalidArgumentError: only one of x and y is given.
+    """
+    if x is None and y is None:
+        return apply_op("Where", [convert_to_tensor(condition)], name=name).outputs[0]
+    if x is None or y is None:
+        raise errors.InvalidArgumentError(
+            "where: x and y must both be given (elements of x where condition holds, else "
+            "of y) or both be left out (the coordinates of the true elements)")
     x, y = _binary_inputs(x, y)
     return apply_op("Select", [convert_to_tensor(condition), x, y], name=name).outputs[0]
 

@@ -69,6 +69,12 @@ class SumOp(_Reduce):
         return [_reduce_grad(op, g, "sum")]
 
 
+def _result_shape(shape, ctx) -> tuple:
+    """The shape a kernel's reduction of an input of ``shape`` gives (its axes, keepdims)."""
+    return np.add.reduce(np.zeros(shape, np.int8), axis=ctx.axis,
+                         keepdims=ctx.attrs["keepdims"]).shape
+
+
 @register_op("Mean", attrs={"axis": None, "keepdims": False})
 class MeanOp(_Reduce):
     """The mean; of integers, the sum divided by the count in integer arithmetic, rounded
@@ -78,6 +84,9 @@ class MeanOp(_Reduce):
 
     def forward(self, xp, ctx, x):
         if ctx.dtype.kind not in "iu":
+            if x.size == 0:     # NaN, as TensorFlow's 0 / 0 (numpy also warns "Mean of
+                #                 empty slice" on the script's stderr)
+                return xp.full(_result_shape(x.shape, ctx), np.nan, dtype=ctx.dtype)
             return super().forward(xp, ctx, x)
         total = xp.sum(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"], dtype=ctx.dtype)
         count = x.size // max(int(xp.size(total)), 1)
@@ -155,8 +164,7 @@ class _ReduceExtreme(_Reduce):
 
     def forward(self, xp, ctx, x):
         if x.size == 0:
-            shape = np.add.reduce(np.zeros(x.shape, np.int8), axis=ctx.axis,
-                                  keepdims=ctx.attrs["keepdims"]).shape
+            shape = _result_shape(x.shape, ctx)
             dtype = ctx.op.outputs[0].dtype
             if dtype.is_floating:
                 value = -np.inf if self.lowest else np.inf

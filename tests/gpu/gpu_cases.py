@@ -48,6 +48,8 @@ FORWARD_CASES = {
                          [np.array([1.5, -0.5, np.inf, np.nan, -np.inf, 2.0])]),
     "in_top_k": (lambda a, k: mf.nn.in_top_k(a, k, 2), [_floats(4, 5), _labels()]),
     "one_hot": (lambda k: mf.one_hot(k, 5, on_value=2.0, off_value=-1.0), [_labels()]),
+    "where_coordinates": (lambda a: [mf.where(a > 0.0), mf.where(mf.greater(a, 0.5))],
+                          [_floats(3, 4)]),
     "random_seeded": (lambda a: [mf.random_normal([3, 4], dtype=mf.float64, seed=3) + a,
                                  mf.random_uniform([3, 4], dtype=mf.float64, seed=4) + a,
                                  mf.truncated_normal([3, 4], dtype=mf.float64, seed=5) + a],

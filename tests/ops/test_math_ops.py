@@ -188,6 +188,16 @@ def test_max_and_min_over_no_elements_give_their_identity_as_tensorflow(fn, dtyp
     assert got[3].shape == (0,) and all(g.dtype == dtype for g in got)
 
 
+def test_the_mean_of_no_elements_is_nan_without_a_warning_as_tensorflow(recwarn):
+    x = mf.placeholder(mf.float32, [None, 3])
+    with mf.Session() as sess:
+        everything, over_rows = sess.run([mf.reduce_mean(x), mf.reduce_mean(x, axis=0)],
+                                         {x: np.zeros((0, 3), np.float32)})
+    assert np.isnan(everything) and everything.dtype == np.float32
+    assert over_rows.shape == (3,) and np.isnan(over_rows).all()
+    assert not [w for w in recwarn if "empty slice" in str(w.message)]
+
+
 def test_integer_sum_keeps_dtype():
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     check_forward(lambda a: mf.reduce_sum(a, axis=0), [x], x.sum(axis=0).astype(np.int32))
@@ -283,6 +293,21 @@ def test_where_with_a_vector_condition_picks_rows_as_tensorflow_1():
     with pytest.raises(mf.errors.InvalidArgumentError,
                        match=r"op 'Select' \(Select\): expected condition of shape \(4,\)"):
         mf.where(mf.constant([True, False, True]), mf.ones([4, 3]), mf.zeros([4, 3]))
+
+
+def test_where_of_a_condition_alone_gives_the_coordinates_of_its_true_elements():
+    # TF1's one-argument tf.where: int64 rows of coordinates in row-major order.
+    condition = mf.placeholder(mf.bool, [None, 3])
+    found = mf.where(condition)
+    assert found.dtype == mf.int64 and found.shape.as_list() == [None, 2]
+    with mf.Session() as sess:
+        got = sess.run(found, {condition: [[True, False, True], [False, False, True]]})
+        np.testing.assert_array_equal(got, [[0, 0], [0, 2], [1, 2]])
+        assert got.dtype == np.int64
+        none = sess.run(mf.where(mf.constant([0.0, 0.0])))      # numbers: nonzero
+        assert none.shape == (0, 1)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="x and y must both be given"):
+        mf.where(mf.constant([True]), mf.constant([1.0]))
 
 
 def test_integer_powers_and_squared_differences_as_tensorflow():
