@@ -330,9 +330,10 @@ def join(session) -> int:
     """``mf.train.join(session)``: leave training on a worker whose data is done while
     the others go on (Horovod's ``hvd.join``); return once every worker has joined.
 
-    - Allreduce: the graph's joinable ``AllreduceOptimizer`` (``joinable=True``) runs its
-      steps with zeros from this worker, the others averaging over the workers still
-      contributing; returns how many such steps it ran.
+    - Allreduce and hybrid: the graph's joinable ``AllreduceOptimizer`` (``joinable=True``;
+      hybrid mode's ``TrainingMode(..., joinable=True)``) runs its steps with zeros from
+      this worker, the others averaging over the workers still contributing, and no rows
+      pushed to the tables; returns how many such steps it ran.
     - ps training (synchronous replicas, bounded staleness, asynchronous): this rank
       serves (as ``server.join()`` does) with the session still open, so a chief's sync
       loop goes on for the others; the ps counts a joined worker out of the gradients a
