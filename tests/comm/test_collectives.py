@@ -188,6 +188,21 @@ def test_ranks_that_gave_up_refuse_every_later_collective(run_mpi, algorithm, ra
     assert outcomes[late, "third"]["error"] == "AbortedError", outcomes[late, "third"]
 
 
+def test_a_rank_that_waited_in_time_is_not_told_it_arrived_late(run_mpi):
+    # Rank 1 never joins; rank 0 and rank 2 both wait for it, rank 2 from 0.6 s later
+    # (inside rank 0's deadline). Rank 0 gives up first; at its own deadline rank 2 finds
+    # rank 0's notice, but it was there before rank 0 gave up: it must not be blamed.
+    result = run_mpi(3, ERRORS, "absent", "mpi", "--absent", 1, "--warm", "--no-check",
+                     "--stagger", 0.3, timeout=TIMEOUT,
+                     env={**CLEAN_ENV, "MPIFLOW_TIMEOUT": "1"}, check=False)
+    recs = raised(result, "absent")
+    assert sorted(recs) == [0, 2], result.stdout + result.stderr
+    second = recs[2]["message"]
+    assert "rank 0 also waited for this collective (#1) and gave up on it first" in second, \
+        second
+    assert "arrived late" not in second, second
+
+
 @pytest.mark.parametrize("algorithm", ["mpi", "ring"])
 def test_a_collective_complete_before_the_stop_still_returns_its_result(run_mpi, algorithm):
     result = run_mpi(2, ERRORS, "earlier", algorithm, timeout=TIMEOUT,

@@ -197,14 +197,16 @@ class CrossRankCheck:
         return (f"the cross-rank check (an exchange of each rank's call fingerprint{where})",
                 None)
 
-    def expire(self, timeout: float) -> errors.DeadlineExceededError:
-        """At the deadline: find out who never joined, and return the error to raise.
+    def expire(self, timeout: float, waited: float) -> errors.DeadlineExceededError:
+        """At the deadline (``waited`` s after the issue): find out who never joined, and
+        return the error to raise.
 
         The ranks that wait tell rank 0 so (point to point on the caller's communicator,
         which needs no rank to join anything); rank 0 listens for ``_roll_call_s`` and
         answers each with the ranks it did not hear from.
         """
         self.exchange.cancel()
+        self._issued_ns = time.time_ns() - int(waited * 1e9)
         window = _roll_call_s(timeout)
         comm = self.state.comm
         stopped = self.state.stopped_elsewhere()
@@ -223,7 +225,7 @@ class CrossRankCheck:
                 return self._stopped_error(timeout, stopped)
             return self._missing_error(
                 missing, f"(MPIFLOW_TIMEOUT={timeout:g} s)"
-                         f"{stopped_note(stopped, self.state.job_ranks)}")
+                         f"{self._stopped_note(stopped)}")
         here = np.array([self.seq], dtype=np.int64)
         self.state.track_send(comm.Isend([here, MPI.INT64_T], 0, PRESENT_TAG), here)
         count = np.zeros(1, dtype=np.int64)      # rank 0's verdict: how many are missing
@@ -243,7 +245,7 @@ class CrossRankCheck:
         return self._missing_error(
             missing.tolist(), f"(rank {self.state.job_ranks[0]} reports that "
                               f"{format_ranks(self.state.in_the_job(missing))} never joined "
-                              f"this collective){stopped_note(stopped, self.state.job_ranks)}")
+                              f"this collective){self._stopped_note(stopped)}")
 
     def _roll_call(self, window: float) -> set:
         """On rank 0: the ranks that said, within ``window`` s, that they wait at this
@@ -260,11 +262,14 @@ class CrossRankCheck:
                 time.sleep(0.001)
         return heard
 
+    def _stopped_note(self, stopped: dict) -> str:
+        return stopped_note(stopped, self.state.job_ranks, self.seq, self._issued_ns)
+
     def _stopped_error(self, timeout: float, stopped: dict) -> errors.DeadlineExceededError:
         """At the deadline, where the ranks not heard from are those that ``stopped``."""
         return errors.DeadlineExceededError(
             f"{self.label()}: waited for the cross-rank check (MPIFLOW_TIMEOUT="
-            f"{timeout:g} s){stopped_note(stopped, self.state.job_ranks)}")
+            f"{timeout:g} s){self._stopped_note(stopped)}")
 
     def _missing_error(self, missing, why: str) -> errors.DeadlineExceededError:
         if not missing:
@@ -341,21 +346,37 @@ class CrossRankCheck:
             f"shape (allgather: the same shape after the first dimension)")
 
 
-def stopped_note(stopped: dict[int, int], job_ranks) -> str:
+def stopped_note(stopped: dict, job_ranks, seq: int, issued_ns: int) -> str:
     """``"; rank 0 stopped its collectives here ..."`` for the ranks ``stopped`` (rank:
-    the operation that stopped it, ``CommState.stopped_elsewhere``), or ``""``; the ranks
-    named as ``job_ranks`` (``CommState.job_ranks``) numbers them."""
-    if not stopped:
-        return ""
+    ``state.Stopped``, from ``CommState.stopped_elsewhere``), or ``""``; the ranks named
+    as ``job_ranks`` (``CommState.job_ranks``) numbers them. ``seq`` is the collective
+    this rank waited for, issued at ``issued_ns`` (its wall clock).
+
+    A rank whose deadline at this same collective passed after this rank had issued it
+    waited alongside this one (for a third rank, say) and only reached its deadline
+    first: it is named as such, not as a sign that this rank arrived late. One that
+    stopped at an earlier collective, or whose deadline at this one passed before this
+    rank issued it, had given up before this rank got there. (Wall clocks of different
+    hosts differ by milliseconds, deadlines are seconds apart.)"""
+    alongside: list[int] = []
     by_seq: dict[int, list[int]] = {}
-    for rank, seq in stopped.items():
-        by_seq.setdefault(seq, []).append(job_ranks[rank])
-    parts = "; ".join(
-        f"{format_ranks(ranks)} stopped {'its' if len(ranks) == 1 else 'their'} "
-        f"collectives on this communicator when collective #{seq} passed its deadline "
-        f"there" for seq, ranks in sorted(by_seq.items()))
-    return (f"; {parts}, so the ranks are out of step on this communicator (this rank "
-            f"arrived late?)")
+    for rank, stop in stopped.items():
+        if stop.seq == seq and stop.deadline_ns >= issued_ns:
+            alongside.append(job_ranks[rank])
+        else:
+            by_seq.setdefault(stop.seq, []).append(job_ranks[rank])
+    note = ""
+    if alongside:
+        note += (f"; {format_ranks(sorted(alongside))} also waited for this collective "
+                 f"(#{seq}) and gave up on it first")
+    if by_seq:
+        parts = "; ".join(
+            f"{format_ranks(sorted(ranks))} stopped {'its' if len(ranks) == 1 else 'their'} "
+            f"collectives on this communicator when collective #{number} passed its "
+            f"deadline there" for number, ranks in sorted(by_seq.items()))
+        note += (f"; {parts}, so the ranks are out of step on this communicator (this "
+                 f"rank arrived late?)")
+    return note
 
 
 def _roll_call_s(timeout: float) -> float:

@@ -240,10 +240,12 @@ class Handle:
                     return True
             if self._error is None and self._past_deadline():
                 if self._check is not None and not self._check.passed:
-                    self._error = self._check.expire(self.timeout)
+                    self._error = self._check.expire(self.timeout,
+                                                      time.monotonic() - self._issued)
                 else:
                     self._error = self._deadline_error(time.monotonic() - self._issued)
-                state.stop(self.seq, self._error, self)
+                state.stop(self.seq, self._error, self,
+                           overdue=time.monotonic() - self._issued - self.timeout)
             if self._error is not None:
                 # Raised again at every test: without its last traceback, which each raise
                 # of one exception object would otherwise append to.
@@ -335,10 +337,11 @@ class Handle:
         else:
             heard = f"not heard from {format_ranks(self._state.in_the_job(ranks))}" \
                 if ranks else "all ranks heard"
+        note = stopped_note(self._state.stopped_elsewhere(), self._state.job_ranks, self.seq,
+                            time.time_ns() - int(waited * 1e9))
         return errors.DeadlineExceededError(
             f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
-            f"(MPIFLOW_TIMEOUT={self.timeout:g} s)"
-            f"{stopped_note(self._state.stopped_elsewhere(), self._state.job_ranks)}")
+            f"(MPIFLOW_TIMEOUT={self.timeout:g} s){note}")
 
 
 _ADOPTED = object()      # Handle's record argument when ``adopt`` builds it

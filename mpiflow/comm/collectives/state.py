@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import functools
 import threading
+import time
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -44,6 +46,15 @@ DATA_TAGS = 32000
 TIGHT_POLL_S = 10e-6
 
 _keyval = []
+
+
+class Stopped(NamedTuple):
+    """What a rank that stopped its collectives (``CommState.stop``) told the others: the
+    number of the collective whose deadline passed, and when it passed (its wall clock,
+    ns; the stop itself may come later, after a roll call)."""
+
+    seq: int
+    deadline_ns: int
 
 
 def comm_state(comm: MPI.Intracomm) -> CommState:
@@ -145,7 +156,7 @@ class CommState:
         self.stopped: str | None = None
         self._stopped_at = -1
         self._abandoned: list = []        # operations given up on: MPI may still use them
-        self._stopped_ranks: dict[int, int] = {}     # ``stopped_elsewhere``'s findings
+        self._stopped_ranks: dict[int, Stopped] = {}     # ``stopped_elsewhere``'s findings
 
     @functools.cached_property
     def job_ranks(self) -> list[int]:
@@ -161,9 +172,11 @@ class CommState:
         where MPI does not say which of them a wait is for."""
         return [r for i, r in enumerate(self.job_ranks) if i != self.rank]
 
-    def stop(self, seq: int, error: errors.MpiflowError, keepalive=None) -> None:
-        """Stop this rank's collectives here: operation ``seq`` passed its deadline with
-        ``error`` (``keepalive``: what MPI may still write into, kept referenced).
+    def stop(self, seq: int, error: errors.MpiflowError, keepalive=None,
+             overdue: float = 0.0) -> None:
+        """Stop this rank's collectives here: operation ``seq`` passed its deadline,
+        ``overdue`` s ago, with ``error`` (``keepalive``: what MPI may still write into,
+        kept referenced).
 
         The ranks no longer agree on what is on the wire: a rank arriving late completes
         the operation from the message this rank sent at its issue, while its own message
@@ -172,13 +185,16 @@ class CommState:
         data phase, fails at once (``refusal``), as a collective executor stays aborted
         after a failure in TensorFlow; those already moving their data (their check
         passed on every rank) go on to their end or their own deadline. Every other rank
-        is told, so that one waiting at its own deadline says why."""
+        is told, with the time its deadline passed (the wall clock: it is compared on
+        other hosts), so that one waiting at its own deadline says why, and whether it
+        issued that operation before or after the deadline here."""
         if self.stopped is not None:
             return
         self._stopped_at = seq
         self.stopped = f"collective #{seq} passed its deadline ({error})"
         self._abandoned.append(keepalive)
-        notice = np.array([seq], dtype=np.int64)
+        notice = np.array([seq, time.time_ns() - int(max(overdue, 0.0) * 1e9)],
+                          dtype=np.int64)
         for rank in range(self.size):
             if rank != self.rank:
                 self.track_send(self.comm.Isend([notice, MPI.INT64_T], rank, STOPPED_TAG),
@@ -194,18 +210,20 @@ class CommState:
             f"; a message of that collective may still arrive, so {which} instead of "
             f"taking it for its own: end the job, or build a new communicator")
 
-    def stopped_elsewhere(self) -> dict[int, int]:
+    def stopped_elsewhere(self) -> dict[int, Stopped]:
         """The ranks that told this one they stopped (``stop``), with the number of the
-        collective that stopped them; their notices are taken off the wire (a matched
-        probe: threads that look at once never wait for a notice another one took)."""
-        status, seq = MPI.Status(), np.empty(1, dtype=np.int64)
+        collective that stopped them and when; their notices are taken off the wire (a
+        matched probe: threads that look at once never wait for a notice another one
+        took)."""
+        status, notice = MPI.Status(), np.empty(2, dtype=np.int64)
         with self.lock:
             while True:
                 message = self.comm.Improbe(MPI.ANY_SOURCE, STOPPED_TAG, status)
                 if message is None:
                     break
-                message.Recv([seq, MPI.INT64_T])
-                self._stopped_ranks.setdefault(status.Get_source(), int(seq[0]))
+                message.Recv([notice, MPI.INT64_T])
+                self._stopped_ranks.setdefault(status.Get_source(),
+                                               Stopped(int(notice[0]), int(notice[1])))
             return dict(self._stopped_ranks)
 
     def submit(self, handle) -> int:

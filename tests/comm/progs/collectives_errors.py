@@ -18,6 +18,8 @@ Usage: collectives_errors.py CASE ALGORITHM [--absent R] [--warm] [--no-check]
   --cold          (late) no allreduce before the late one: the communicator's first
   --warm          one successful allreduce first (the absent rank drops out later)
   --no-check      no cross-rank check (the data phase itself times out)
+  --stagger S     (absent) rank R issues its call R * S s late, all well within the
+                  others' deadline: the ranks that wait reach their deadlines in turn
 Each rank prints ``RAISED {"rank", "case", "error", "message", "seconds"}`` per failure,
 ``RETURNED {"rank", "case", "seconds", "correct"}`` per success, and ``DONE {...}``; all ranks meet at a world barrier, then leave with os._exit (MPI cannot be
 finalized with a collective nobody will complete).
@@ -72,7 +74,7 @@ def mismatch(comm, algorithm):
     report("AFTER", rank=rank, correct=bool((result == size * (size - 1) / 2).all()))
 
 
-def absent(comm, algorithm, absent_rank, warm, check):
+def absent(comm, algorithm, absent_rank, warm, check, stagger):
     rank = MPI.COMM_WORLD.Get_rank()        # as the job numbers it: errors name these
     x = np.ones(1 << 16, dtype=np.float32)
     c = get_collective(algorithm, comm, x)
@@ -80,6 +82,7 @@ def absent(comm, algorithm, absent_rank, warm, check):
         c.allreduce(x, name="warm-up")
     if rank == absent_rank:
         return
+    time.sleep(rank * stagger)
     attempt(rank, "absent", lambda: c.allreduce(x, name="grad/b", check=check))
 
 
@@ -143,6 +146,8 @@ def main():
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--stagger", type=float, default=0.0,
+                        help="(absent) rank R issues its call R * STAGGER s after the others")
     parser.add_argument("--without-rank-0", action="store_true",
                         help="the collectives' communicator leaves the job's rank 0 out")
     args = parser.parse_args()
@@ -163,7 +168,8 @@ def main():
     elif args.case == "fused":
         fused(comm, args.algorithm)
     else:
-        absent(comm, args.algorithm, args.absent, args.warm, not args.no_check)
+        absent(comm, args.algorithm, args.absent, args.warm, not args.no_check,
+               args.stagger)
     report("DONE", rank=world.Get_rank(), timeout=config.get("MPIFLOW_TIMEOUT"))
     world.Barrier()
     os._exit(0)
