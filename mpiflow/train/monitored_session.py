@@ -469,13 +469,15 @@ def MonitoredTrainingSession(
 
 
 def _progress_hooks(progress_bar, hooks) -> list:
-    """The chief's progress report, towards the last step of the StopAtStepHook given;
-    none for a graph without a global step (TensorFlow's session trains one)."""
+    """The chief's progress report, towards the last step of the StopAtStepHook given
+    (read when the session starts: one given ``num_steps`` knows it only then); none for
+    a graph without a global step (TensorFlow's session trains one)."""
     if not progress_bar or get_global_step() is None:
         return []
     stops = [h for h in hooks if isinstance(h, basic_hooks.StopAtStepHook)]
-    last_step = getattr(stops[0], "_last_step", None) if stops else None
-    return [reporting_hooks.ProgressBarHook(last_step=last_step)]
+    if stops:
+        return [reporting_hooks.ProgressBarHook.following(stops[0])]
+    return [reporting_hooks.ProgressBarHook()]
 
 
 def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,

@@ -167,8 +167,19 @@ class ProgressBarHook(SessionRunHook):
             "off" if disable else mode or (
                 "bar" if disable is False else config.get("MPIFLOW_PROGRESS")))
         self._interval_s = interval_s
+        self._stop_hook = None      # ``following``: its last step, read at the start
         self._report = None
         self._trains = False        # whether the step running now trains
+
+    @classmethod
+    def following(cls, stop_hook, **kwargs) -> ProgressBarHook:
+        """A report towards the last step of ``stop_hook`` (a ``StopAtStepHook``), read
+        when the session starts: ``StopAtStepHook(num_steps=N)`` knows it only then (the
+        global step it starts from, restored or not, plus N). Give ``stop_hook`` to the
+        session before this hook, so that it has found its last step first."""
+        hook = cls(**kwargs)
+        hook._stop_hook = stop_hook
+        return hook
 
     def begin(self):
         if self._mode == "off":
@@ -181,6 +192,8 @@ class ProgressBarHook(SessionRunHook):
     def after_create_session(self, session, coord):
         if self._mode == "off":
             return
+        if self._stop_hook is not None:
+            self._last_step = self._stop_hook.last_step
         self._report = progress_report(int(session.run(self._global_step)), self._last_step,
                                        self._desc, self._mode, self._file, self._interval_s)
 

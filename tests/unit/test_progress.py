@@ -28,7 +28,7 @@ import mpiflow as mf
 from mpiflow import errors
 from mpiflow.train import reporting_hooks
 from tests.conftest import REPO_ROOT
-from tests.unit.monitored_helpers import counter_model, regression_model
+from tests.unit.monitored_helpers import counter_model, regression_model, train_until_stop
 
 RATE = r"[0-9.]+(?:e[+-]\d+)?"
 NUMBER = r"-?[0-9.]+(?:e[+-]\d+)?"
@@ -258,6 +258,30 @@ def test_lines_without_a_file_go_to_the_mpiflow_progress_logger(caplog):
     assert [r.levelno for r in records] == [logging.INFO] * 4
     assert records[0].getMessage().startswith("train: step 1/3 (33%), ")
     assert records[-1].getMessage().startswith("train: done at step 3/3 (100%) in ")
+
+
+def test_monitored_training_session_reports_towards_a_stop_hook_given_num_steps(
+        caplog, monkeypatch, tmp_path):
+    # StopAtStepHook(num_steps=N), TF1's usual way, knows its last step only when the
+    # session starts (from the step restored): the report still shows it, and the ETA.
+    monkeypatch.setenv("MPIFLOW_PROGRESS", "lines")
+    monkeypatch.setenv("MPIFLOW_PROGRESS_INTERVAL_S", "0.01")
+    ckpt = str(tmp_path / "ckpt")
+    for finished in (3, 7):             # 3 steps, then a restart from step 3 for 4 more
+        mf.reset_default_graph()
+        m = regression_model()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="mpiflow.progress"), \
+                mf.train.MonitoredTrainingSession(
+                    checkpoint_dir=ckpt, save_summaries_steps=None,
+                    hooks=[mf.train.StopAtStepHook(num_steps=finished - 3 or 3),
+                           SleepAfterRun(0.02)]) as sess:
+            train_until_stop(sess, m.train_op, m.feed)
+        lines = [r.getMessage() for r in caplog.records if r.name == "mpiflow.progress"]
+        assert lines[-1].startswith(f"train: done at step {finished}/{finished} (100%) in "), \
+            lines
+        assert re.fullmatch(rf"train: step \d+/{finished} \(\d+%\), {RATE} steps/s, loss "
+                            rf"{NUMBER}, ETA {ETA}", lines[0]), lines
 
 
 # -- modes -----------------------------------------------------------------------------------
