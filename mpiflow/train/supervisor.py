@@ -101,6 +101,7 @@ class Supervisor:
         if summary_writer is Supervisor.USE_DEFAULT:
             summary_writer = FileWriter(logdir) if (logdir and self._is_chief) else None
         self._summary_writer = summary_writer
+        self._writer_closed = False          # by ``stop``
         self._session_manager = session_manager or SessionManager(
             local_init_op=self._local_init_op, ready_op=self._ready_op,
             ready_for_local_init_op=self._ready_for_local_init_op, graph=self._graph,
@@ -256,7 +257,10 @@ class Supervisor:
 
     def stop(self, threads=None, close_summary_writer=True, ignore_live_threads=False):
         """Stop the services and queue runners and wait for them (up to
-        ``stop_grace_secs``); re-raise an exception a stop was requested with."""
+        ``stop_grace_secs``); re-raise an exception a stop was requested with.
+
+        Stopping again does not write to the summary writer a stop closed: TF1 scripts
+        call ``sv.stop()`` inside ``managed_session``, whose exit stops once more."""
         self._coord.request_stop()
         try:
             self._coord.join(list(threads or ()) + self._started_threads,
@@ -264,7 +268,9 @@ class Supervisor:
                              ignore_live_threads=ignore_live_threads)
         finally:
             self._started_threads = []
-            if close_summary_writer and self._summary_writer is not None:
+            if close_summary_writer and self._summary_writer is not None and \
+                    not self._writer_closed:
+                self._writer_closed = True
                 self._summary_writer.add_session_log("stop")
                 self._summary_writer.close()
 

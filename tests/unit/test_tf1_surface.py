@@ -207,6 +207,24 @@ def test_sync_replicas_tf1_helpers_run_under_a_supervisor():
     sess.close()
 
 
+def test_supervisor_stop_inside_managed_session_ends_cleanly(tmp_path):
+    # TF1 scripts call sv.stop() at the end of their loop, also inside managed_session,
+    # whose exit stops again: the second stop has no writer left to write to, and
+    # TensorFlow's passes over it.
+    step = mf.train.get_or_create_global_step()
+    inc = mf.assign_add(step, 1)
+    sv = mf.train.Supervisor(logdir=str(tmp_path), global_step=step, save_model_secs=0)
+    with sv.managed_session() as sess:
+        for _ in range(3):
+            sess.run(inc)
+        sv.stop()
+    sv.stop()
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    stops = [e for e in mf.summary.summary_iterator(str(events))
+             if e.HasField("session_log") and e.session_log.status == e.session_log.STOP]
+    assert len(stops) == 1
+
+
 def test_a_sync_step_nobody_releases_in_process_times_out_saying_what_it_waits_for():
     x, step, opt, train = _sync_replicas_model()
     with mf.Session() as sess:
