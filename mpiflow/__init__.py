@@ -91,7 +91,17 @@ __version__ = "0.1.0"
 
 from mpiflow import unsupported as _unsupported  # noqa: E402
 
-__getattr__ = _unsupported.namespace_getattr(__name__, "tf")
+_missing = _unsupported.namespace_getattr(__name__, "tf")
+
+
+def __getattr__(name):
+    """``tf.Summary``, ``tf.SessionLog`` and ``tf.Event`` are tensorboardX's protocol
+    buffers, imported on first use (``summary.event_proto``); any other name mpiflow
+    lacks is unsupported."""
+    if name in summary.EVENT_PROTOS:
+        return summary.event_proto(name)
+    return _missing(name)
+
 
 from mpiflow import startup as _startup  # noqa: E402
 

@@ -18,11 +18,12 @@ imported only when a writer or reader is made. Does not import ``mpiflow.train``
 """
 
 from mpiflow import unsupported
-from mpiflow.summary.event_file import FileWriter, FileWriterCache, summary_iterator
+from mpiflow.summary.event_file import (
+    EVENT_PROTOS, FileWriter, FileWriterCache, event_proto, summary_iterator)
 from mpiflow.summary.summaries import (
     KINDS, Summary, SummarySpec, histogram, merge, merge_all, scalar)
 
-__all__ = ["KINDS", "FileWriter", "FileWriterCache", "Summary", "SummarySpec", "histogram",
-           "merge", "merge_all", "scalar", "summary_iterator"]
+__all__ = ["EVENT_PROTOS", "KINDS", "FileWriter", "FileWriterCache", "Summary", "SummarySpec",
+           "event_proto", "histogram", "merge", "merge_all", "scalar", "summary_iterator"]
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.summary")

@@ -63,6 +63,20 @@ def _histogram_proto(tag, value):
 
 _PROTOS = {"scalar": _scalar_proto, "histogram": _histogram_proto}
 
+# TF1's event protocol buffers, as a script builds them itself (``tf.Summary(value=[
+# tf.Summary.Value(tag="accuracy", simple_value=acc)])`` for a value computed in Python,
+# ``tf.SessionLog(status=tf.SessionLog.START)``): tensorboardX's, which write the same
+# records. Top-level names of ``mf`` (``mf.summary.Summary`` is mpiflow's bundle).
+EVENT_PROTOS = {"Summary": "summary_pb2", "SessionLog": "event_pb2", "Event": "event_pb2"}
+
+
+def event_proto(name: str):
+    """The protocol buffer class ``tf.<name>`` of ``EVENT_PROTOS`` (imports tensorboardX)."""
+    _tensorboardx()
+    import importlib
+    return getattr(importlib.import_module(f"tensorboardX.proto.{EVENT_PROTOS[name]}"),
+                   name)
+
 
 class FileWriter:
     """Write summaries (and the graph) to an event file in ``logdir`` for TensorBoard.
@@ -175,19 +189,25 @@ class FileWriter:
         graph_def = graph_pb2.GraphDef(node=nodes).SerializeToString()
         self.add_event(self._event_pb2.Event(graph_def=graph_def), global_step)
 
-    def add_session_log(self, status: str, global_step=None) -> None:
-        """Write a SessionLog event: "start", "stop" or "checkpoint".
+    def add_session_log(self, status, global_step=None) -> None:
+        """Write a SessionLog event: "start", "stop" or "checkpoint", or a
+        ``tf.SessionLog`` protocol buffer (TF1's argument).
 
         A "start" at step N makes TensorBoard drop events of this directory past step N
         written before it, so a job restarted from a checkpoint draws no stale tail.
         """
         session_log = self._event_pb2.SessionLog
+        if hasattr(status, "SerializeToString"):
+            proto = session_log()
+            proto.ParseFromString(status.SerializeToString())
+            self.add_event(self._event_pb2.Event(session_log=proto), global_step)
+            return
         codes = {"start": session_log.START, "stop": session_log.STOP,
                  "checkpoint": session_log.CHECKPOINT}
         if status not in codes:
             raise errors.InvalidArgumentError(
-                f"FileWriter.add_session_log: status must be one of {sorted(codes)}, got "
-                f"{status!r}")
+                f"FileWriter.add_session_log: status must be one of {sorted(codes)} or a "
+                f"tf.SessionLog, got {status!r}")
         event = self._event_pb2.Event(session_log=session_log(status=codes[status]))
         self.add_event(event, global_step)
 

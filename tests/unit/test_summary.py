@@ -138,6 +138,21 @@ def test_session_log_start_is_written_for_tensorboard_restarts(tmp_path):
     assert [(e.step, e.session_log.status) for e in logs] == [(7, 1)]
 
 
+def test_tf1_event_protocol_buffers_write_values_computed_in_python(tmp_path):
+    # TF1 scripts log what they compute in Python (an evaluation's accuracy) with
+    # tf.Summary protos, and mark restarts with tf.SessionLog ones.
+    with mf.summary.FileWriter(tmp_path) as writer:
+        writer.add_session_log(mf.SessionLog(status=mf.SessionLog.START), 3)
+        writer.add_summary(mf.Summary(value=[mf.Summary.Value(tag="accuracy",
+                                                              simple_value=0.75)]), 3)
+        writer.add_event(mf.Event(summary=mf.Summary(
+            value=[mf.Summary.Value(tag="loss", simple_value=0.5)])), 4)
+    events = read_events(tmp_path)
+    assert scalars(events) == {"accuracy": [(3, 0.75)], "loss": [(4, 0.5)]}
+    logs = [e for e in events if e.HasField("session_log")]
+    assert [(e.step, e.session_log.status) for e in logs] == [(3, 1)]
+
+
 def test_file_writer_cache_keeps_one_writer_per_directory(tmp_path):
     first = mf.summary.FileWriterCache.get(tmp_path / "a")
     assert mf.summary.FileWriterCache.get(tmp_path / "a") is first
