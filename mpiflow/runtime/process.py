@@ -33,7 +33,7 @@ def rank_service():
                      "on a cluster)")
         service = RankService(MPI.COMM_WORLD.Dup())
         atexit.register(_leave_without_finalize_after_losses, service)   # after shutdown
-        atexit.register(service.shutdown)
+        atexit.register(_shut_down, service)
         _install_abort_hook(service, MPI.COMM_WORLD)
         interrupts.set_line_prefix(lambda: f"[{service.describe_self()}] ")
         interrupts.STOP_LISTENERS.append(service.announce_stop)
@@ -55,6 +55,19 @@ def wait_for_other_workers(timeout: float) -> None:
     (``JobMembership.wait_for_others_done``); alone, return at once."""
     if _SERVICE:
         _SERVICE[0].wait_for_others_done(timeout)
+
+
+def _shut_down(service) -> None:
+    """At exit: leave together with the other ranks (``shutdown`` waits for them). An
+    interrupt while this rank waits there (Ctrl-C on a job whose other ranks still work,
+    or a peer's interrupt) ends it as anywhere else: one line, and gone with the others.
+    Python would print the KeyboardInterrupt as an exception ignored in an atexit
+    callback and go on into MPI_Finalize, which waits for ranks that have left, without
+    releasing the GIL: not even the exit timer could end the process then."""
+    try:
+        service.shutdown()
+    except KeyboardInterrupt:
+        _leave_interrupted(service)
 
 
 def _leave_without_finalize_after_losses(service) -> None:

@@ -126,6 +126,24 @@ def test_the_launcher_forwarding_ctrl_c_ends_the_job_the_same_way(start_mpi, tmp
     assert not _alive(pids.values())
 
 
+@pytest.mark.mpich_only        # MPICH's mpiexec forwards the signal
+def test_ctrl_c_reaching_a_rank_that_waits_at_exit_for_the_others_ends_it_the_same_way(
+        start_mpi, tmp):
+    # Worker 1 is done and waits at exit (atexit) for the others to leave; Ctrl-C there
+    # must not print a traceback ("Exception ignored in atexit callback") and go on into
+    # MPI_Finalize, which waits for the ranks that left, so the launch never ends.
+    proc = start_mpi(3, PROG, "--worker-1-ends", env={"TMPDIR": str(tmp)})
+    pids = _wait_ready(proc)
+    time.sleep(1.0)                     # worker 1 is past its script, in its exit
+    _, err, took = _interrupt(proc, lambda: proc.send_signal(signal.SIGINT))
+    lines = _assert_clean_interrupt(err, tmp)
+    assert "Exception ignored" not in err, err
+    assert len(lines) == 3 and all(line.endswith("interrupted (SIGINT)") for line in lines), err
+    assert proc.returncode == 130, err
+    assert took < GONE_WITHIN_S, took
+    assert not _alive(pids.values())
+
+
 @pytest.mark.mpich_only        # MPICH's launcher kills the others when one rank crashes
 @pytest.mark.parametrize("watched", [False, True], ids=["mpiexec", "mpiflow.run"])
 def test_a_rank_leaving_late_is_not_killed_by_those_that_left(start_mpi, tmp, watched):

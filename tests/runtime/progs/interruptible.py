@@ -1,10 +1,12 @@
 """Asynchronous ps training that runs until interrupted, holding a temporary directory.
-Usage: mpiexec -n 3 python interruptible.py [--plain-session]   (1 ps + 2 workers)
+Usage: mpiexec -n 3 python interruptible.py [--plain-session] [--worker-1-ends]
+(1 ps + 2 workers)
 
 Every rank prints "READY <rank> <pid>" once it serves or has stepped, so a test knows
 when to interrupt; the workers train until they are stopped. They train in a
 MonitoredTrainingSession (which SIGTERM stops gracefully), or with --plain-session in a
-plain Session loop (which SIGTERM interrupts, as Ctrl-C does).
+plain Session loop (which SIGTERM interrupts, as Ctrl-C does). With --worker-1-ends,
+worker 1 ends its script after its first step (and waits at exit for the others to leave).
 
 With INTERRUPTIBLE_LATE_RANK=r in the environment, rank r leaves 0.3 s after the moment
 the ranks agree to leave, as a rank on a crowded node may be late, and prints
@@ -60,6 +62,8 @@ def main():
                                                is_chief=server.is_chief) as sess:
             sess.run(train, {x: batch})
             print(f"READY {rank} {os.getpid()}", flush=True)
+            if "--worker-1-ends" in sys.argv and server.task_index == 1:
+                return
             while not sess.should_stop():
                 sess.run(train, {x: batch})
 
