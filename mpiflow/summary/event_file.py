@@ -55,9 +55,19 @@ def _scalar_proto(tag, value):
 
 
 def _histogram_proto(tag, value):
+    """The histogram of ``value``. NaN or infinite values are refused with TensorFlow's
+    error (its histogram op raises it): their bins, minimum, maximum and sum would be
+    NaN, which TensorBoard cannot draw, so a diverged model would go unnoticed."""
     array = np.asarray(value, dtype=np.float64).reshape(-1)
     if array.size == 0:
         return None  # TensorBoard cannot draw an empty histogram; TF writes none either
+    finite = np.isfinite(array)
+    if not finite.all():
+        what = "Nan in summary histogram" if np.isnan(array).any() else \
+            "Infinity in Histogram"
+        raise errors.InvalidArgumentError(
+            f"{what} for: {tag} ({int(array.size - finite.sum())} of its {array.size} "
+            "values are not finite)")
     return _tensorboardx().summary.histogram(tag, array, list(_histogram_bins()))
 
 

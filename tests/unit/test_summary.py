@@ -153,6 +153,25 @@ def test_tf1_event_protocol_buffers_write_values_computed_in_python(tmp_path):
     assert [(e.step, e.session_log.status) for e in logs] == [(3, 1)]
 
 
+def test_a_histogram_of_nan_or_infinite_values_is_refused_naming_its_tag(tmp_path):
+    # As TensorFlow's histogram op: such a histogram has NaN bounds TensorBoard cannot
+    # draw. A scalar may be NaN (TensorBoard shows it).
+    v = mf.placeholder(mf.float32, [3])
+    mf.summary.histogram("w", v)
+    mf.summary.scalar("first", v[0])
+    merged = mf.summary.merge_all()
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        for bad, what in ((np.nan, "Nan in summary histogram"),
+                          (np.inf, "Infinity in Histogram")):
+            with pytest.raises(mf.errors.InvalidArgumentError,
+                               match=rf"{what} for: w \(1 of its 3 values are not finite\)"):
+                writer.add_summary(sess.run(merged, {v: [1.0, bad, 2.0]}), 1)
+        writer.add_summary(sess.run(merged, {v: [1.0, 1.0, 2.0]}), 2)
+        writer.add_scalar("nan", np.nan, 3)
+    found = scalars(read_events(tmp_path))
+    assert found["first"] == [(2, 1.0)] and np.isnan(found["nan"][0][1]), found
+
+
 def test_file_writer_cache_keeps_one_writer_per_directory(tmp_path):
     first = mf.summary.FileWriterCache.get(tmp_path / "a")
     assert mf.summary.FileWriterCache.get(tmp_path / "a") is first
