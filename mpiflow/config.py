@@ -128,6 +128,11 @@ _declare(
                "terminal (also through the MPI launcher), else lines"),
     Option("MPIFLOW_PROGRESS_INTERVAL_S", "float", 10.0, minimum=0, above_minimum=True,
            doc="seconds between progress lines (MPIFLOW_PROGRESS=lines)"),
+    Option("MPIFLOW_TRACE_MAX_EVENTS", "int", 200_000, minimum=1,
+           doc="traced events (RunOptions(trace_level=FULL_TRACE)) each process keeps for "
+               "mf.timeline.write_chrome_trace, which writes and clears them; past this the "
+               "oldest are dropped (a script that traces now and then for a per-step "
+               "Timeline and never writes the job's trace would otherwise keep them all)"),
     Option("MPIFLOW_ELASTIC", "bool", False,
            doc="a non-chief worker lost in ps training (its exception, kill -9, its host) "
                "is left behind and the others train on, instead of ending the job; needs a "

@@ -10,30 +10,52 @@ the plain schedule: tracing costs nothing until asked for.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
-from mpiflow import backend
+from mpiflow import backend, config
+from mpiflow.logger import get_logger
 
 now_ns = time.perf_counter_ns     # CLOCK_MONOTONIC: one clock for every process of a host
 
 
 class Tracer:
-    """The events this process recorded in traced steps, and its name in a timeline."""
+    """The events this process recorded in traced steps, and its name in a timeline.
+
+    It keeps the most recent MPIFLOW_TRACE_MAX_EVENTS: a TF1 script that traces a step
+    now and then to write that step's ``Timeline`` never calls ``write_chrome_trace``
+    (which empties it), and would otherwise hold every traced step's events, on every
+    rank that ran a part of it, for the life of the job. The first drop is logged once.
+    """
 
     def __init__(self):
-        self.events: list[dict] = []
+        self.events: collections.deque = collections.deque()
+        self.dropped = 0
         self.describe = lambda: "this process"    # the rank service names its rank here
         self._lock = threading.Lock()
 
     def extend(self, events) -> None:
+        limit = config.get("MPIFLOW_TRACE_MAX_EVENTS")
         with self._lock:
             self.events.extend(events)
+            excess = len(self.events) - limit
+            if excess <= 0:
+                return
+            for _ in range(excess):
+                self.events.popleft()
+            first, self.dropped = not self.dropped, self.dropped + excess
+        if first:
+            get_logger("mpiflow.timeline").warning(
+                "%s keeps the %d most recent traced events (MPIFLOW_TRACE_MAX_EVENTS) for "
+                "mf.timeline.write_chrome_trace; older ones are dropped. Write the job's "
+                "trace (it clears them) or raise the limit to keep more.",
+                self.describe(), limit)
 
     def take(self) -> list[dict]:
         """Return the events recorded so far and forget them."""
         with self._lock:
-            events, self.events = self.events, []
+            events, self.events, self.dropped = list(self.events), collections.deque(), 0
         return events
 
 
