@@ -9,6 +9,8 @@ are async kernels: a step that must wait is parked, never blocking the ps.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from mpiflow import errors
@@ -24,26 +26,31 @@ class GradientAccumulator:
         self.shape = tuple(shape)
         self.step = 0
         self.count = 0
+        self.required = 0       # what the last take that waited needed
+        self.senders = []       # the ranks whose gradients are in (None: unknown)
         self.total = None
         self.rows = []          # sparse: [(indices, values)]
 
     def accepts(self, local_step) -> bool:
         return int(local_step) >= self.step
 
-    def add_dense(self, grad):
+    def add_dense(self, grad, sender=None):
         if self.total is None:
             self.total = np.array(grad, dtype=self.dtype, copy=True)
         else:
             self.total += grad
         self.count += 1
+        self.senders.append(sender)
 
-    def add_sparse(self, indices, values):
+    def add_sparse(self, indices, values, sender=None):
         self.rows.append((np.asarray(indices).reshape(-1), np.asarray(values)))
         self.count += 1
+        self.senders.append(sender)
 
     def take(self, num_required, new_step):
         """Return the average if ``num_required`` gradients are in, else None."""
         if self.count < max(int(num_required), 1):
+            self.required = max(int(num_required), 1)
             return None
         count = self.count
         if self.rows:
@@ -53,7 +60,7 @@ class GradientAccumulator:
         else:
             result = (self.total / np.asarray(count, self.dtype)).astype(self.dtype,
                                                                          copy=False)
-        self.total, self.rows, self.count = None, [], 0
+        self.total, self.rows, self.count, self.senders = None, [], 0, []
         self.step = int(new_step)
         return result
 
@@ -63,6 +70,37 @@ class StepTokens:
 
     def __init__(self):
         self.step = -1
+
+
+class AccumulatorEvent(NamedTuple):
+    """What the chief's sync loop waits for on the ps: enough gradients in accumulator
+    ``name``. Says how many it holds, so a report of where the ps is shows that a
+    worker's gradient is missing (a ps that only serves is never what the step waits
+    for)."""
+
+    name: str
+    acc: GradientAccumulator
+
+    def describe(self, describe_rank) -> str:
+        senders = [describe_rank(r) for r in list(self.acc.senders) if r is not None]
+        sent = f" (from {', '.join(senders)})" if senders else ""
+        return (f"accumulator '{self.name}' to hold {self.acc.required} gradient(s) of "
+                f"global step {self.acc.step} (the chief's sync loop averages them; "
+                f"replicas_to_aggregate): it holds {self.acc.count}{sent}; the other "
+                f"workers' have not come")
+
+
+class TokensEvent(NamedTuple):
+    """What a worker's synchronous step waits for on the ps: the chief's sync loop
+    releasing the next step (it does once every gradient of this one is in)."""
+
+    name: str
+    tokens: StepTokens
+
+    def describe(self, describe_rank) -> str:
+        return (f"the chief's sync loop to release the next synchronous step (released "
+                f"so far: global step {self.tokens.step}); it waits for the workers' "
+                f"gradients in the accumulators")
 
 
 def _too_few_left(ctx, needed: int, departed, what: str) -> errors.OpError | None:
@@ -103,7 +141,7 @@ class _AccumulatorOp(OpDef):
         dtype, shape = ctx.attrs["dtype"].np_dtype, ctx.attrs["shape"].as_list()
         ctx.acc = ctx.env.resource(f"accumulator:{name}",
                                      lambda: GradientAccumulator(dtype, shape))
-        ctx.event = ("accumulator", name)
+        ctx.event = AccumulatorEvent(name, ctx.acc)
 
 
 _ACC_ATTRS = {"shared_name": REQUIRED, "dtype": REQUIRED, "shape": REQUIRED}
@@ -129,7 +167,7 @@ class AccumulatorApplyGradientOp(_AccumulatorOp):
             raise errors.op_error(errors.InvalidArgumentError, "Gradient shape mismatch",
                                   ctx.op, expected=list(ctx.acc.shape), got=list(grad.shape))
         if ctx.acc.accepts(local_step):
-            ctx.acc.add_dense(grad)
+            ctx.acc.add_dense(grad, ctx.env.step_client())
             ctx.env.notify(ctx.event)
 
 
@@ -142,7 +180,7 @@ class AccumulatorApplyIndexedSlicesOp(_AccumulatorOp):
 
     def forward(self, xp, ctx, local_step, indices, values):
         if ctx.acc.accepts(local_step):
-            ctx.acc.add_sparse(indices, values)
+            ctx.acc.add_sparse(indices, values, ctx.env.step_client())
             ctx.env.notify(ctx.event)
 
 
@@ -185,7 +223,7 @@ class _TokenOp(OpDef):
     def prepare(self, ctx):
         name = ctx.attrs["shared_name"]
         ctx.tokens = ctx.env.resource(f"tokens:{name}", StepTokens)
-        ctx.event = ("tokens", name)
+        ctx.event = TokensEvent(name, ctx.tokens)
 
 
 @register_op("SyncTokenWait", attrs={"shared_name": REQUIRED, "replicas": 0})

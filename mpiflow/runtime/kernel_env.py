@@ -123,6 +123,11 @@ class KernelEnv:
         """How many tasks ``job`` has (None without a cluster)."""
         return None
 
+    def step_client(self) -> int | None:
+        """The rank whose step the running kernel is part of (None in one process): what
+        a shared resource notes of who added to it, for a report of where a rank is."""
+        return None
+
     def resting(self, job: str) -> list:
         """The tasks of ``job`` that have joined the join this rank serves in: done
         training for now."""
@@ -197,6 +202,9 @@ class ServiceEnv(KernelEnv):
 
     def tasks_of(self, job: str) -> int | None:
         return self._service.peers.tasks_of(job)
+
+    def step_client(self) -> int | None:
+        return self._service.steps.running_for
 
     def resting(self, job: str) -> list:
         return self._service.peers.tasks_among(job, self._service.resting)

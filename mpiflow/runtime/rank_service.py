@@ -102,6 +102,7 @@ class RankService(JobMembership):
         self.store.write_barrier = self.transport.wait_guard
         self.env = ServiceEnv(self)         # what kernels of this rank see of it
         self.steps = Steps()
+        whereabouts.parked_steps = lambda: self.steps.parked(self.describe)
         self.groups = {}            # process-group name -> communicator
         self._partitions = {}       # (client, handle) -> Plan registered here
         self._replies = {}          # (what, rank, n) -> None or the error it reported
@@ -393,11 +394,7 @@ class RankService(JobMembership):
             client_step.error = exc
 
     def _on_abort(self, source, h, arrays):
-        key = (h["c"], h["s"])
-        st = self.steps.remote.pop(key, None)
-        if st is not None:
-            st.gen.close()
-        self.steps.forget(*key)
+        self.steps.give_up(h["c"], h["s"])
 
     def _on_close(self, source, h, arrays):
         self._partitions.pop((h["c"], h["h"]), None)

@@ -10,6 +10,8 @@ id); an aborted step is forgotten with everything parked for it.
 
 from __future__ import annotations
 
+import collections
+
 from mpiflow.comm.rendezvous import MISSING, Rendezvous
 from mpiflow.runtime.executor import EventWait
 
@@ -65,9 +67,43 @@ class Steps:
         self._event_waiters = {}
         self._fired = []
         self._aborted = set()
+        # (client, step, what it waited for) of the last steps run here that their client
+        # gave up on (its timeout): asked where this rank is right after, the client's
+        # report still says what its step here waited for.
+        self.given_up: collections.deque = collections.deque(maxlen=8)
+        self.running_for = None     # the client of the step ``advance`` runs now
+
+    def parked(self, describe_rank, most: int = 8) -> list[str]:
+        """What the steps run here for other ranks wait for, e.g. "step 9 of rank 1
+        (worker:0): waits for tensor ...", then what those their client gave up on
+        waited for (at most ``most`` of each, then how many more). Read from another
+        thread while they move: a copy, best effort."""
+        lines = []
+        for (client, step), st in list(self.remote.items()):
+            waiting = st.waiting
+            if waiting is not None:
+                lines.append(f"step {step} of {describe_rank(client)}: waits for "
+                             f"{waiting.describe(describe_rank)}")
+        if len(lines) > most:
+            lines[most:] = [f"... and {len(lines) - most} more"]
+        for client, step, waiting in list(self.given_up):
+            lines.append(f"step {step} of {describe_rank(client)} (which gave up on it): "
+                         f"waited for {waiting.describe(describe_rank)}")
+        return lines
+
+    def give_up(self, client: int, step: int) -> None:
+        """Client ``client`` aborted its step ``step`` (it timed out, or failed): end the
+        part run here, noting what it waited for (``parked``), and forget the step."""
+        st = self.remote.pop((client, step), None)
+        if st is not None:
+            if st.waiting is not None:
+                self.given_up.append((client, step, st.waiting))
+            st.gen.close()
+        self.forget(client, step)
 
     def advance(self, st: Step, value=None) -> None:
         """Run ``st`` until it waits for a tensor or an event, or ends."""
+        self.running_for = st.client
         while True:
             try:
                 wanted = st.gen.send(value)

@@ -23,6 +23,9 @@ class _Now:
 
 
 NOW = _Now()
+# What the steps this rank runs for others wait for (``Steps.parked``), set by the rank
+# service: a ps whose main thread only serves (``join``) shows what its work waits on.
+parked_steps = None
 
 
 def main_thread_stack() -> str:
@@ -41,12 +44,20 @@ def report() -> dict:
         except Exception as exc:   # the wait's description failed: say that instead
             found["waiting_for"] = f"(cannot say: {type(exc).__name__}: {exc})"
         found["waiting_s"] = time.monotonic() - NOW.since
+    if parked_steps is not None:
+        try:
+            serving = parked_steps()
+        except Exception as exc:   # the steps moved under the reader: say that instead
+            serving = [f"(cannot say: {type(exc).__name__}: {exc})"]
+        if serving:
+            found["serving"] = serving
     return found
 
 
 def format_report(title: str, report: dict) -> str:
     """One rank's part of a whereabouts report: a header line naming it, what it waits
-    for, its steps, then its main thread's stack."""
+    for, its steps, what the steps it runs for other ranks wait for, then its main
+    thread's stack."""
     lines = [f"=== {title}"]
     if "error" in report:
         lines.append(f"    ({report['error']})")
@@ -55,6 +66,7 @@ def format_report(title: str, report: dict) -> str:
                      f"{report['waiting_for']}")
     if "steps" in report:
         lines.append(f"    steps run: {report['steps']}")
+    lines += [f"    serving {line}" for line in report.get("serving", ())]
     lines += ["    " + line for line in report.get("stack", "").rstrip("\n").splitlines()]
     return "\n".join(lines) + "\n"
 

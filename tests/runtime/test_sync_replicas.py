@@ -30,6 +30,21 @@ def test_backup_worker_does_not_slow_the_global_step(run_mpi):
     assert fast[0] > 3 * slow[0], out      # the slow worker really was slow
 
 
+def test_a_sync_step_timing_out_on_the_ps_shows_the_gradient_missing_there(run_mpi):
+    # Worker 1 hangs in its own code; the chief's step waits on the ps, whose main thread
+    # only serves. Where the ps is must say what the step waited for there: the
+    # accumulator holding the chief's gradient alone, not a ps that looks idle.
+    result = run_mpi(3, PROGS / "sync_absent_worker.py", timeout=90, check=False,
+                     env={"MPIFLOW_TIMEOUT": "3"})
+    err = result.stderr
+    assert "worker 1 absent" in result.stdout, result.stdout + err
+    assert "DeadlineExceededError: Rank 1 waited 3 s for step" in err, err
+    serving = [line for line in err.splitlines()
+               if line.startswith("[rank 1 (worker:0) on ") and "    serving step" in line]
+    assert any("waited for accumulator 'w' to hold 2 gradient(s)" in line and
+               "it holds 1 (from rank 1 (worker:0))" in line for line in serving), err
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
