@@ -83,10 +83,12 @@ class BaseSession:
         whereabouts.NOW.steps += 1
         if trace is not None:
             tracing.TRACER.extend(trace)
-            if run_metadata is not None:
-                run_metadata.step_stats.extend(trace)
-        if run_metadata is not None and getattr(options, "output_partition_graphs", False):
-            run_metadata.partition_graphs.extend(plan.partition_graphs())
+        if run_metadata is not None:
+            # This run's, as TensorFlow fills it (a RunMetadata made once and passed to
+            # every run holds the last run's step, not every step so far).
+            run_metadata.step_stats = list(trace or ())
+            run_metadata.partition_graphs = list(plan.partition_graphs()) \
+                if getattr(options, "output_partition_graphs", False) else []
         per_element = values[:len(mapper.elements)]
         return mapper.build(per_element)
 

@@ -22,6 +22,7 @@ from mpiflow.ops.variables import (
     local_variables_initializer,
 )
 from mpiflow.runtime import interrupts, process
+from mpiflow.runtime.session_options import RunMetadata, RunOptions
 from mpiflow.train import basic_hooks, reporting_hooks, succession
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.global_step import get_global_step
@@ -292,11 +293,15 @@ class _MonitoredSession:
             if request.feed_dict:
                 _check_disjoint(hook_feeds, request.feed_dict, "two hooks")
                 hook_feeds.update(request.feed_dict)
-            if options is None and request.options is not None:
-                options = request.options
+            if request.options is not None:
+                options = _merged_options(options, request.options)
         if hook_feeds and feed_dict:
             _check_disjoint(feed_dict, hook_feeds, "a hook and the caller")
         feeds = {**hook_feeds, **(feed_dict or {})}
+        if run_metadata is None:
+            # As TensorFlow's: hooks always get one, so a hook that asked for a trace in
+            # before_run reads it in after_run (run_values.run_metadata.step_stats).
+            run_metadata = RunMetadata()
         outputs = self._sess.run(all_fetches, feed_dict=feeds or None, options=options,
                                  run_metadata=run_metadata)
         for hook in self._hooks:
@@ -407,6 +412,16 @@ class SingularMonitoredSession(_MonitoredSession):
 
     def raw_session(self):
         return self._tf_sess()
+
+
+def _merged_options(options, requested) -> RunOptions:
+    """The caller's RunOptions with a hook's request merged in, as TensorFlow merges
+    them: each field takes the larger value (the deepest trace, the longest timeout), so
+    a hook asking for a trace gets it whatever the caller passed. Neither is changed."""
+    if options is None:
+        return requested
+    return RunOptions(**{field: max(getattr(options, field), getattr(requested, field))
+                         for field in RunOptions._FIELDS})
 
 
 def _resolve_pair(secs, steps, default_secs, default_steps):
