@@ -67,6 +67,14 @@ HINTS = {
     "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "
                                "use tf.data.Dataset.from_tensor_slices",
 }
+# Summaries other than scalars and histograms: fetch the tensor and hand tensorboardX's
+# record of it to the FileWriter, which writes any Summary protocol buffer.
+for _kind, _example in (("image", "image('tag', value, dataformats='HWC')"),
+                        ("text", "text('tag', value)"), ("audio", "audio('tag', value)")):
+    HINTS[f"tf.summary.{_kind}"] = (
+        f"mpiflow's summary ops are tf.summary.scalar and tf.summary.histogram; fetch the "
+        f"tensor with sess.run and write writer.add_summary(tensorboardX.summary."
+        f"{_example}, step)")
 
 
 def message(tf_name: str, known=()) -> str:

@@ -37,6 +37,9 @@ def test_every_namespace_names_the_missing_tf_name_and_the_docs_page(tf_name, mo
     (lambda: mf.nn.dynamic_rnn, "while_loop"),
     (lambda: mf.train.shuffle_batch, "tf.data.Dataset"),
     (lambda: mf.data.TFRecordDataset, "no string dtype"),
+    # not "did you mean tf.summary.merge?": difflib's nearest name
+    (lambda: mf.summary.image, r"tensorboardX\.summary\.image\('tag', value"),
+    (lambda: mf.summary.text, r"writer\.add_summary\(tensorboardX\.summary\.text"),
 ])
 def test_common_tf1_names_say_what_to_do_instead(use, words):
     with pytest.raises(mf.errors.UnsupportedAPIError, match=words):
