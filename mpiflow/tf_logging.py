@@ -8,6 +8,7 @@ TensorFlow's.
 from __future__ import annotations
 
 import logging as _logging
+import sys
 
 from mpiflow import unsupported
 from mpiflow.logger import get_logger
@@ -59,21 +60,26 @@ def vlog(level, msg, *args, **kwargs) -> None:
     _SCRIPT.debug(msg, *args, **kwargs)
 
 
-def log_every_n(level, msg, n, *args) -> None:
-    """Log ``msg`` the 1st, (n+1)-th, ... time this line is reached."""
-    key = ("every", msg)
+def _count_at_caller(kind: str) -> int:
+    """How many times the line calling ``log_every_n``/``log_first_n`` was reached
+    before, counted per line as TF1 counts it (not per message: a script often formats
+    the message itself, ``"step %d" % step``, which differs at every call)."""
+    caller = sys._getframe(2)
+    key = (kind, caller.f_code.co_filename, caller.f_lineno)
     count = _counts.get(key, 0)
     _counts[key] = count + 1
-    if count % max(1, n) == 0:
+    return count
+
+
+def log_every_n(level, msg, n, *args) -> None:
+    """Log ``msg`` the 1st, (n+1)-th, ... time this line is reached."""
+    if _count_at_caller("every") % max(1, n) == 0:
         _SCRIPT.log(level, msg, *args)
 
 
 def log_first_n(level, msg, n, *args) -> None:
     """Log ``msg`` only the first ``n`` times this line is reached."""
-    key = ("first", msg)
-    count = _counts.get(key, 0)
-    _counts[key] = count + 1
-    if count < n:
+    if _count_at_caller("first") < n:
         _SCRIPT.log(level, msg, *args)
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.logging")

@@ -111,6 +111,22 @@ def test_tf_logging_writes_through_mpiflows_logger(caplog):
         mf.logging.set_verbosity(before)
 
 
+def test_log_every_n_and_log_first_n_count_per_line_not_per_message(caplog):
+    # TF1 scripts format the message themselves: each call's text differs, the count is
+    # of the line's calls.
+    before = mf.logging.get_verbosity()
+    try:
+        mf.logging.set_verbosity(mf.logging.INFO)
+        with caplog.at_level("INFO", logger="mpiflow"):
+            for step in range(7):
+                mf.logging.log_every_n(mf.logging.INFO, "every3 %d" % step, 3)
+                mf.logging.log_first_n(mf.logging.INFO, f"first2 {step}", 2)
+        said = [r.getMessage() for r in caplog.records if r.name == "mpiflow.script"]
+        assert said == ["every3 0", "first2 0", "first2 1", "every3 3", "every3 6"]
+    finally:
+        mf.logging.set_verbosity(before)
+
+
 # -- Supervisor -------------------------------------------------------------------------------
 
 def _regression():
