@@ -45,6 +45,21 @@ def prepare_process() -> None:
         logger.whole_lines()
         _open_launch_link(rank)
         _fail_the_job_on_uncaught_errors()
+        _report_on_sigusr1(rank)
+
+
+def _report_on_sigusr1(rank: str) -> None:
+    """Until its Server exists, SIGUSR1 (``kill -USR1`` of mpiexec, which forwards it)
+    makes each rank print where it is itself, instead of killing the job."""
+    from mpiflow.runtime import interrupts, whereabouts  # noqa: PLC0415  (launched rank)
+
+    def own_report(stack):
+        return (f"{logger.line_tag()}mpiflow: where rank {rank} is (its Server does not "
+                "exist yet: each rank reports itself)\n" +
+                whereabouts.format_report(f"rank {rank}", {**whereabouts.report(),
+                                                           "stack": stack}))
+
+    interrupts.install_early_dump(own_report)
 
 
 def _open_launch_link(rank: str) -> None:

@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 from mpiflow import config
 from mpiflow.comm import launch_link, launcher_release
@@ -207,14 +208,51 @@ def _watch_wakeups(read_fd: int) -> None:
                 _arm_exit_timer()
 
 
+def install_early_dump(own_report) -> None:
+    """From ``import mpiflow`` in a launched rank until the rank service exists
+    (``install``): SIGUSR1 prints ``own_report(stack)``, where this rank is (``stack``:
+    its main thread's, where the signal found it), each rank for itself (no rank can ask
+    the others yet), instead of ending the process, SIGUSR1's default action, which ends
+    the whole job: a start-up that hangs is when one asks."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(DUMP) != signal.SIG_DFL:
+        return
+
+    def on_dump(signum, frame):
+        if config.get("MPIFLOW_ELASTIC"):
+            return      # MPICH sends it when a rank ends (see _print_dump)
+        stack = "".join(traceback.format_stack(frame))
+        # Written from a thread: a write in a handler could land inside one the main
+        # thread was making.
+        threading.Thread(target=_write_report, args=(lambda: own_report(stack),),
+                         daemon=True, name="mpiflow-whereabouts").start()
+
+    _EARLY_DUMP.append(on_dump)
+    signal.signal(DUMP, on_dump)
+
+
+_EARLY_DUMP = []       # the handler ``install_early_dump`` set, which ``install`` replaces
+
+
+def _write_report(make_report) -> None:
+    try:
+        text = make_report()
+    except Exception as exc:    # a report that failed says so instead
+        text = f"mpiflow: no whereabouts report: {type(exc).__name__}: {exc}\n"
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
 def install() -> bool:
     """Handle SIGINT and SIGTERM as interrupts of the job, where the defaults are still
-    in place. Return whether they are now handled here (main thread only)."""
+    in place, and SIGUSR1 with the job's report. Return whether they are now handled
+    here (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         return False
     installed = False
     for signum in (*HANDLED, DUMP):
-        if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
+        if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL,
+                                        *_EARLY_DUMP):
             signal.signal(signum, _on_signal)
             installed = True
     if installed and signal.set_wakeup_fd(-1) == -1:
@@ -295,13 +333,7 @@ def _print_dump() -> None:
     the network layer; ``mpiflow stacks`` asks through the launch instead."""
     if config.get("MPIFLOW_ELASTIC"):
         return
-    try:
-        text = dump_report() if dump_report is not None else ""
-    except Exception as exc:    # a report that failed says so instead
-        text = f"mpiflow: no whereabouts report: {type(exc).__name__}: {exc}\n"
-    if text:
-        sys.stderr.write(text)
-        sys.stderr.flush()
+    _write_report(lambda: dump_report() if dump_report is not None else "")
 
 
 def on_peer_interrupted(who: str, signum: int) -> None:

@@ -172,6 +172,27 @@ def test_sigusr1_prints_where_every_rank_is_once(start_mpi, tmp_path):
     assert "in deadlocked_in_user_code" in body.split("=== rank 2")[1], report
 
 
+@pytest.mark.mpich_only        # MPICH's mpiexec forwards SIGUSR1
+def test_sigusr1_before_the_server_exists_reports_each_rank_and_kills_nothing(start_mpi):
+    # SIGUSR1's default action ends the process (and the launcher ends the job): before
+    # the rank service exists, each rank reports where it is by itself instead.
+    proc = start_mpi(2, Path(__file__).parent / "progs" / "early_sigusr1.py")
+    ready = 0
+    for line in proc.stdout:
+        ready += line.strip() == "READY"
+        if ready == 2:
+            break
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.count("BUILT") == 2, out + err
+    for rank in (0, 1):
+        assert f"mpiflow: where rank {rank} is (its Server does not exist yet" in err, err
+        block = err.split(f"=== rank {rank}\n")[1]
+        assert "in loading_data_before_the_cluster" in block.split("=== rank")[0], err
+
+
 def _read_available(stream) -> str:
     os.set_blocking(stream.fileno(), False)
     try:
