@@ -168,10 +168,7 @@ def main(argv=None) -> int:
     from mpiflow.runtime.process import rank_service
     from mpiflow.train.server import name_roles
     service = rank_service()
-    name_roles(service, cluster)
-    if _STATUS_FD in os.environ:
-        from mpiflow.supervise import tell_parent
-        tell_parent(os.environ.pop(_STATUS_FD), service.describe_self())
+    name_roles(service, cluster)        # also tells the watching parent who this rank is
     job, task = cluster.task_of_rank(world.Get_rank())
     set_launch_cluster(cluster)
     flags = [f"--ps_hosts={','.join(addresses.get('ps', []))}",

@@ -13,7 +13,7 @@ import json
 import os
 import socket
 
-from mpiflow import errors, logger
+from mpiflow import errors, logger, supervise
 from mpiflow.comm import arrival, launch_link
 from mpiflow.comm.cluster import check_agreement
 from mpiflow.runtime import interrupts
@@ -42,6 +42,11 @@ def name_roles(service, cluster) -> None:
         {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
     logger.set_role(*cluster.task_of_rank(service.rank), service.rank)
     launch_link.tell("name", name=service.describe_self())
+    if supervise.STATUS_VARIABLE in os.environ:
+        # The parent watching this rank (mpiflow launch runs every rank under one, and
+        # mpiflow.run) names it so if a signal kills it: "[rank 2 (worker:1) on node3]".
+        supervise.tell_parent(os.environ.pop(supervise.STATUS_VARIABLE),
+                              service.describe_self())
 
 
 def _join_job_group(service, cluster, job) -> None:

@@ -72,6 +72,10 @@ def test_a_rank_killed_by_a_signal_is_named(start_launch, tmp_path):
     assert proc.returncode != 0, err
     assert re.search(r"the job failed .*: rank 2 \(worker:1\) on \S+: its process was "
                      r"killed by SIGKILL \(signal 9\)$", err, re.M), err
+    # The watching parent's own line names the rank by its role too (a plain script,
+    # not only one under mpiflow.run).
+    assert re.search(r"^\[rank 2 \(worker:1\) on \S+\] was killed by SIGKILL \(signal 9\); "
+                     r"the job ends$", err, re.M), err
 
 
 def test_a_failed_job_restarts_and_resumes_from_its_last_checkpoint(start_launch, tmp_path):
