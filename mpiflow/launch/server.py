@@ -51,6 +51,9 @@ class RankState:
     why: str = ""
     silent: bool = False            # its line closed without a word; its watcher will say
     watchers: int = 0               # open lines of watching parents (mpiflow.supervise)
+    # False while the only hello is its watcher's: the rank's own process has not (yet)
+    # imported mpiflow (a program that never does, or one that failed before it did).
+    spoke: bool = True
     # Set when the rank's own line has been read to its end.
     line_closed: threading.Event = field(default_factory=threading.Event)
 
@@ -244,10 +247,13 @@ class LaunchServer:
                 self.ranks[number] = RankState(number, int(message.get("pid", 0)),
                                                str(message.get("host", "?")),
                                                watchers=watched_by)
+                state["said"] = self.ranks[number]
             elif kind == "watching" and rank is not None:
                 # A watching parent: its child is the rank (and says hello itself, maybe
                 # before this line was read: the rank is the newest hello).
                 state["rank"], state["watching"] = None, rank.rank
+                if state.get("said") is rank:       # no hello of the rank's own yet
+                    rank.spoke = False
                 rank.watchers += 1
             elif kind == "child_ended":
                 threading.Thread(target=self._child_ended, daemon=True,
@@ -287,10 +293,16 @@ class LaunchServer:
         read by another thread: its line, closed with the process, is read to its end
         first (a moment), so a rank that ended well is never taken for one that died."""
         if watched is not None:
-            watched.line_closed.wait(_LAST_WORDS_WAIT_S)
+            if watched.spoke:
+                watched.line_closed.wait(_LAST_WORDS_WAIT_S)
+            code = int(message.get("code", 0))
             with self._lock:
-                if watched.ended is None:
-                    self._died(watched, _how_it_ended(int(message.get("code", 0))))
+                if watched.ended is None and not watched.spoke and code == 0:
+                    # A program that never imported mpiflow (a shell command, a tool) and
+                    # ended well: its exit code is all it can say.
+                    watched.ended = "bye"
+                elif watched.ended is None:
+                    self._died(watched, _how_it_ended(code, watched.spoke))
         _send(conn, {"k": "answer", "id": message.get("id")})
 
     def _answer_report(self, conn) -> None:
@@ -303,14 +315,20 @@ class LaunchServer:
         _send(conn, {"k": "answer", "id": message.get("id"), "reports": reports})
 
 
-def _how_it_ended(code: int) -> str:
-    """Why a rank ended without a word, from its watcher's exit code (negative: signal)."""
+def _how_it_ended(code: int, spoke: bool = True) -> str:
+    """Why a rank ended without a word, from its watcher's exit code (negative: signal);
+    ``spoke``: whether the rank's process had imported mpiflow (said hello itself)."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
         return f"its process was killed by {name} (signal {-code})"
+    if not spoke:
+        # Python's own error (a syntax error, a failed import, a missing script) was
+        # printed above by the rank, before mpiflow could report anything.
+        return (f"its process exited with code {code} before it imported mpiflow (an error "
+                "in the script or its imports, or no such file: see its output above)")
     return f"its process exited with code {code} without a word (os._exit?)"
 
 

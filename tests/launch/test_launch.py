@@ -105,6 +105,27 @@ def test_a_job_that_succeeds_is_not_restarted_and_exits_0(start_launch, tmp_path
     assert len(re.findall(r"\] start \d+$", out, re.M)) == 2, out   # one start each
 
 
+def test_a_program_that_never_imports_mpiflow_succeeds_or_fails_by_its_exit_code(
+        start_launch, tmp_path):
+    # Each rank's watching parent is all the launch hears of it: an exit code of 0 is a
+    # success (not restarted), and a script that fails before its import (here a syntax
+    # error) is named as such.
+    proc = start_launch("-n", 2, "--max-restarts", 1, sys.executable, "-c", "print('hi')")
+    out, err = finish(proc, timeout=60)
+    assert proc.returncode == 0, err
+    assert launch_lines(err) == [], err
+    assert out.count("hi") == 2, out
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    proc = start_launch("-n", 2, tmp_path / "broken.py")
+    _, err = finish(proc, timeout=60)
+    assert proc.returncode == 1, err
+    assert "SyntaxError" in err, err
+    assert re.fullmatch(r"mpiflow\.launch: the job failed \(exit code 1\) after [\d.]+ s: "
+                        r"rank \d on \S+: its process exited with code 1 before it imported "
+                        r"mpiflow \(an error in the script or its imports, or no such file: "
+                        r"see its output above\)", launch_lines(err)[-1]), err
+
+
 def test_every_output_line_carries_its_rank_once(start_launch, tmp_path):
     proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 12, "print")
     out, err = finish(proc)

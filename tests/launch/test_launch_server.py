@@ -91,3 +91,54 @@ def test_a_rank_that_ended_well_is_not_taken_for_dead_when_its_watcher_speaks_fi
         assert server.ranks[1].ended == "bye"
     finally:
         watcher.close()
+
+
+def unwatched_child(server, number):
+    """The watching parent's line of rank ``number`` whose own process never imports
+    mpiflow (a shell command, or a script that fails before its import)."""
+    watcher = connect(server, number)
+    watcher.tell("watching", pid=0)
+    deadline = time.monotonic() + 5
+    while (number not in server.ranks or server.ranks[number].watchers < 1) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    return watcher
+
+
+def test_a_program_without_mpiflow_that_exits_0_ended_well():
+    server = LaunchServer("127.0.0.1")
+    watcher = unwatched_child(server, 0)
+    try:
+        assert watcher.ask("child_ended", 3.0, code=0) is not None
+        assert server.faults.empty(), server.faults.get_nowait().describe()
+        assert server.ranks[0].ended == "bye"
+    finally:
+        watcher.close()
+
+
+def test_a_script_that_fails_before_it_imports_mpiflow_is_named_so():
+    # A syntax error, a failed import, a missing script: Python printed why, and the
+    # launch says where to look (not that the rank called os._exit).
+    server = LaunchServer("127.0.0.1")
+    watcher = unwatched_child(server, 1)
+    try:
+        assert watcher.ask("child_ended", 3.0, code=1) is not None
+        fault = server.faults.get(timeout=1)
+        assert fault.kind == "died" and fault.rank == 1
+        assert fault.why == ("its process exited with code 1 before it imported mpiflow "
+                             "(an error in the script or its imports, or no such file: see "
+                             "its output above)"), fault.why
+    finally:
+        watcher.close()
+
+
+def test_a_rank_that_imported_mpiflow_and_vanished_is_still_taken_for_dead():
+    server = LaunchServer("127.0.0.1")
+    watcher, rank = watched_rank(server, 0)
+    try:
+        rank.close()            # its line closes without a word: os._exit(0)
+        assert watcher.ask("child_ended", 3.0, code=0) is not None
+        fault = server.faults.get(timeout=1)
+        assert "without a word" in fault.why, fault.why
+    finally:
+        watcher.close()
