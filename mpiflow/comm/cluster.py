@@ -10,6 +10,7 @@ it knows nothing of graphs or of ``ClusterSpec``.
 from __future__ import annotations
 
 import hashlib
+import os
 
 from typing import TYPE_CHECKING, Callable, Hashable, NamedTuple, Sequence
 
@@ -165,6 +166,65 @@ def roles_for(hosts: Sequence[Hashable], num_ps: int, policy: str = "block") -> 
     return roles
 
 
+# The launchers' variables for a process's rank and for the number of processes they
+# started (the rank variables are those of ``mpiflow.logger``): MPICH/Hydra and srun's
+# PMI, Open MPI, PMIx (no size), and srun's own (a job step's, not a batch script's).
+LAUNCH_SIZE_VARIABLES = (("PMI_RANK", "PMI_SIZE"),
+                         ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                         ("PMIX_RANK", None),
+                         ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"))
+
+
+def launched_size(environ=None) -> tuple[str, str, int] | None:
+    """``(rank variable, size variable, size)``: how many processes the launcher that
+    started this one says it started, or None where it does not say (no launcher)."""
+    environ = os.environ if environ is None else environ
+    for rank_variable, size_variable in LAUNCH_SIZE_VARIABLES:
+        if not environ.get(rank_variable) or not environ.get(size_variable or ""):
+            continue
+        try:
+            return rank_variable, size_variable, int(environ[size_variable])
+        except ValueError:
+            continue
+    return None
+
+
+def check_launch_size(world_size: int, environ=None) -> None:
+    """Stop a process that its launcher started as one of N but that MPI made a job of
+    another size (MPI_COMM_WORLD).
+
+    What it catches: an MPI library that did not join the launcher's process manager, so
+    that every process starts MPI alone, a job of one rank: ``srun`` without the PMI the
+    MPI library speaks (``--mpi=pmi2`` for MPICH, where the site's default is none), or
+    another MPI's ``mpirun`` than mpi4py's. Each process would then train a model of its
+    own as the only worker, all writing the same checkpoint directory, and exit 0.
+
+    Raises:
+        FailedPreconditionError: the sizes differ; the message names both and the cure.
+    """
+    environ = os.environ if environ is None else environ
+    launched = launched_size(environ)
+    if launched is None or launched[2] == world_size:
+        return
+    rank_variable, size_variable, size = launched
+    rank = environ.get(rank_variable)
+    if rank_variable == "SLURM_PROCID":
+        cure = ("start the tasks with the PMI the MPI library speaks: srun --mpi=pmi2 for "
+                "MPICH (also the pip 'mpich' extra), --mpi=pmix for an MPI built with PMIx "
+                "(srun --mpi=list shows what this Slurm offers)")
+    else:
+        cure = ("launch with the mpiexec of the MPI library mpi4py was built with "
+                "(python -m mpiflow info names it; the pip 'mpich' extra puts it next to "
+                "python), or with srun --mpi=pmi2 / pmix under Slurm")
+    error = errors.FailedPreconditionError(
+        f"The launcher started this process as rank {rank} of {size} ({rank_variable}="
+        f"{rank}, {size_variable}={size}), but MPI made a job of {world_size} rank(s) of "
+        f"it (MPI_COMM_WORLD): the MPI library did not join the launcher's job, so every "
+        f"process would train on its own. {cure[0].upper()}{cure[1:]}")
+    error.brief = True          # a launch setting: the traceback would say nothing more
+    raise error
+
+
 class Layout:
     """Where every rank of a communicator runs: host, node index, local rank.
 
@@ -230,6 +290,8 @@ class Layout:
         from mpi4py import MPI
 
         config = config or config_lib.default()
+        # A launch whose processes each started MPI alone never meets: say so first.
+        check_launch_size(MPI.COMM_WORLD.Get_size())
         # Every rank first, or the ones that never come named (not a gather that hangs).
         arrival.meet(comm, "the cluster layout (ClusterSpec.from_mpi, Server)", config)
         rank, size = comm.Get_rank(), comm.Get_size()

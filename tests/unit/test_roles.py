@@ -4,9 +4,9 @@ import pytest
 
 from mpiflow import config
 from mpiflow.comm.cluster import (
-    Layout, Role, _Waiter, default_num_ps, describe_layout, local_ranks, node_indices,
-    roles_for)
-from mpiflow.errors import DeadlineExceededError, InvalidArgumentError
+    Layout, Role, _Waiter, check_launch_size, default_num_ps, describe_layout, local_ranks,
+    node_indices, roles_for)
+from mpiflow.errors import DeadlineExceededError, FailedPreconditionError, InvalidArgumentError
 
 
 def jobs(roles):
@@ -196,3 +196,30 @@ def test_layout_wait_raises_deadline_exceeded_naming_the_wait_and_the_timeout():
     assert "MPIFLOW_TIMEOUT=0.05 s" in message
     # The back-off sleeps (1 us doubling to 2 ms) keep the number of polls small.
     assert 5 < request.tests < 60
+
+
+def test_a_launch_whose_processes_each_started_mpi_alone_is_stopped():
+    # srun without the PMI of the MPI library (--mpi=none where MPICH needs pmi2): every
+    # task is a job of one rank, which would train alone as its own chief.
+    srun = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}
+    with pytest.raises(FailedPreconditionError) as raised:
+        check_launch_size(1, srun)
+    message = str(raised.value)
+    assert message.startswith("The launcher started this process as rank 1 of 4 "
+                              "(SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=4), but MPI made a job "
+                              "of 1 rank(s) of it"), message
+    assert "srun --mpi=pmi2" in message
+    assert raised.value.brief
+    # Another MPI's mpirun than mpi4py's: its variables say 2, MPI says 1.
+    with pytest.raises(FailedPreconditionError, match="OMPI_COMM_WORLD_SIZE=2.*mpiexec"):
+        check_launch_size(1, {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
+
+
+def test_launch_sizes_that_match_or_are_not_given_pass():
+    check_launch_size(4, {"PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_PROCID": "0",
+                          "SLURM_STEP_NUM_TASKS": "1"})     # mpiexec under srun: PMI's
+    check_launch_size(4, {"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "4",
+                          "PMIX_RANK": "2"})
+    # A batch script's own shell (SLURM_PROCID=0, no step), or no launcher at all.
+    check_launch_size(1, {"SLURM_PROCID": "0", "SLURM_NTASKS": "8"})
+    check_launch_size(1, {})
