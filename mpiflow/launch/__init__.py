@@ -84,12 +84,41 @@ class _Say:
         sys.stderr.flush()
 
 
-def _advertised(args, launcher_name: str) -> tuple[str, str]:
+# The MPI launchers' options that put ranks on other hosts (MPICH's hydra, Open MPI's
+# mpirun), also written --option=value.
+_HOST_OPTIONS = frozenset((
+    "-f", "-hostfile", "--hostfile", "-machinefile", "--machinefile", "-host", "--host",
+    "-hosts", "--hosts", "-H", "--default-hostfile", "-rankfile", "--rankfile"))
+# Host lists a launcher reads from its environment: hydra's host file, Open MPI's and
+# PRRTE's default host file, and the batch systems whose allocations both use (a Slurm
+# allocation of several nodes; PBS, LSF and Grid Engine host lists).
+_HOST_VARIABLES = ("HYDRA_HOST_FILE", "OMPI_MCA_orte_default_hostfile",
+                   "PRTE_MCA_prte_default_hostfile", "PBS_NODEFILE", "LSB_MCPU_HOSTS",
+                   "PE_HOSTFILE")
+
+
+def _may_span_hosts(args, launcher_name: str, environ=None) -> bool:
+    """Whether the launch may put ranks on other hosts than this one."""
+    environ = os.environ if environ is None else environ
+    if args.hosts or launcher_name == "srun":
+        return True
+    if any(word.split("=", 1)[0] in _HOST_OPTIONS
+           for word in shlex.split(args.launcher_args)):
+        return True
+    if any(environ.get(name) for name in _HOST_VARIABLES):
+        return True
+    try:
+        return int(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or
+                   1) > 1
+    except ValueError:
+        return True
+
+
+def _advertised(args, launcher_name: str, environ=None) -> tuple[str, str]:
     """(where ranks connect, where to listen): loopback when every rank is on this host."""
     if args.address:
         return args.address, "0.0.0.0"
-    if args.hosts or launcher_name == "srun" or "-hosts" in args.launcher_args or \
-            "--host" in args.launcher_args or "-f" in shlex.split(args.launcher_args):
+    if _may_span_hosts(args, launcher_name, environ):
         return socket.gethostname(), "0.0.0.0"
     return "127.0.0.1", "127.0.0.1"
 
