@@ -68,12 +68,37 @@ def _parse(argv):
     add_version_argument(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program every rank runs (script.py args, or any command)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_launcher_args_joined(argv, parser))
     if not args.command:
         parser.error("give the program to run, e.g. mpiflow launch -n 4 train.py")
     if args.max_restarts < 0:
         parser.error("--max-restarts must be >= 0")
     return args
+
+
+def _launcher_args_joined(argv, parser) -> list[str]:
+    """``argv`` with ``--launcher-args VALUE`` written ``--launcher-args=VALUE``: argparse
+    takes a value that starts with a dash for an option of its own (``-hostfile hosts``
+    for ``-h``, ``--hostfile=hosts`` for an unknown option), and the MPI launcher's
+    arguments all do. Only this launch's own options are looked at: the first word that
+    is none of them starts the program, whose arguments are its own."""
+    takes_value = {option for action in parser._actions if action.nargs is None
+                   for option in action.option_strings}
+    joined, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--launcher-args" and i + 1 < len(argv):
+            joined.append(f"--launcher-args={argv[i + 1]}")
+            i += 2
+        elif word in takes_value:
+            joined += argv[i:i + 2]
+            i += 2
+        elif word.startswith("-") and word != "--":
+            joined.append(word)
+            i += 1
+        else:
+            return joined + list(argv[i:])
+    return joined
 
 
 class _Say:

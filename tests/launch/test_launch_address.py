@@ -21,7 +21,7 @@ def advertised(*launch_args, launcher="mpich", **environ):
     "--hostfile=hosts", "-launcher ssh -machinefile /shared/machines -genv A b"])
 def test_a_host_option_of_the_mpi_launcher_makes_the_ranks_reach_this_hosts_name(
         launcher_args):
-    assert advertised(f"--launcher-args={launcher_args}") == ANY
+    assert advertised("--launcher-args", launcher_args) == ANY
 
 
 @pytest.mark.parametrize("environ", [
@@ -41,3 +41,14 @@ def test_a_launch_on_this_host_only_listens_on_loopback():
     assert advertised(launcher="srun") == ANY
     assert advertised("--address", "10.0.0.5") == ("10.0.0.5", "0.0.0.0")
 
+
+@pytest.mark.parametrize("launcher_args", [
+    "-hostfile hosts", "-hosts node1:2,node2:2", "--hostfile=hosts", "-np 4", "-h"])
+def test_launcher_args_that_start_with_a_dash_reach_the_mpi_launcher(launcher_args):
+    # argparse would take "-hostfile hosts" for its own -h, and "--hostfile=hosts" for an
+    # option it does not know; the program's own arguments stay the program's.
+    args = _parse(["-n", "4", "--launcher-args", launcher_args, "--ps", "1", "train.py",
+                   "--launcher-args", "-x", "-n", "2"])
+    assert args.launcher_args == launcher_args
+    assert args.ranks == 4 and args.ps == 1
+    assert args.command == ["train.py", "--launcher-args", "-x", "-n", "2"]
