@@ -369,6 +369,54 @@ class Layout:
         return f"Layout(rank={self.rank}, {self.describe()})"
 
 
+def agree_on_roles(comm, layout: Layout, num_ps: int | None = None,
+                   policy: str | None = None,
+                   config: config_lib.Config | None = None) -> list[Role]:
+    """``layout.assign_roles`` on every rank of ``comm``, with one verdict; collective.
+
+    Every rank works out the same roles from the same layout, so a launch that cannot
+    have them (more ps than ranks, a bad policy) fails on every rank at once: each would
+    print the same traceback, and the first abort could cut the others' short, the
+    culprit's included. Here the lowest rank that found the error reports it (in one
+    line: it is a launch setting, the traceback says nothing more) and the others say
+    one line and leave the report and the job's end to it
+    (``runtime.process.follow_the_reporter``). Ranks whose environment gave them other
+    numbers raise the same error, so none goes on alone.
+
+    Raises:
+        InvalidArgumentError: on every rank, when the roles cannot be assigned on some.
+        DeadlineExceededError: a rank did not take part within MPIFLOW_TIMEOUT.
+    """
+    from mpi4py import MPI
+
+    config = config or config_lib.default()
+    try:
+        roles, found = layout.assign_roles(num_ps, policy, config), None
+    except errors.InvalidArgumentError as exc:
+        roles, found = None, exc
+    rank, size = comm.Get_rank(), comm.Get_size()
+    waiter = _Waiter(config, f"rank {rank} of {size}")
+    first = np.array([rank if found is not None else size], dtype=np.int64)
+    waiter.wait(comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN),
+                "agreeing on the roles (Iallreduce)")
+    reporter = int(first[0])
+    if reporter == size:
+        return roles
+    texts = _allgather_texts(comm, waiter,
+                             (found.message if found is not None else "").encode("utf-8"),
+                             "sizing the roles' errors (Iallreduce)",
+                             "gathering the roles' errors (Iallgather)")
+    error = errors.InvalidArgumentError(texts[reporter] if reporter != rank else found.message)
+    error.brief = True
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        error.reported_by_rank = group.Translate_ranks([reporter], world)[0]
+    finally:
+        group.Free()
+        world.Free()
+    raise error
+
+
 def check_agreement(comm, compared: str, shown: str, what: str,
                     config: config_lib.Config | None = None) -> None:
     """Check that every rank of ``comm`` holds the same ``compared`` text; collective.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mpiflow import config as config_lib
 from mpiflow import errors
-from mpiflow.comm.cluster import Layout, Role
+from mpiflow.comm.cluster import Layout, Role, agree_on_roles
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -143,13 +143,17 @@ class ClusterSpec:
             from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
 
             comm = MPI.COMM_WORLD
-        return cls.from_layout(Layout.from_comm(comm, config=config), ps, policy, config)
+        layout = Layout.from_comm(comm, config=config)
+        return cls._from_roles(layout, agree_on_roles(comm, layout, ps, policy, config))
 
     @classmethod
     def from_layout(cls, layout: Layout, ps: int | None = None, policy: str | None = None,
                     config: config_lib.Config | None = None) -> ClusterSpec:
         """Make the cluster of ranks laid out as ``layout`` (``from_mpi`` without MPI)."""
-        roles = layout.assign_roles(ps, policy, config)
+        return cls._from_roles(layout, layout.assign_roles(ps, policy, config))
+
+    @classmethod
+    def _from_roles(cls, layout: Layout, roles) -> ClusterSpec:
         jobs: dict[str, dict[int, str]] = {}
         for rank, (job, task) in enumerate(roles):
             jobs.setdefault(job, {})[task] = f"mpi://{layout.hosts[rank]}/{rank}"

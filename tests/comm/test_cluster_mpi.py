@@ -91,6 +91,23 @@ def test_more_ps_than_ranks_fails_with_a_clear_message(run_mpi):
     assert "CLUSTER" not in result.stdout
 
 
+def test_more_ps_than_ranks_is_reported_once_by_rank_0_without_a_traceback(run_mpi):
+    # Every rank of ClusterSpec.from_mpi finds it; rank 0 alone reports it, in one line (a
+    # launch setting: the traceback would say nothing), and no other rank's abort cuts
+    # that report short (each printed its traceback, or the first abort left none).
+    result = run_mpi(4, PROG, "--env-only", timeout=TIMEOUT, check=False,
+                     env={"MPIFLOW_PS": "5", "MPIFLOW_PS_POLICY": ""})
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    said = [line for line in result.stderr.splitlines() if "no worker left" in line]
+    reports = [line for line in said
+               if not line.endswith("(rank 0 reports it and ends the job)")]
+    assert len(reports) == 1, result.stderr
+    assert reports[0].startswith("[r0] InvalidArgumentError: Cannot assign roles, no worker "
+                                 "left: 4 ranks, 5 ps"), result.stderr
+    assert reports[0].endswith("(from the environment: MPIFLOW_PS=5)"), result.stderr
+
+
 def test_malformed_environment_fails_naming_the_variable(run_mpi):
     result = run_mpi(2, PROG, "--env-only", timeout=TIMEOUT, env={"MPIFLOW_PS": "abc"},
                      check=False)
