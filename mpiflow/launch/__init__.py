@@ -71,6 +71,11 @@ def _parse(argv):
     args = parser.parse_args(_launcher_args_joined(argv, parser))
     if not args.command:
         parser.error("give the program to run, e.g. mpiflow launch -n 4 train.py")
+    if args.ranks is not None and args.ranks < 1:
+        # MPICH's mpiexec starts one rank for -n 0 or -n -2 and the job "succeeds".
+        parser.error(f"-n must be >= 1, got {args.ranks}")
+    if args.ps is not None and args.ps < 0:
+        parser.error(f"--ps must be >= 0, got {args.ps}")
     if args.max_restarts < 0:
         parser.error("--max-restarts must be >= 0")
     return args
