@@ -58,6 +58,19 @@ class Launcher:
         return int(found.group(1)), line[found.end():]
 
 
+def _srun_export(names: list[str]) -> list[str]:
+    """srun gives the tasks its whole environment, unless told to give less: by
+    ``SLURM_EXPORT_ENV``, which ``sbatch --export=NONE`` (or a list of variables) sets for
+    the steps of its script. Then ``names`` (the launch's own variables) are added to
+    what it gives, or the ranks would never reach the launch and run without its
+    ``--ps``/``--policy``."""
+    policy = os.environ.get("SLURM_EXPORT_ENV", "")
+    if not policy or policy.split(",")[0] == "ALL":
+        return []
+    given = [] if policy in ("NONE", "NIL") else policy.split(",")
+    return ["--export=" + ",".join(given + [n for n in names if n not in given])]
+
+
 LAUNCHERS = {
     "mpich": Launcher("mpich", "-n", "-hosts", ("-prepend-rank",), re.compile(r"\[(\d+)\] "),
                       elastic_flags=("-disable-auto-cleanup",)),
@@ -66,6 +79,7 @@ LAUNCHERS = {
                         export=lambda names: [a for n in names for a in ("-x", n)],
                         elastic_flags=("--enable-recovery",), forwards_interrupts=False),
     "srun": Launcher("srun", "-n", None, ("--label",), re.compile(r" *(\d+): "),
+                     export=_srun_export,
                      elastic_flags=("--no-kill", "--kill-on-bad-exit=0"),
                      forwards_interrupts=False),
 }

@@ -1,6 +1,7 @@
 """The batch scripts of slurm/, submitted with sbatch --wait to a real one-node Slurm."""
 
 import re
+import sys
 
 import pytest
 
@@ -38,3 +39,19 @@ def test_embedding_scripts_train_in_their_mode(slurm, script, mode, roles):
     found = re.search(rf"^{mode}: [\d.]+ steps/s .* test loss ([\d.]+) -> ([\d.]+)$",
                       output, re.M)
     assert found and float(found[2]) < float(found[1]), output
+
+
+def test_mpiflow_launch_under_sbatch_export_none_gives_the_ranks_its_settings(slurm, tmp_path):
+    # sbatch --export=NONE (a common site policy) makes srun give the tasks no variables
+    # of the script's: the ranks lost --ps (and their line to the launch).
+    script = tmp_path / "launch.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"export PYTHONPATH={REPO_ROOT}\n"
+        f"{sys.executable} -m mpiflow launch --ps 2 --launcher-args=--mpi=pmi2 "
+        f"{sys.executable} -m mpiflow info\n")
+    code, output = slurm.sbatch(script, *TINY, "--export=NONE")
+    assert code == 0, output
+    untagged = re.sub(r"^\[rank \d+\] ", "", output, flags=re.M)
+    assert_layout_shown(untagged, ["ps:0", "ps:1", "worker:0"])
+    assert "MPIFLOW_LAUNCH_ADDRESS=" in untagged, output
