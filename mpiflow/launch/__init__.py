@@ -2,7 +2,7 @@
 
     mpiflow launch -n 4 --ps 1 train.py --steps 1000
     mpiflow launch -n 8 --hosts node1:4,node2:4 --max-restarts 3 train.py
-    srun -N 2 --ntasks-per-node 4 --pty mpiflow launch train.py     # (inside an allocation)
+    salloc -N 2 --ntasks-per-node 4 mpiflow launch train.py     # srun in the allocation
 
 A thin layer over the MPI library's own launcher (MPICH's or Open MPI's ``mpiexec``, or
 ``srun`` in a Slurm allocation), in the spirit of ``horovodrun`` and ``torchrun``:
@@ -167,9 +167,29 @@ def _register(address: str, command: list[str]) -> str:
     return path
 
 
+def _started_as_a_rank() -> str | None:
+    """Why this launch runs as one of several processes a launcher started (``srun -n 8
+    mpiflow launch``, ``mpiexec -n 4 mpiflow launch``): each would start the whole job,
+    and nested srun steps wait for the resources the outer step holds; None if not."""
+    from mpiflow.comm.cluster import launched_size
+
+    launched = launched_size()
+    if launched is None or launched[2] <= 1:
+        return None
+    rank_variable, size_variable, size = launched
+    return (f"this is one of {size} processes a launcher started ({rank_variable}="
+            f"{os.environ[rank_variable]}, {size_variable}={size}), and each would start the "
+            "whole job: run mpiflow launch once, in the batch script or the shell of salloc "
+            "(it starts srun or mpiexec, which start the ranks)")
+
+
 def main(argv=None) -> int:
     args = _parse(sys.argv[1:] if argv is None else list(argv))
     say = _Say()
+    nested = _started_as_a_rank()
+    if nested is not None:
+        say(nested)
+        return 2
     try:
         launcher, program = find(args.launcher)
         command = list(args.command)

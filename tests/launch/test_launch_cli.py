@@ -39,3 +39,22 @@ def test_srun_gives_the_ranks_the_launchs_variables_whatever_it_exports(
     given = [word for word in argv if word.startswith("--export")]
     assert given == ([exported] if exported else []), argv
     assert argv[-2:] == ["python", "train.py"]
+
+
+@pytest.mark.parametrize("started_by", [
+    {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+     "SLURM_STEP_NUM_TASKS": "8"},
+    {"PMI_RANK": "1", "PMI_SIZE": "4"}])
+def test_a_launch_started_as_one_of_several_tasks_refuses_to_start_the_job(started_by,
+                                                                            tmp_path):
+    # srun -n 8 mpiflow launch (or mpiexec -n 4): every task would start the whole job,
+    # and under Slurm the nested steps wait for what the outer one holds, without end.
+    marker = tmp_path / "ran"
+    done = subprocess.run(
+        [sys.executable, "-m", "mpiflow", "launch", "-n", "1", "--launcher", "mpiexec",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w')"], capture_output=True,
+        text=True, timeout=60, env=launch_env(started_by))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("mpiflow.launch: this is one of "), done.stderr
+    assert "run mpiflow launch once, in the batch script" in done.stderr
+    assert not marker.exists()
