@@ -153,6 +153,9 @@ class Job:
 
     def _pump(self, stream, out) -> None:
         """Copy the launcher's output line by line, each tagged with its rank once."""
+        if self.launcher.piece_marker is not None:
+            self._pump_pieces(stream, out)
+            return
         pending = b""
         while True:
             chunk = stream.read1(65536)
@@ -171,11 +174,87 @@ class Job:
             out.write(self._tag_line(last + b"\n"))
             out.flush()
 
+    def _pump_pieces(self, stream, out) -> None:
+        """``_pump`` for a launcher that marks every piece of output with its rank: the
+        pieces are put back together into each rank's lines, tagged once."""
+        pieces = _Pieces(self.launcher.piece_marker)
+        while True:
+            chunk = stream.read1(65536)
+            lines = pieces.feed(chunk) if chunk else pieces.finish()
+            if lines:
+                out.write(b"".join(line if rank is None else self._titled(rank, line)
+                                   for rank, line in lines))
+                out.flush()
+            if not chunk:
+                break
+
     def _tag_line(self, raw: bytes) -> bytes:
         line = raw.replace(b"\0", b"").decode("utf-8", errors="replace")
         rank, text = self.launcher.split_tag(line)
-        if rank is None or _TAGGED.match(text):
-            return (text if rank is not None else line).encode()
+        if rank is None:
+            return line.encode()
+        return self._titled(rank, text.encode())
+
+    def _titled(self, rank: int, raw: bytes) -> bytes:
+        """``raw``, a line of ``rank``'s, tagged with its name (kept as it is where
+        mpiflow tagged it already)."""
+        text = raw.decode("utf-8", errors="replace")
+        if _TAGGED.match(text):
+            return text.encode()
         state = self.server.ranks.get(rank)
         title = state.title() if state is not None and state.name else f"rank {rank}"
         return f"[{title}] {text}".encode()
+
+
+class _Pieces:
+    """Whole lines out of a launcher's stream in which every piece a rank wrote starts
+    with a marker naming the rank (MPICH's ``-prepend-pattern``). hydra writes the marker
+    before each piece of a line as it reads it from the rank (up to and including a line
+    end), so a line written in parts, unbuffered, comes in several pieces, between which
+    other ranks' pieces may come. Text after a piece's line end and before the next
+    marker is the launcher's own (its messages). ``feed`` returns the lines completed,
+    as (rank or None for the launcher's own, the line); a line ends at '\\n' or '\\r' (a
+    progress bar redrawing its line)."""
+
+    def __init__(self, marker: re.Pattern):
+        self.marker = marker
+        self.pending = b""          # the start of a marker cut off by the end of a read
+        self.rank = None            # whose piece is being read (None: the launcher's text)
+        self.partial: dict[int | None, bytes] = {}     # each writer's unfinished line
+
+    def feed(self, data: bytes) -> list[tuple[int | None, bytes]]:
+        data, self.pending = self.pending + data.replace(b"\0", b""), b""
+        lines: list[tuple[int | None, bytes]] = []
+        at = 0
+        for found in self.marker.finditer(data):
+            self._take(data[at:found.start()], lines)
+            self.rank, at = int(found.group(1)), found.end()
+        rest = data[at:]
+        cut = rest.rfind(b"\x02")
+        if cut != -1 and b"\x03" not in rest[cut:]:
+            rest, self.pending = rest[:cut], rest[cut:]
+        self._take(rest, lines)
+        return lines
+
+    def finish(self) -> list[tuple[int | None, bytes]]:
+        """The unfinished lines at the end of the stream, each ended."""
+        lines = self._take(self.pending, [])
+        lines += [(writer, text + b"\n") for writer, text in self.partial.items() if text]
+        self.partial.clear()
+        return lines
+
+    def _take(self, text: bytes, lines: list) -> list:
+        while text:
+            if self.rank is None:
+                piece, text = text, b""
+            else:
+                # A rank's piece ends with its first line end; what follows is not its.
+                end = text.find(b"\n")
+                piece, text = (text, b"") if end == -1 else (text[:end + 1], text[end + 1:])
+            writer = self.rank
+            *done, self.partial[writer] = _LINE_END.split(self.partial.get(writer, b"") +
+                                                          piece)
+            lines += [(writer, line) for line in done]
+            if piece.endswith(b"\n"):
+                self.rank = None
+        return lines

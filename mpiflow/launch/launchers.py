@@ -1,9 +1,9 @@
 """The MPI launchers ``mpiflow.launch`` drives, one entry each: how to start N ranks, how
 each tags its output lines with the rank, and how to pass environment variables.
 
-MPICH's hydra ``mpiexec`` (``-prepend-rank``: ``[3] text``), Open MPI's ``mpirun``
-(``--tag-output``: ``[1,3]<stdout>: text``) and Slurm's ``srun`` inside an allocation
-(``--label``: ``3: text``). Which one is used is found from the environment (an
+MPICH's hydra ``mpiexec`` (``-prepend-pattern``: a marker before every piece of
+output), Open MPI's ``mpirun`` (``--tag-output``: ``[1,3]<stdout>: text``) and Slurm's
+``srun`` inside an allocation (``--label``: ``3: text``). Which one is used is found from the environment (an
 allocation with ``srun``), or from what ``mpiexec --version`` says.
 """
 
@@ -29,6 +29,10 @@ class Launcher:
     hosts_flag: str | None
     tag_flags: tuple[str, ...]
     tag: re.Pattern            # group 1: the rank; the match is the whole tag
+    # Set where the launcher tags every piece of output as it reads it, not every line
+    # (MPICH's hydra): the marker it writes before each piece, group 1 the rank, so that
+    # pieces of several ranks' lines, interleaved, are put back together per rank.
+    piece_marker: re.Pattern | None = None
     export: Callable[[list[str]], list[str]] = lambda names: []
     # What keeps the other ranks running when one dies (MPIFLOW_ELASTIC).
     elastic_flags: tuple[str, ...] = ()
@@ -72,7 +76,12 @@ def _srun_export(names: list[str]) -> list[str]:
 
 
 LAUNCHERS = {
-    "mpich": Launcher("mpich", "-n", "-hosts", ("-prepend-rank",), re.compile(r"\[(\d+)\] "),
+    # hydra writes its pattern before each piece of a line as it reads it from a rank
+    # ("[0] first[1] first[0]  last"): markers no output holds (STX rank ETX) tell the
+    # pieces apart, whoever wrote them.
+    "mpich": Launcher("mpich", "-n", "-hosts", ("-prepend-pattern", "\x02%r\x03"),
+                      re.compile("\x02(\\d+)\x03"),
+                      piece_marker=re.compile(b"\x02(\\d+)\x03"),
                       elastic_flags=("-disable-auto-cleanup",)),
     "openmpi": Launcher("openmpi", "-n", "--host", ("--tag-output",),
                         re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>: ?"),

@@ -138,6 +138,27 @@ def test_every_output_line_carries_its_rank_once(start_launch, tmp_path):
     assert saving and all(line.startswith("[worker:0 r1] INFO") for line in saving), err
 
 
+PIECES = """import os, sys, time
+rank = os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"]
+for piece in (f"first {rank}", " and", f" last {rank}\\n"):
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+    time.sleep(0.2)
+"""
+
+
+def test_a_line_written_in_pieces_is_one_line_with_one_tag(start_launch, tmp_path):
+    # Unbuffered output (python -u, a program without mpiflow, lines before its import)
+    # reaches the MPI launcher a piece at a time, and MPICH's tags every piece: the lines
+    # of two ranks came out spliced, "[rank 0] first 0[1] first 1[0]  and...".
+    (tmp_path / "pieces.py").write_text(PIECES)
+    proc = start_launch("-n", 2, sys.executable, "-u", tmp_path / "pieces.py")
+    out, err = finish(proc, timeout=60)
+    assert proc.returncode == 0, err
+    assert sorted(out.splitlines()) == ["[rank 0] first 0 and last 0",
+                                        "[rank 1] first 1 and last 1"], out
+
+
 def test_ctrl_c_stops_the_job_without_a_restart(start_launch, tmp_path):
     proc = start_launch("-n", 3, "--max-restarts", 2, PROG, tmp_path / "ckpt", 10**6)
     for line in proc.stdout:
