@@ -37,6 +37,18 @@ _SAY_ONCE_S = 1.0       # how long the other ranks wait for the first to print a
 _CLUSTER_FLAGS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
 
+def _say_once(text: str, code: int):
+    """Print ``text`` on the launch's first rank alone and exit with ``code`` (every rank
+    reaches the same verdict and would print the same lines)."""
+    if launch_rank() in (None, "0"):
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+    else:
+        # The others give it time to (the launcher ends the job when one rank exits).
+        time.sleep(_SAY_ONCE_S)
+    sys.exit(code)
+
+
 class _SaidOnceParser(argparse.ArgumentParser):
     """An argument parser whose errors the launch's first rank alone prints: every rank
     parses the same command line and would print the same usage and error."""
@@ -47,6 +59,18 @@ class _SaidOnceParser(argparse.ArgumentParser):
         # The others give it time to (the launcher ends the job when one rank exits).
         time.sleep(_SAY_ONCE_S)
         sys.exit(2)
+
+
+def _check_syntax(script: str) -> None:
+    """Stop on a script that does not compile, said once and before MPI starts: every
+    rank would otherwise print the same SyntaxError with its traceback, once MPI runs."""
+    with open(script, "rb") as f:
+        source = f.read()
+    try:
+        compile(source, script, "exec")
+    except SyntaxError as exc:
+        import traceback
+        _say_once("".join(traceback.format_exception_only(type(exc), exc)), 1)
 
 
 def _parse(argv):
@@ -68,6 +92,7 @@ def _parse(argv):
         parser.error("the training script is required")
     if not os.path.isfile(args.script):     # one line, not a traceback from every rank
         parser.error(f"no such script: {args.script}")
+    _check_syntax(args.script)
     return args
 
 

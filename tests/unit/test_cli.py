@@ -135,3 +135,19 @@ def test_run_says_a_mistake_of_its_command_line_once_for_the_whole_launch(tmp_pa
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.splitlines()[-1:] == (
             [f"python -m mpiflow.run: error: {said}"] if rank == "0" else []), proc.stderr
+
+
+def test_run_says_a_syntax_error_of_the_script_once_before_mpi_starts(tmp_path):
+    # Every rank compiled the script once its rank service ran, and each printed the same
+    # traceback through runpy.
+    script = tmp_path / "broken.py"
+    script.write_text("import os\ndef f(:\n    pass\n")
+    for rank in ("0", "1"):
+        proc = _run("-m", "mpiflow.run", "--no-supervise", str(script),
+                    env=_env(PMI_RANK=rank))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        if rank == "0":
+            assert proc.stderr.splitlines()[0] == f'  File "{script}", line 2', proc.stderr
+            assert proc.stderr.splitlines()[-1] == "SyntaxError: invalid syntax", proc.stderr
+        else:
+            assert proc.stderr == "", proc.stderr
