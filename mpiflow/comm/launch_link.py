@@ -26,6 +26,10 @@ import threading
 from typing import Callable
 
 ADDRESS_VARIABLE = "MPIFLOW_LAUNCH_ADDRESS"
+# The process whose line to the launcher this is, for the processes it starts: a helper
+# script or a spawned worker of a rank that imports mpiflow inherits the rank's variables,
+# and would otherwise say hello as that rank and be taken for it from then on.
+OWNER_VARIABLE = "_MPIFLOW_LAUNCH_LINE_PID"
 _CONNECT_TIMEOUT_S = 5.0
 
 
@@ -112,6 +116,8 @@ def connect_from_environment(rank: str | None) -> LaunchLink | None:
     address = os.environ.get(ADDRESS_VARIABLE)
     if not address or _LINK or rank is None:
         return _LINK[0] if _LINK else None
+    if os.environ.get(OWNER_VARIABLE, str(os.getpid())) != str(os.getpid()):
+        return None             # started by the rank, not the rank: its line speaks for it
     host, _, port = address.rpartition(":")
     try:
         sock = socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S)
@@ -123,6 +129,7 @@ def connect_from_environment(rank: str | None) -> LaunchLink | None:
     link = LaunchLink(sock)
     link.tell("hello", rank=int(rank), pid=os.getpid(), host=socket.gethostname())
     _LINK.append(link)
+    os.environ[OWNER_VARIABLE] = str(os.getpid())
     return link
 
 
@@ -145,4 +152,5 @@ def watch() -> LaunchLink | None:
         return None
     link = _LINK.pop()
     link.tell("watching", pid=os.getpid())
+    os.environ.pop(OWNER_VARIABLE, None)     # the child this process starts is the rank
     return link

@@ -78,6 +78,17 @@ def test_a_rank_killed_by_a_signal_is_named(start_launch, tmp_path):
                      r"the job ends$", err, re.M), err
 
 
+def test_a_process_a_rank_starts_is_not_taken_for_the_rank(start_launch, tmp_path):
+    # A helper that imports mpiflow inherits the rank's variables: it said hello as the
+    # rank, its exit ended the rank for the launch, and the rank's own death went unnamed
+    # ("no rank reported a fault").
+    proc = start_launch("-n", 3, PROG, tmp_path / "ckpt", 10**6, "kill_after_helper")
+    _, err = finish(proc)
+    assert proc.returncode != 0, err
+    assert re.search(r"the job failed .*: rank 2 \(worker:1\) on \S+: its process was "
+                     r"killed by SIGKILL \(signal 9\)$", err, re.M), err
+
+
 def test_a_failed_job_restarts_and_resumes_from_its_last_checkpoint(start_launch, tmp_path):
     checkpoint_dir = tmp_path / "ckpt"
     proc = start_launch("-n", 3, "--max-restarts", 2, PROG, checkpoint_dir, 60, "raise")

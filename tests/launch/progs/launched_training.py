@@ -8,10 +8,13 @@ FAULT (on the first start only, MPIFLOW_RESTART=0) strikes worker 1 once the glo
 passes 25 and a checkpoint exists: ``raise`` raises, ``kill`` kills the rank with
 SIGKILL, ``hang`` stops it in a deadlock; ``print`` has every rank print an untagged line;
 ``term_at_start`` has worker 1 send itself SIGTERM while its session is being created.
+A FAULT ending ``_after_helper`` has every rank first run a helper process that imports
+mpiflow (with the rank's environment), then strikes as the FAULT before it.
 """
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -49,6 +52,9 @@ class SigtermInCreation(mf.train.SessionRunHook):
 def main(checkpoint_dir, last_step, fault):
     cluster = mf.train.ClusterSpec.from_mpi(ps=1)
     server = mf.train.Server(cluster)
+    if fault.endswith("_after_helper"):
+        subprocess.run([sys.executable, "-c", "import mpiflow"], check=True)
+        fault = fault[:-len("_after_helper")]
     if fault == "print":
         print(f"plain line from {server.job_name}:{server.task_index}", flush=True)
     if server.job_name == "ps":
