@@ -1,6 +1,6 @@
 """``python -m mpiflow.info``: the layout this launch gives, and what each rank can use.
 
-    mpiexec -n 4 python -m mpiflow.info          # or: srun python -m mpiflow.info
+    mpiexec -n 4 python -m mpiflow.info          # or: srun --mpi=pmi2 python -m mpiflow.info
     mpiexec -n 4 python -m mpiflow.info --ps 2 --policy spread
     MPIFLOW_PS=2 MPIFLOW_PS_POLICY=spread mpiexec -n 4 python -m mpiflow.info   # the same
 

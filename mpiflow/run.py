@@ -1,7 +1,7 @@
 """``python -m mpiflow.run``: run a TF1 ps/worker script, unmodified, on every MPI rank.
 
     mpiexec -n 4 python -m mpiflow.run --ps 1 --as-tensorflow train.py --train_steps 1000
-    srun python -m mpiflow.run --ps 2 --policy spread train.py
+    srun --mpi=pmi2 python -m mpiflow.run --ps 2 --policy spread train.py
 
 TF1 distributed scripts expect to be started by hand on every machine with
 ``--ps_hosts``, ``--worker_hosts``, ``--job_name`` and ``--task_index`` (or a
