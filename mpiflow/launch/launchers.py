@@ -3,8 +3,8 @@ each tags its output lines with the rank, and how to pass environment variables.
 
 MPICH's hydra ``mpiexec`` (``-prepend-pattern``: a marker before every piece of
 output), Open MPI's ``mpirun`` (``--tag-output``: ``[1,3]<stdout>: text``) and Slurm's
-``srun`` inside an allocation (``--label``: ``3: text``). Which one is used is found from the environment (an
-allocation with ``srun``), or from what ``mpiexec --version`` says.
+``srun`` inside an allocation (``--label``: ``3: text``). Which one is used is found from
+the environment (an allocation with ``srun``), or from what ``mpiexec --version`` says.
 """
 
 from __future__ import annotations

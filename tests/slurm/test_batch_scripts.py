@@ -52,6 +52,6 @@ def test_mpiflow_launch_under_sbatch_export_none_gives_the_ranks_its_settings(sl
         f"{sys.executable} -m mpiflow info\n")
     code, output = slurm.sbatch(script, *TINY, "--export=NONE")
     assert code == 0, output
-    untagged = re.sub(r"^\[rank \d+\] ", "", output, flags=re.M)
+    untagged = re.sub(r"^\[rank \d+\] ", "", output, flags=re.MULTILINE)
     assert_layout_shown(untagged, ["ps:0", "ps:1", "worker:0"])
     assert "MPIFLOW_LAUNCH_ADDRESS=" in untagged, output
