@@ -78,8 +78,9 @@ def _nccl_version(nccl) -> str:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    from mpi4py import MPI
+    from mpiflow.runtime.process import start_mpi
 
+    MPI = start_mpi()
     from mpiflow import backend, config, errors
     from mpiflow.comm import cuda_aware
     from mpiflow.comm.cluster import Layout

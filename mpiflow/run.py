@@ -170,10 +170,11 @@ def main(argv=None) -> int:
     if args.supervise and _STATUS_FD not in os.environ:
         from mpiflow import supervise
         return supervise.main([sys.executable, "-m", "mpiflow.run", *argv])
-    from mpi4py import MPI
-
     from mpiflow import errors
+    from mpiflow.runtime.process import start_mpi
     from mpiflow.train.cluster_spec import ClusterSpec, set_launch_cluster
+
+    MPI = start_mpi()
 
     world = MPI.COMM_WORLD
     try:

@@ -74,6 +74,11 @@ class LaunchLink:
                           wait_s=wait_s) or {}
         return {int(rank): report for rank, report in (answer.get("reports") or {}).items()}
 
+    def fileno(self) -> int:
+        """The line's socket, for a helper process that speaks for this rank when the rank
+        itself cannot (``runtime.process.start_mpi``)."""
+        return self._sock.fileno()
+
     def close(self) -> None:
         try:
             self._sock.shutdown(socket.SHUT_RDWR)

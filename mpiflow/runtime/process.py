@@ -11,7 +11,11 @@ otherwise leave the others waiting until the scheduler's time limit. An interrup
 from __future__ import annotations
 
 import atexit
+import json
+import math
 import os
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -20,12 +24,80 @@ from mpiflow.comm import arrival, launch_link, launcher_reaper
 from mpiflow.runtime import interrupts, whereabouts
 
 _SERVICE = []
+# A rank other than the launch's first waits this much longer in MPI_Init, so that the
+# first rank's report comes first whenever it is there itself.
+_START_EXTRA_WAIT_S = 2.0
+
+
+def start_mpi():
+    """Return ``mpi4py.MPI``, importing it (which starts MPI) within MPIFLOW_TIMEOUT.
+
+    MPI's start (MPI_Init) waits for every rank of the job to start MPI too (MPICH's ranks
+    exchange their addresses there), so a rank stuck before it (a deadlock or a slow
+    load before ``ClusterSpec.from_mpi``), or one that never starts MPI, kept every other
+    rank in MPI_Init without end and without a word, before any wait of mpiflow's could
+    name it. MPI_Init holds Python's lock, so no thread of this process can act: a small
+    watcher process started here does, if MPI_Init has not returned in time. It says
+    which wait it was (on this rank's stderr, and to ``mpiflow launch`` over this rank's
+    line), then kills this rank; the MPI launcher then ends the job.
+    """
+    started = sys.modules.get("mpi4py.MPI")
+    if started is not None:
+        return started
+    watcher = _watch_mpi_init()
+    try:
+        from mpi4py import MPI
+    finally:
+        if watcher is not None:
+            try:
+                # Its sleep too: a process left holding this rank's stderr would keep the
+                # launch's output open.
+                os.killpg(watcher.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            watcher.wait()
+    return MPI
+
+
+def _watch_mpi_init():
+    """The watcher of ``start_mpi`` (None outside a launch: one process starts MPI
+    alone, waiting for nobody)."""
+    from mpiflow import config, logger
+    rank = logger.launch_rank()
+    if rank is None:
+        return None
+    base = config.get("MPIFLOW_TIMEOUT")
+    timeout = base + (0.0 if rank == "0" else _START_EXTRA_WAIT_S)
+    summary = (f"DeadlineExceededError: Start-up: rank {rank} waited {timeout:g} s in "
+               f"MPI_Init (starting MPI), which waits for every rank of the job to start "
+               f"MPI: a rank is stuck before it (before ClusterSpec.from_mpi or its "
+               f"Server), has ended, or runs another program (MPIFLOW_TIMEOUT={base:g}); "
+               f"this rank ends the job")
+    pid = os.getpid()
+    # Seconds one at a time, gone as soon as the rank is (killed by its launcher); it holds
+    # none of the rank's output, which it reaches through /proc only when it speaks.
+    script = (f"i=0; while [ $i -lt {math.ceil(timeout)} ]; do sleep 1; "
+              f"kill -0 {pid} 2>/dev/null || exit 0; i=$((i+1)); done; "
+              f'printf "%s\\n" "$1" > /proc/{pid}/fd/2; ')
+    link, fds = launch_link.current(), ()
+    if link is not None:
+        fds = (link.fileno(),)
+        script += f'printf "%s\\n" "$2" >&{fds[0]}; '
+    script += f"kill -KILL {pid}"
+    said = json.dumps({"k": "failed", "why": summary})
+    try:
+        return subprocess.Popen(["sh", "-c", script, "sh", logger.line_tag() + summary, said],
+                                pass_fds=fds, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError:
+        return None             # no shell: MPI_Init may wait, as it would without this
 
 
 def rank_service():
     """Return this process's rank service, starting it (and MPI) on first use."""
     if not _SERVICE:
-        from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
+        MPI = start_mpi()
 
         from mpiflow.runtime.rank_service import RankService
         # MPI_Comm_dup waits for every rank without end: meet first, naming the absent.

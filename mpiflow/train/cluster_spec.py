@@ -140,9 +140,9 @@ class ClusterSpec:
             DeadlineExceededError: a rank of ``comm`` did not join within MPIFLOW_TIMEOUT.
         """
         if comm is None:
-            from mpi4py import MPI  # here: importing mpi4py.MPI initialises MPI
+            from mpiflow.runtime.process import start_mpi
 
-            comm = MPI.COMM_WORLD
+            comm = start_mpi().COMM_WORLD
         layout = Layout.from_comm(comm, config=config)
         return cls._from_roles(layout, agree_on_roles(comm, layout, ps, policy, config))
 

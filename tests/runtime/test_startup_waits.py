@@ -96,3 +96,24 @@ def test_a_wait_that_times_out_shows_the_stack_of_the_rank_it_waited_for(run_mpi
     report = text.split("where the ranks it waited for are:")[1]
     assert report.lstrip("\n").startswith("=== rank 0 (ps:0)"), result.stderr
     assert "in deadlocked_in_user_code" in report and "lock.acquire()" in report
+
+
+STALLED_BEFORE_MPI = """import os, time
+import mpiflow as mf
+if (os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "2":
+    time.sleep(120)     # stuck before it ever starts MPI
+mf.train.ClusterSpec.from_mpi(ps=1)
+"""
+
+
+def test_a_rank_stuck_before_it_starts_mpi_is_reported_and_the_job_ends(run_mpi, tmp_path):
+    # MPI_Init waits for every rank to start MPI: the others waited in it, silent and
+    # without end, and no wait of mpiflow's could fire.
+    script = tmp_path / "stalled.py"
+    script.write_text(STALLED_BEFORE_MPI)
+    result, took = timed(lambda: run_mpi(3, script, env=TIMEOUT, check=False, timeout=40))
+    assert result.returncode != 0
+    assert took < ENDS_WITHIN_S, (took, result.stderr)
+    assert "[r0] DeadlineExceededError: Start-up: rank 0 waited 3 s in MPI_Init (starting " \
+           "MPI), which waits for every rank of the job to start MPI" in result.stderr, \
+        result.stderr
