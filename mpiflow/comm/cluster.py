@@ -177,15 +177,20 @@ LAUNCH_SIZE_VARIABLES = (("PMI_RANK", "PMI_SIZE"),
 
 def launched_size(environ=None) -> tuple[str, str, int] | None:
     """``(rank variable, size variable, size)``: how many processes the launcher that
-    started this one says it started, or None where it does not say (no launcher)."""
+    started this one says it started, or None where it does not say (no launcher, or one
+    that gives no size).
+
+    The first launcher whose rank variable is set decides: an MPI launcher started inside
+    a Slurm job (mpiexec or a PMIx launcher in a batch script) leaves Slurm's variables of
+    the batch script in its processes' environment, which count something else."""
     environ = os.environ if environ is None else environ
     for rank_variable, size_variable in LAUNCH_SIZE_VARIABLES:
-        if not environ.get(rank_variable) or not environ.get(size_variable or ""):
+        if not environ.get(rank_variable):
             continue
         try:
             return rank_variable, size_variable, int(environ[size_variable])
-        except ValueError:
-            continue
+        except (KeyError, ValueError):
+            return None
     return None
 
 

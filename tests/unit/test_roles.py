@@ -220,6 +220,8 @@ def test_launch_sizes_that_match_or_are_not_given_pass():
                           "SLURM_STEP_NUM_TASKS": "1"})     # mpiexec under srun: PMI's
     check_launch_size(4, {"SLURM_PROCID": "2", "SLURM_STEP_NUM_TASKS": "4",
                           "PMIX_RANK": "2"})
+    # A PMIx launcher (no size) in a batch script: Slurm's variables are the script's.
+    check_launch_size(4, {"PMIX_RANK": "3", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"})
     # A batch script's own shell (SLURM_PROCID=0, no step), or no launcher at all.
     check_launch_size(1, {"SLURM_PROCID": "0", "SLURM_NTASKS": "8"})
     check_launch_size(1, {})
