@@ -18,14 +18,10 @@ def connect(server, rank):
 def watched_rank(server, number):
     """``(watcher, rank)`` lines of rank ``number`` as a launch makes them: its watching
     parent says hello and that it watches, then starts the rank, which says hello."""
-    watcher = connect(server, number)
-    watcher.tell("watching", pid=0)
-    deadline = time.monotonic() + 5
-    while (number not in server.ranks or server.ranks[number].watchers < 1) and \
-            time.monotonic() < deadline:
-        time.sleep(0.01)
+    watcher = unwatched_child(server, number)
     parents = server.ranks[number]
     rank = connect(server, number)
+    deadline = time.monotonic() + 5
     while server.ranks[number] is parents and time.monotonic() < deadline:
         time.sleep(0.01)
     return watcher, rank
