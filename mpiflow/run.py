@@ -54,11 +54,7 @@ class _SaidOnceParser(argparse.ArgumentParser):
     parses the same command line and would print the same usage and error."""
 
     def error(self, message):
-        if launch_rank() in (None, "0"):
-            super().error(message)
-        # The others give it time to (the launcher ends the job when one rank exits).
-        time.sleep(_SAY_ONCE_S)
-        sys.exit(2)
+        _say_once(f"{self.format_usage()}{self.prog}: error: {message}\n", 2)
 
 
 def _check_syntax(script: str) -> None:

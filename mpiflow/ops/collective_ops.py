@@ -27,6 +27,15 @@ def runs_collectives(graph) -> bool:
     mode): then no worker may stop stepping on its own (a graceful stop, a join that only
     serves, a chief's duties moving to another worker)."""
     return any(op.type.startswith("Collective") for op in graph.get_operations())
+
+
+# What a worker whose data ends before the others' does where steps run collectives (the
+# errors of a join that only serves, and of a collective with a worker resting in one).
+JOINABLE_CURE = ("build the optimizer with AllreduceOptimizer(opt, joinable=True) (or "
+                 "TrainingMode('allreduce' or 'hybrid', ..., joinable=True)) and call "
+                 "mf.train.join(sess): its join steps carry zeros for that worker")
+
+
 class CollectiveEvent(NamedTuple):
     """What a collective kernel's step waits for: its op's collective to finish."""
 
@@ -78,10 +87,7 @@ class _Collective(OpDef):
                     f"A collective of group '{group}' cannot finish: {group} task(s) "
                     f"{', '.join(map(str, joined))} wait in server.join() (or mf.train.join "
                     "without a joinable optimizer), where they run no step until this "
-                    "worker joins too. A worker whose data ends before the others' calls "
-                    "mf.train.join(sess) with AllreduceOptimizer(opt, joinable=True) (or "
-                    "TrainingMode('allreduce', ..., joinable=True)), whose steps carry zeros "
-                    "for it", ctx.op)
+                    f"worker joins too: {JOINABLE_CURE}", ctx.op)
             for h in waiting:
                 ctx.group.watch(h, ctx.event)
             return Wait(ctx.event)

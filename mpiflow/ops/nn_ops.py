@@ -404,7 +404,8 @@ def softmax_cross_entropy_with_logits_v2(labels=None, logits=None, axis=-1, name
     axis = dim if dim is not None else axis
     logits = convert_to_tensor(logits)
     labels = convert_to_tensor(labels, dtype=None if is_tensor_like(labels) else logits.dtype)
-    return apply_op("SoftmaxCrossEntropyWithLogits", [logits, labels], {"axis": static_axis(axis, "softmax_cross_entropy axis")},
+    return apply_op("SoftmaxCrossEntropyWithLogits", [logits, labels],
+                    {"axis": static_axis(axis, "softmax_cross_entropy axis")},
                     name=name).outputs[0]
 
 

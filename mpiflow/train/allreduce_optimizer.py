@@ -65,8 +65,6 @@ class AllreduceOptimizer(WrappingOptimizer):
         self._contributes = None    # joinable: 1.0, fed 0.0 by a worker that has joined
         self._contributors = None   # joinable: how many workers contributed to the step
         self._join_feeds = []       # joinable: (tensor, what a joined worker feeds it)
-        self._kept_local = []       # joinable: the variables kept local (changed only by
-        #                             the steps this worker contributes to)
         self._last_collective = None    # joinable: the collectives run one after another
         self._train_op = None
         self._kind, self._parameter = parse_compression(compression)
@@ -137,7 +135,6 @@ class AllreduceOptimizer(WrappingOptimizer):
             elif self.joinable and g is not None and not shared[i]:
                 # Pushed to the ps alone (hybrid's tables): a joined worker feeds nothing
                 # of its own, and its update waits on its contribution (apply_gradients).
-                self._kept_local.append(v)
                 self._join_feeds += self._nothing_of(g, v)
         return [(reduced[i], v) for i, (_, v) in enumerate(pairs)]
 
@@ -232,10 +229,12 @@ class AllreduceOptimizer(WrappingOptimizer):
         update touches every row (Adam's)."""
         if self.joinable and self._contributors is not None:
             graph = self._contributors.graph
+            grads_and_vars = list(grads_and_vars)      # read twice
+            kept_local = [v for g, v in grads_and_vars
+                          if g is not None and self._keep_local(v)]
             with graph.state_changes_only_if(math_ops.greater(self._contributors, 0.0)):
-                contributes = math_ops.greater(self._contributes, 0.0) \
-                    if self._kept_local else None
-                with self._opt.gating_updates([(v, contributes) for v in self._kept_local]):
+                contributes = math_ops.greater(self._contributes, 0.0) if kept_local else None
+                with self._opt.gating_updates([(v, contributes) for v in kept_local]):
                     train_op = self._opt.apply_gradients(grads_and_vars,
                                                          global_step=global_step, name=name)
             graph.add_to_collection(JOINABLE_OPTIMIZERS, self)
@@ -359,9 +358,7 @@ def join(session) -> int:
         raise errors.FailedPreconditionError(
             "mf.train.join: this graph's steps run collectives among the workers "
             "(allreduce or hybrid mode), which a worker that only serves would leave "
-            "waiting: build the optimizer with AllreduceOptimizer(opt, joinable=True) (or "
-            "TrainingMode('allreduce' or 'hybrid', ..., joinable=True)), whose join steps "
-            "carry zeros for this worker")
+            f"waiting: {collective_ops.JOINABLE_CURE}")
     service.join()
     return 0
 

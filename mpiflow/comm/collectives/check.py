@@ -37,6 +37,7 @@ from mpiflow.comm.collectives.state import (
     PRESENT_TAG,
     VERDICT_TAG,
     CommState,
+    wall_ns_ago,
 )
 from mpiflow.comm.wire_dtypes import from_wire, wire_name
 
@@ -206,7 +207,7 @@ class CrossRankCheck:
         answers each with the ranks it did not hear from.
         """
         self.exchange.cancel()
-        self._issued_ns = time.time_ns() - int(waited * 1e9)
+        self._issued_ns = wall_ns_ago(waited)
         window = _roll_call_s(timeout)
         comm = self.state.comm
         stopped = self.state.stopped_elsewhere()

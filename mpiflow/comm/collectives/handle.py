@@ -36,7 +36,7 @@ from mpiflow.comm.collectives.check import (
     stopped_note,
 )
 from mpiflow.comm.collectives.exchange import Exchange
-from mpiflow.comm.collectives.state import CommState
+from mpiflow.comm.collectives.state import CommState, wall_ns_ago
 
 _MISSING = object()
 # How long run_now polls a step before handing it to a Handle: while other operations are
@@ -338,7 +338,7 @@ class Handle:
             heard = f"not heard from {format_ranks(self._state.in_the_job(ranks))}" \
                 if ranks else "all ranks heard"
         note = stopped_note(self._state.stopped_elsewhere(), self._state.job_ranks, self.seq,
-                            time.time_ns() - int(waited * 1e9))
+                            wall_ns_ago(waited))
         return errors.DeadlineExceededError(
             f"{self.label}: waited {waited:.1f} s for {what}; {heard} "
             f"(MPIFLOW_TIMEOUT={self.timeout:g} s){note}")

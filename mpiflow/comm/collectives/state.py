@@ -57,6 +57,13 @@ class Stopped(NamedTuple):
     deadline_ns: int
 
 
+def wall_ns_ago(seconds: float) -> int:
+    """The wall clock (ns) ``seconds`` ago: when a collective was issued or its deadline
+    passed, as a stop notice carries it to ranks on other hosts (a monotonic clock is
+    of this host alone)."""
+    return time.time_ns() - int(max(seconds, 0.0) * 1e9)
+
+
 def comm_state(comm: MPI.Intracomm) -> CommState:
     """Return the ``CommState`` of ``comm``, creating it on first use (local, no MPI call)."""
     if not _keyval:
@@ -193,8 +200,7 @@ class CommState:
         self._stopped_at = seq
         self.stopped = f"collective #{seq} passed its deadline ({error})"
         self._abandoned.append(keepalive)
-        notice = np.array([seq, time.time_ns() - int(max(overdue, 0.0) * 1e9)],
-                          dtype=np.int64)
+        notice = np.array([seq, wall_ns_ago(overdue)], dtype=np.int64)
         for rank in range(self.size):
             if rank != self.rank:
                 self.track_send(self.comm.Isend([notice, MPI.INT64_T], rank, STOPPED_TAG),
