@@ -341,16 +341,29 @@ def outgoing_empty(shape, dtype) -> numpy.ndarray:
 # -- GPU binding -------------------------------------------------------------------------
 
 _local_rank = [0, None]    # this rank's local rank, and the ranks on its node once known
+_node_cpus = [None]        # the processors the job's ranks on this machine may use, once known
 # What MPICH's and Open MPI's mpiexec tell each rank: how many they started on its node.
 _LAUNCHER_LOCAL_SIZE = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
-def set_local_rank(local_rank: int, local_size: int = 1) -> None:
-    """Record this rank's place on its node (the rank service calls this once at start).
+def set_local_rank(local_rank: int, local_size: int = 1,
+                   node_cpus: int | None = None) -> None:
+    """Record this rank's place on its node, and the processors the job's ranks of its
+    machine may run on where known (the rank service calls this once at start, from its
+    ``Layout``).
 
     Nothing of CUDA is touched here: the binding is applied when a GPU is first used.
     """
     _local_rank[:] = [int(local_rank), max(int(local_size), 1)]
+    if node_cpus is not None:
+        _node_cpus[0] = max(int(node_cpus), 1)
+
+
+def node_cpus() -> int:
+    """The processors the job's ranks on this machine may run on: the union of their
+    affinities once the rank service has gathered them (a job given part of a node has
+    only its own), the machine's count before."""
+    return _node_cpus[0] or os.cpu_count() or 1
 
 
 def ranks_on_node() -> int:
@@ -368,13 +381,14 @@ def ranks_on_node() -> int:
 
 
 def node_crowded() -> bool:
-    """Whether this node runs more of the job's ranks than it has processors.
+    """Whether this node runs more of the job's ranks than it has processors for them.
 
     There a rank that polls without yielding holds a core the rank it waits for needs:
-    waits yield from the first miss. (The node's processors, not this process's affinity:
-    a launcher that binds each rank to a core of its own leaves one core per rank.)
+    waits yield from the first miss. (The processors of all the job's ranks on the
+    machine, ``node_cpus``, not this process's affinity: a launcher that binds each rank
+    to a core of its own leaves one core per rank.)
     """
-    return ranks_on_node() > (os.cpu_count() or 1)
+    return ranks_on_node() > node_cpus()
 
 
 def bound_gpu() -> int | None:
@@ -578,19 +592,20 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 _thread_limits = []
 
 
-def share_cpu_cores(ranks_on_node: int) -> int:
+def share_cpu_cores(share: int) -> int:
     """Limit this rank's BLAS threads to its share of the node's cores; return the limit.
 
     Several ranks on one node each running BLAS with one thread per core oversubscribe
-    the node many times over, and a step gets several times slower. The share is
-    MPIFLOW_CPU_THREADS when set, else cores // ranks on the node; nothing is changed
-    when the user already chose with OMP_NUM_THREADS or a BLAS variable (0 is returned).
+    the node many times over, and a step gets several times slower. The limit is
+    MPIFLOW_CPU_THREADS when set, else ``share`` (the layout's ``cpu_threads``: this
+    rank's part of the processors it may run on); nothing is changed when the user
+    already chose with OMP_NUM_THREADS or a BLAS variable (0 is returned).
     """
     threads = config.get("MPIFLOW_CPU_THREADS")
     if not threads:
         if any(os.environ.get(v) for v in _THREAD_VARIABLES):
             return 0
-        threads = max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
+        threads = max(1, int(share))
     limit_blas_threads(threads)
     return threads
 

@@ -156,11 +156,13 @@ _declare(
     Option("MPIFLOW_POLL_SPIN_US", "int", None, minimum=0,
            doc="microseconds a waiting rank keeps polling (yielding the CPU to any rank "
                "that needs it) before it starts to sleep; unset: 20000 where each rank "
-               "of the node has a core, 2000 where the node runs more ranks than cores"),
+               "of the node has a processor, 2000 where the node runs more ranks than "
+               "the processors they may run on"),
     Option("MPIFLOW_CPU_THREADS", "int", 0, minimum=0,
-           doc="threads each rank's numpy (BLAS) kernels may use; 0 = the node's cores "
-               "divided by the ranks on the node, unless OMP_NUM_THREADS or a BLAS "
-               "variable is set"),
+           doc="threads each rank's numpy (BLAS) kernels may use; 0 = the processors "
+               "the rank may run on (its affinity: a Slurm allocation, a binding) "
+               "divided by the job's ranks that share them, unless OMP_NUM_THREADS or "
+               "a BLAS variable is set"),
     Option("MPIFLOW_HOST_MEMORY_CACHE", "bool", True,
            doc="keep freed large host buffers in the process (glibc mallopt) instead of "
                "returning them to the OS, so each step does not pay page faults anew"),

@@ -13,7 +13,6 @@ it alone, as a job of one rank).
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -95,9 +94,9 @@ def main(argv=None) -> int:
             sys.stderr.write(f"mpiflow info: {exc}\n")
         return 2
     policy = args.policy or config.get("MPIFLOW_PS_POLICY")
-    threads = config.get("MPIFLOW_CPU_THREADS") or max(
-        1, (os.cpu_count() or 1) // layout.local_sizes[layout.rank])
-    backend.set_local_rank(layout.local_rank, layout.local_size)   # as the rank service does
+    threads = config.get("MPIFLOW_CPU_THREADS") or layout.cpu_threads
+    # as the rank service does
+    backend.set_local_rank(layout.local_rank, layout.local_size, layout.node_cpus)
     gpus = backend.gpu_count()
     gpu = backend.bound_gpu() if gpus else -1
     mine = np.array([threads, gpu], dtype=np.int64)

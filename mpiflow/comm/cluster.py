@@ -230,6 +230,57 @@ def check_launch_size(world_size: int, environ=None) -> None:
     raise error
 
 
+def cpu_list_text(cpus) -> str:
+    """``cpus`` (processor numbers) as ranges, e.g. ``"0-3,8"``: what a rank tells the
+    others of its node about the processors it may run on."""
+    parts, ordered = [], sorted(cpus)
+    start = previous = None
+    for cpu in ordered + [None]:
+        if start is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = cpu
+    return ",".join(parts)
+
+
+def parse_cpu_list(text: str) -> frozenset:
+    """The processors of a ``cpu_list_text`` (empty text: none)."""
+    cpus = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def cpu_share(mine, node_cpu_sets) -> tuple[int, int]:
+    """``(threads, node processors)``: how many threads a rank whose affinity is ``mine``
+    should run its kernels on, and how many processors the job's ranks of its machine
+    (``node_cpu_sets``, this rank's among them) may run on in all.
+
+    The machine's own count (``os.cpu_count()``) says nothing of a job that was given
+    part of a node (Slurm confines it to its processors) or of ranks bound to their own
+    cores (``srun --cpu-bind``, Open MPI's default): a rank shares its processors with
+    the ranks whose affinity overlaps its own, and no more, so each takes an equal part
+    of its own set. Ranks bound to 2 processors each get 2 threads; unbound ranks of a
+    job given 8 processors of a 64-core node, 4 of them, 2 each.
+    """
+    mine = frozenset(mine)
+    sharers = sum(1 for cpus in node_cpu_sets if cpus & mine) or 1
+    node = frozenset().union(*node_cpu_sets) if node_cpu_sets else mine
+    return max(1, len(mine) // sharers), max(1, len(node | mine))
+
+
+def this_process_cpus() -> frozenset:
+    """The processors this process may run on (its affinity; all of them where the
+    platform cannot tell)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
 class Layout:
     """Where every rank of a communicator runs: host, node index, local rank.
 
@@ -244,16 +295,21 @@ class Layout:
         local_ranks, local_sizes: every rank's index among the ranks of its node, and the
             number of ranks on its node.
         host, node, local_rank, local_size: the same for this rank.
+        cpu_threads: the threads this rank's kernels should use (``cpu_share``).
+        node_cpus: the processors the job's ranks on this rank's machine may run on.
     """
 
     def __init__(self, hosts: Sequence[str], rank: int = 0,
-                 node_keys: Sequence[Hashable] | None = None):
+                 node_keys: Sequence[Hashable] | None = None,
+                 cpus: tuple[int, int] | None = None):
         """Build the layout of ranks running on ``hosts``, seen from ``rank``.
 
         Args:
             hosts: the host name of every rank.
             rank: the rank this layout belongs to.
             node_keys: one key per rank that tells nodes apart (default: the host names).
+            cpus: this rank's ``cpu_share`` (``from_comm`` gathers it); default: the
+                machine's processors, shared by the ranks of this rank's node.
         """
         self.hosts = tuple(hosts)
         self.size = len(self.hosts)
@@ -266,6 +322,10 @@ class Layout:
         self.num_nodes = max(self.nodes) + 1
         ranks, sizes = local_ranks(self._node_keys)
         self.local_ranks, self.local_sizes = tuple(ranks), tuple(sizes)
+        if cpus is None:
+            machine = os.cpu_count() or 1
+            cpus = (max(1, machine // self.local_size), machine)
+        self.cpu_threads, self.node_cpus = cpus
 
     host = property(lambda self: self.hosts[self.rank])
     node = property(lambda self: self.nodes[self.rank])
@@ -313,6 +373,14 @@ class Layout:
         node_group, group = node_comm.Get_group(), comm.Get_group()
         try:
             leader = node_group.Translate_ranks([0], group)[0]
+            # Processors are shared by the ranks of one machine (its shared-memory
+            # domain), whatever host names they report.
+            mine = this_process_cpus()
+            machine = _allgather_texts(
+                node_comm, waiter, cpu_list_text(mine).encode(),
+                "agreeing on the width of the processor lists (Iallreduce)",
+                "gathering the processors each rank may run on (Iallgather)")
+            cpus = cpu_share(mine, [parse_cpu_list(text) for text in machine])
         finally:
             node_group.Free()
             group.Free()
@@ -321,7 +389,7 @@ class Layout:
         leaders = np.empty(size, dtype=np.int64)
         waiter.wait(comm.Iallgather(np.array([leader], dtype=np.int64), leaders),
                     "gathering shared-memory domains (Iallgather)")
-        return cls(hosts, rank, node_keys=list(zip(hosts, leaders.tolist())))
+        return cls(hosts, rank, node_keys=list(zip(hosts, leaders.tolist())), cpus=cpus)
 
     def assign_roles(self, num_ps: int | None = None, policy: str | None = None,
                      config: config_lib.Config | None = None) -> list[Role]:

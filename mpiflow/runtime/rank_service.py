@@ -74,8 +74,9 @@ class RankService(JobMembership):
         # One gathering of the layout serves the core share, the local liveness checks
         # and the heartbeats' host names.
         layout = Layout.from_comm(comm, host=self.host)
-        self.cpu_threads = backend.share_cpu_cores(layout.local_size)
-        backend.set_local_rank(layout.local_rank, layout.local_size)   # GPU binding, lazily
+        self.cpu_threads = backend.share_cpu_cores(layout.cpu_threads)
+        # The GPU binding (applied lazily), and the processors that say a node is crowded.
+        backend.set_local_rank(layout.local_rank, layout.local_size, layout.node_cpus)
         # Yielding polls keep replies at microseconds and give the core to any rank that
         # needs it, even on a crowded node: 3-4 ranks on 2 cores stepped a small model
         # 2.6x faster with 2000 us than with 50 us, and a big one no slower

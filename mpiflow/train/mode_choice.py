@@ -26,7 +26,6 @@ decides, and tells the other workers (every worker must build the same mode).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import NamedTuple
 
@@ -344,12 +343,8 @@ def measure(comm, nbytes: int, timeout: float | None = None, ps_task: int | None
 
 
 def this_node() -> tuple:
-    """(ranks of the job on this node, the cores this rank may run on)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return backend.ranks_on_node(), cores
+    """(ranks of the job on this node, the processors they may run on in all)."""
+    return backend.ranks_on_node(), backend.node_cpus()
 
 
 def _crowding(mode: str, workers: int, ps: int, node) -> float | None:

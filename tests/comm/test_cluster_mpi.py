@@ -1,6 +1,7 @@
 """ClusterSpec.from_mpi and Layout.from_comm on a real mpiexec launch (tests/comm/progs)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,28 @@ def test_rank_that_never_joins_makes_the_others_time_out_instead_of_hanging(run_
     assert "DeadlineExceededError" in result.stderr
     # Rank 0 is the one missing: the others name it.
     assert "for rank 0, which never arrived there (MPIFLOW_TIMEOUT=1)" in result.stderr
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+@pytest.mark.parametrize("bind, threads, node_cpus", [
+    (None, [1, 1], 2),          # unbound: the 2 processors divided between the 2 ranks
+    ("{0};{1}", [1, 1], 2),     # a processor each
+    ("{0};{0}", [1, 1], 1),     # both on one processor: the node is crowded
+    ("{0},{1};{0}", [1, 1], 2),     # rank 0 shares processor 0 with rank 1: half of 2
+])
+def test_the_layout_shares_the_processors_the_ranks_may_run_on(run_mpi, bind, threads,
+                                                                node_cpus):
+    machine = sorted(os.sched_getaffinity(0))[:2]
+    args = [] if bind is None else ["--bind", bind.format(*machine)]
+    result = run_mpi(2, PROG, *args, timeout=TIMEOUT, env=CLEAN_ENV)
+    block = by_policy(result, 2)["block"]
+    assert [r["cpu_threads"] for r in block] == threads, result.stdout
+    assert [r["node_cpus"] for r in block] == [node_cpus] * 2, result.stdout
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+def test_one_rank_bound_to_one_processor_gets_one_thread_not_the_machines_count(run_mpi):
+    machine = sorted(os.sched_getaffinity(0))[0]
+    result = run_mpi(1, PROG, "--bind", str(machine), timeout=TIMEOUT, env=CLEAN_ENV)
+    (rank0,) = by_policy(result, 1)["block"]
+    assert (rank0["cpu_threads"], rank0["node_cpus"]) == (1, 1), result.stdout

@@ -316,6 +316,7 @@ def test_a_node_with_more_ranks_than_processors_is_crowded_and_waits_yield_at_on
         monkeypatch, ranks, crowded):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(backend, "_local_rank", [0, ranks])
+    monkeypatch.setattr(backend, "_node_cpus", [None])     # no layout gathered yet
     assert backend.node_crowded() is crowded
     state = CommState(COMM)
     assert state.tight_poll_s == (0.0 if crowded else TIGHT_POLL_S)

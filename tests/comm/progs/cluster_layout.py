@@ -6,19 +6,22 @@ Usage: cluster_layout.py [--ps N] [--fake-hosts K] [--env-only] [--absent-rank R
                   "fake<r * K // n>" (as a launcher that fills node after node)
   --env-only      build one cluster with ClusterSpec.from_mpi() and no arguments
   --absent-rank R rank R never joins the layout (the others must time out, not hang)
+  --bind "0;0-1"  rank r first limits its affinity to the r-th processor list (as a
+                  launcher's binding or a Slurm allocation would)
 Each rank writes ``CLUSTER {...}`` per policy; rank 0 also ``SPEC {...}``.
 """
 
 import argparse
 import hashlib
 import json
+import os
 import sys
 
 import numpy as np
 
 from mpi4py import MPI
 
-from mpiflow.comm.cluster import Layout
+from mpiflow.comm.cluster import Layout, parse_cpu_list
 from mpiflow.train.cluster_spec import ClusterSpec
 
 
@@ -37,7 +40,8 @@ def report(comm, spec, policy):
     assert (digests == digest[0]).all(), f"ranks disagree on the cluster: {digests}"
     line = {"policy": policy, "rank": layout.rank, "size": layout.size, "host": layout.host,
             "node": layout.node, "local_rank": layout.local_rank,
-            "local_size": layout.local_size, "job": job, "task": task}
+            "local_size": layout.local_size, "job": job, "task": task,
+            "cpu_threads": layout.cpu_threads, "node_cpus": layout.node_cpus}
     out = "CLUSTER " + json.dumps(line, sort_keys=True) + "\n"
     if layout.rank == 0:
         out += "SPEC " + json.dumps({"policy": policy, "spec": spec.as_dict()}) + "\n"
@@ -52,8 +56,11 @@ def main():
     parser.add_argument("--fake-hosts", type=int, default=0)
     parser.add_argument("--env-only", action="store_true")
     parser.add_argument("--absent-rank", type=int, default=None)
+    parser.add_argument("--bind", default=None)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD.Dup()
+    if args.bind:
+        os.sched_setaffinity(0, parse_cpu_list(args.bind.split(";")[comm.Get_rank()]))
     if comm.Get_rank() == args.absent_rank:
         return  # exits without joining; mpiexec tears it down when the others fail
     if args.env_only:
