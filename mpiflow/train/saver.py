@@ -124,7 +124,8 @@ class Saver:
         keep_checkpoint_every_n_hours: additionally keep one checkpoint per this period.
         name: name scope of the Saver's ops (default "save").
         defer_build: build the ops in ``build()`` instead of now.
-        allow_empty: allow a Saver with nothing to save (its save/restore do nothing).
+        allow_empty: allow a Saver with nothing to save: its ``save`` writes nothing (no
+            checkpoint, no state file) and returns None, its ``restore`` does nothing.
         pad_step_number: format the step suffix as ``-%08d``.
         reshape: only False (restoring into another full shape is not supported).
         restore_sequentially: accepted for TF1 code; all variables restore in one step.
@@ -214,24 +215,32 @@ class Saver:
     # -- save ------------------------------------------------------------------------------
     def save(self, sess, save_path: str, global_step=None, latest_filename: str | None = None,
              meta_graph_suffix: str = "meta", write_meta_graph: bool = True,
-             write_state: bool = True) -> str:
-        """Save the variables to checkpoint ``save_path[-step]``; return that prefix.
+             write_state: bool = True) -> str | None:
+        """Save the variables to checkpoint ``save_path[-step]``; return that prefix (None
+        for a Saver with nothing to save, ``allow_empty=True``: it writes nothing).
 
         ``global_step`` (an integer, or an integer Tensor/Variable evaluated in ``sess``)
         is appended as ``-N``. mpiflow writes no meta graph: ``meta_graph_suffix`` and
-        ``write_meta_graph`` are accepted for TF1 code and have no effect.
+        ``write_meta_graph`` are accepted for TF1 code and have no effect. ``sess`` may be
+        a ``MonitoredSession``: its raw session runs the save, unseen by its hooks (a save
+        is no training step).
 
         Raises:
             InvalidArgumentError: the directory of ``save_path`` does not exist, or
                 ``global_step`` is not a whole number.
             OpError: a shard could not be written (the previous checkpoint stays valid).
+            FailedPreconditionError: ``sess`` is a closed MonitoredSession.
         """
         self._check_built()
+        sess = _raw_session(sess, "save")
         prefix = os.fspath(save_path)
         if global_step is not None:
             prefix += ("-%08d" if self._pad_step_number else "-%d") % \
                 _step_number(sess, global_step)
         directory = os.path.dirname(prefix) or "."
+        if self._is_empty:
+            _LOG.info("Saver: nothing to save (allow_empty=True): %s not written", prefix)
+            return None
         if not os.path.isdir(directory):
             raise errors.InvalidArgumentError(
                 f"Parent directory of {prefix} doesn't exist, can't save.")
@@ -248,8 +257,7 @@ class Saver:
         save_id = fmt.new_save_id()
         started = time.time()
         try:
-            manifests = [] if self._is_empty else \
-                sess.run(self._manifests, {self._filename: io_ops.encode_path(absolute),
+            manifests = sess.run(self._manifests, {self._filename: io_ops.encode_path(absolute),
                                            self._save_id: io_ops.encode_path(save_id)})
             index = fmt.index_document(manifests, mpiflow.__version__, save_id)
             fmt.write_json(fmt.index_path(absolute), index)
@@ -295,14 +303,20 @@ class Saver:
 
     # -- restore ---------------------------------------------------------------------------
     def restore(self, sess, save_path: str) -> None:
-        """Restore every variable of this Saver from checkpoint ``save_path``.
+        """Restore every variable of this Saver from checkpoint ``save_path``; nothing for
+        a Saver with nothing to save (``allow_empty=True``), whatever the path. ``sess``
+        may be a ``MonitoredSession`` (its raw session runs the restore).
 
         Raises:
             NotFoundError: no checkpoint at ``save_path``, or it lacks a variable.
             DataLossError: the checkpoint's files are truncated or corrupted.
             InvalidArgumentError: a saved shape or dtype differs from the variable's.
+            FailedPreconditionError: ``sess`` is a closed MonitoredSession.
         """
         self._check_built()
+        if self._is_empty:
+            return
+        sess = _raw_session(sess, "restore")
         if save_path is None:
             raise errors.InvalidArgumentError("Can't load save_path when it is None.")
         prefix = os.fspath(save_path)
@@ -310,8 +324,6 @@ class Saver:
             raise errors.CheckpointNotFoundError(
                 f"The passed save_path is not a valid checkpoint: {prefix} (there is no "
                 f"{fmt.index_path(prefix)})")
-        if self._is_empty:
-            return
         absolute = os.path.abspath(prefix)
         index = reader.read_index(absolute)
         for e in self._entries:         # name the missing key here, before any ps is asked
@@ -354,6 +366,20 @@ def _directory_lock(directory: str) -> threading.Lock:
     key = os.path.realpath(directory)
     with _LOCKS_LOCK:
         return _DIRECTORY_LOCKS.setdefault(key, threading.Lock())
+
+
+def _raw_session(sess, what: str):
+    """The session that runs a save or restore: a MonitoredSession's raw one, so that its
+    hooks see no step (nor refuse one after a stop was requested)."""
+    unwrap = getattr(sess, "_tf_sess", None)        # a MonitoredSession's
+    if unwrap is None:
+        return sess
+    raw = unwrap()
+    if raw is None:
+        raise errors.FailedPreconditionError(
+            f"Saver.{what}: the MonitoredSession is closed; {what} inside its with block, "
+            "or with an open Session")
+    return raw
 
 
 def _step_number(sess, global_step) -> int:

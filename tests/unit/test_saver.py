@@ -122,6 +122,48 @@ def test_saver_rejects_duplicates_and_non_variables():
         mf.train.Saver([])
 
 
+
+def test_a_saver_with_nothing_to_save_writes_nothing_and_restores_nothing(tmp_path):
+    # As TensorFlow's: save returns None and leaves no checkpoint or state file (an empty
+    # checkpoint named latest would hide the real ones of the directory from a restart);
+    # restore does nothing, whatever the path.
+    saver = mf.train.Saver(allow_empty=True)
+    with mf.Session() as sess:
+        assert saver.save(sess, str(tmp_path / "m"), global_step=3) is None
+        assert saver.restore(sess, str(tmp_path / "never-saved")) is None
+    assert os.listdir(tmp_path) == []
+    assert saver.last_checkpoints == [] and mf.train.latest_checkpoint(str(tmp_path)) is None
+    with pytest.raises(ValueError, match="No variables to save"):
+        mf.train.Saver(var_list=[], allow_empty=False)
+
+
+def test_save_and_restore_take_a_monitored_session_and_run_no_hook(tmp_path):
+    # TensorFlow refuses a MonitoredSession with TypeError ('sess' must be a Session);
+    # mpiflow runs the save on its raw session, so the hooks see no step and a save
+    # after the stop was requested works.
+    mf.Variable(2.0, name="v")
+    step = mf.train.get_or_create_global_step()
+    train = mf.assign_add(step, 1)
+    saver = mf.train.Saver()
+
+    class Counter(mf.train.SessionRunHook):
+        runs = 0
+
+        def after_run(self, run_context, run_values):
+            Counter.runs += 1
+
+    hooks = [Counter(), mf.train.StopAtStepHook(last_step=1)]
+    with mf.train.MonitoredTrainingSession(hooks=hooks, progress_bar=False) as sess:
+        while not sess.should_stop():
+            sess.run(train)
+        prefix = saver.save(sess, str(tmp_path / "m"), global_step=step)
+        saver.restore(sess, prefix)
+    assert prefix == str(tmp_path / "m-1") and Counter.runs == 1
+    assert mf.train.load_variable(prefix, "v") == 2.0
+    with pytest.raises(mf.errors.FailedPreconditionError, match="MonitoredSession is closed"):
+        saver.save(sess, str(tmp_path / "late"))
+
+
 # -- state file and max_to_keep --------------------------------------------------------------
 
 def test_max_to_keep_deletes_the_oldest_after_updating_the_state_file(tmp_path):
