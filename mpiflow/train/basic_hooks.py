@@ -265,10 +265,13 @@ class LoggingTensorHook(SessionRunHook):
     """Log the values of ``tensors`` every N runs or seconds, and/or at the end.
 
     Args:
-        tensors: ``{tag: tensor or name}``, or a list of tensors or names (tagged by name).
+        tensors: ``{tag: tensor or name}``, or a list of tensors or names, each its own
+            tag (as in TensorFlow: the tensor object itself, or the string given). A name
+            without ``:N`` names its op's one output.
         every_n_iter, every_n_secs: the schedule (exactly one, unless only ``at_end``).
         at_end: also log the values once when the session ends.
-        formatter: ``f({tag: value}) -> str``; default ``"tag = value, ..."``.
+        formatter: ``f({tag: value}) -> str``, keyed by the tags above; default
+            ``"tag = value, ..."`` (a tensor's tag shown as its name).
     """
 
     def __init__(self, tensors, every_n_iter=None, every_n_secs=None, at_end=False,
@@ -284,7 +287,8 @@ class LoggingTensorHook(SessionRunHook):
         if isinstance(tensors, dict):
             self._tensors = dict(tensors)
         else:
-            self._tensors = {t if isinstance(t, str) else t.name: t for t in tensors}
+            # TensorFlow's tags: each item itself, so a formatter reads values[loss].
+            self._tensors = {t: t for t in tensors}
         if not self._tensors:
             raise errors.InvalidArgumentError("LoggingTensorHook: no tensors to log")
         self._at_end = at_end
@@ -292,8 +296,7 @@ class LoggingTensorHook(SessionRunHook):
 
     def begin(self):
         graph = get_default_graph()
-        self._current = {tag: graph.as_graph_element(t, allow_operation=False)
-                         for tag, t in self._tensors.items()}
+        self._current = {tag: _as_tensor(graph, t) for tag, t in self._tensors.items()}
         self._iter_count = 0
         if self._timer is not None:
             self._timer.reset()
@@ -318,10 +321,27 @@ class LoggingTensorHook(SessionRunHook):
             _LOG.info("%s", self._formatter(values))
             return
         with np.printoptions(suppress=True):
-            text = ", ".join(f"{tag} = {values[tag]}" for tag in self._current)
+            text = ", ".join(f"{_label(tag)} = {values[tag]}" for tag in self._current)
         if elapsed_secs is not None:
             text += f" ({elapsed_secs:.3f} sec)"
         _LOG.info("%s", text)
+
+
+def _as_tensor(graph, item):
+    """The tensor ``item`` (a tensor, or its name) names in ``graph``; an op's name stands
+    for its one output, as in TensorFlow."""
+    if isinstance(item, str) and ":" not in item:
+        outputs = graph.get_operation_by_name(item).outputs
+        if len(outputs) != 1:
+            raise errors.InvalidArgumentError(
+                f"LoggingTensorHook: the name '{item}' is ambiguous: its op has "
+                f"{len(outputs)} outputs; name one as '{item}:N'")
+        return outputs[0]
+    return graph.as_graph_element(item, allow_operation=False)
+
+
+def _label(tag) -> str:
+    return tag if isinstance(tag, str) else getattr(tag, "name", str(tag))
 
 
 class NanTensorHook(SessionRunHook):

@@ -221,6 +221,27 @@ def test_logging_tensor_hook_uses_the_formatter(caplog):
     assert [r.getMessage() for r in caplog.records if r.name == HOOK_LOGGER] == ["at step 0"]
 
 
+
+def test_logging_tensor_hook_tags_list_items_by_themselves_as_tensorflow(caplog):
+    # TensorFlow's formatter gets {item: value} for a list: the tensor object, or the
+    # name as given ("doubled" is the op's one output).
+    m = counter_model()
+    mf.multiply(m.v, 2.0, name="doubled")
+    halves = mf.split(mf.constant([1.0, 2.0]), 2, name="halves")
+    seen = []
+    hook = mf.train.LoggingTensorHook(
+        [m.step, "doubled", "doubled:0"], every_n_iter=1,
+        formatter=lambda values: seen.append(values) or f"step {values[m.step]}")
+    with caplog.at_level(logging.INFO, logger=HOOK_LOGGER), \
+            mf.train.SingularMonitoredSession(hooks=[hook]) as sess:
+        sess.run(m.train_op)
+    assert [set(values) for values in seen] == [{m.step, "doubled", "doubled:0"}]
+    assert seen[0]["doubled"] == seen[0]["doubled:0"] == 0.0
+    assert [r.getMessage() for r in caplog.records if r.name == HOOK_LOGGER] == ["step 0"]
+    with pytest.raises(mf.errors.InvalidArgumentError, match="'halves' is ambiguous"):
+        mf.train.LoggingTensorHook([halves[0].op.name], every_n_iter=1).begin()
+
+
 # -- NanTensorHook ----------------------------------------------------------------------------
 def test_nan_tensor_hook_raises_on_a_nan_loss():
     m = counter_model()
