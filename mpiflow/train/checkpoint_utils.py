@@ -54,18 +54,24 @@ class CheckpointReader:
         return self._prefix
 
     def has_tensor(self, name: str) -> bool:
-        return _key(name) in self._shapes
+        """Whether the checkpoint holds key ``name``: a variable's name, as TensorFlow's
+        reader, so ``has_tensor("w:0")`` (the tensor's name) is False."""
+        return name in self._shapes
 
     def get_tensor(self, name: str) -> np.ndarray:
         """Return the full value of tensor ``name``, assembled from its saved pieces.
 
         Raises:
             NotFoundError: the checkpoint has no tensor ``name`` (the message names the
-                checkpoint and the closest names), or one of its shard files is gone.
+                checkpoint and the closest names; for "w:0", the key "w"), or one of its
+                shard files is gone.
             DataLossError: a shard is damaged or of another save.
         """
-        name = _key(name)
         if name not in self._dtypes:
+            if _key(name) in self._dtypes:
+                raise errors.NotFoundError(
+                    f"Key '{name}' not found in checkpoint '{self._prefix}': keys are "
+                    f"variable names, without ':0' (use '{_key(name)}', or var.op.name)")
             reader.saved_key({"tensors": self._shapes}, self._prefix, name)   # raises
         # lookup=None: the pieces as they were saved (a "mod" table keeps its row order).
         return reader.read_slice(self._prefix, name, "", self._dtypes[name], None,
@@ -78,6 +84,16 @@ class CheckpointReader:
     def get_variable_to_dtype_map(self) -> dict:
         """{name: mf DType} of every tensor in the checkpoint."""
         return dict(self._dtypes)
+
+    def debug_string(self) -> bytes:
+        """One line per tensor, sorted by name, as TensorFlow's reader writes them:
+        ``b"name (DT_FLOAT) [2,3]\\n"``."""
+        lines = []
+        for name in sorted(self._shapes):
+            dtype = self._dtypes[name].name
+            dims = ",".join(str(d) for d in self._shapes[name])
+            lines.append(f"{name} ({_DT_NAMES.get(dtype, 'DT_' + dtype.upper())}) [{dims}]\n")
+        return "".join(lines).encode("utf-8")
 
     def __repr__(self):
         return f"<CheckpointReader '{self._prefix}' with {len(self._shapes)} tensors>"
@@ -115,10 +131,16 @@ def list_variables(ckpt_dir_or_file: str) -> list:
 
 
 def load_variable(ckpt_dir_or_file: str, name: str) -> np.ndarray:
-    """Return the full value of tensor ``name`` of a checkpoint, assembled from its pieces."""
-    return load_checkpoint(ckpt_dir_or_file).get_tensor(name)
+    """Return the full value of tensor ``name`` (a variable's name; a trailing ":0" is
+    dropped, as TensorFlow does) of a checkpoint, assembled from its pieces."""
+    return load_checkpoint(ckpt_dir_or_file).get_tensor(_key(name))
+
+
+# TensorFlow's DataType names where they are not "DT_" + the dtype's name in capitals.
+_DT_NAMES = {"float16": "DT_HALF", "float32": "DT_FLOAT", "float64": "DT_DOUBLE"}
 
 
 def _key(name: str) -> str:
-    """A checkpoint key from a tensor name: "w:0" names the tensor of variable "w"."""
+    """A checkpoint key from a tensor name: "w:0" names the tensor of variable "w" (for
+    ``load_variable``, which takes either, as TensorFlow's)."""
     return name[:-2] if name.endswith(":0") else name

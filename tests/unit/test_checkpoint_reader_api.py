@@ -39,8 +39,20 @@ def test_the_reader_shows_whole_variables_under_their_full_names(saved):
     np.testing.assert_array_equal(reader.get_tensor("emb"), TABLE)
     np.testing.assert_array_equal(reader.get_tensor("counts"), [[0, 1], [2, 3]])
     assert reader.get_tensor("scale") == 2.5 and reader.get_tensor("global_step") == 7
-    assert reader.has_tensor("emb") and reader.has_tensor("emb:0")
+    assert reader.has_tensor("emb")
     assert not reader.has_tensor("emb/part_0")
+
+
+def test_keys_are_variable_names_as_in_tensorflow_s_reader(saved):
+    # TensorFlow's reader: has_tensor("w:0") is False and get_tensor("w:0") a
+    # NotFoundError (here one that names the key to use); load_variable drops the ":0".
+    reader = mf.train.NewCheckpointReader(saved)
+    assert not reader.has_tensor("emb:0") and not reader.has_tensor("scale:0")
+    with pytest.raises(mf.errors.NotFoundError, match="use 'scale'"):
+        reader.get_tensor("scale:0")
+    assert mf.train.load_variable(saved, "scale:0") == 2.5
+    assert reader.debug_string() == (b"counts (DT_INT64) [2,2]\nemb (DT_FLOAT) [14,5]\n"
+                                     b"global_step (DT_INT64) []\nscale (DT_DOUBLE) []\n")
 
 
 def test_the_table_parts_were_really_spread_over_shards(saved):
