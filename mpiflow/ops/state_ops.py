@@ -18,7 +18,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    REQUIRED, OpDef, add_at, apply_op, is_index, register_op, require_dtype)
+    REQUIRED, OpDef, add_at, apply_op, is_index, is_numeric, register_op, require_dtype)
 
 VARIABLE_OP_TYPES = ("VariableV2",)
 
@@ -94,8 +94,17 @@ class _InPlaceUpdate(_Writer):
         return [(b.dtype(0), b.shape(0))]
 
 
+class _Arithmetic(_InPlaceUpdate):
+    """An update that adds to the variable: a numeric one (TensorFlow's AssignAdd and
+    AssignSub refuse bool, which numpy would take as a logical or)."""
+
+    def infer(self, b):
+        require_dtype(b, 0, is_numeric, "variable")
+        return super().infer(b)
+
+
 @register_op("AssignAdd", attrs={"use_locking": False})
-class AssignAddOp(_InPlaceUpdate):
+class AssignAddOp(_Arithmetic):
     def forward(self, xp, ctx, ref, value):
         var = ref.get_checked(value.shape)
         var += value
@@ -103,7 +112,7 @@ class AssignAddOp(_InPlaceUpdate):
 
 
 @register_op("AssignSub", attrs={"use_locking": False})
-class AssignSubOp(_InPlaceUpdate):
+class AssignSubOp(_Arithmetic):
     def forward(self, xp, ctx, ref, value):
         var = ref.get_checked(value.shape)
         var -= value

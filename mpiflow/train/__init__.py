@@ -15,7 +15,8 @@ from mpiflow.train.compression import GradientCompressionOptimizer
 from mpiflow.train.device_setter import (
     GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter)
 from mpiflow.train.global_step import (
-    create_global_step, get_global_step, get_or_create_global_step, global_step)
+    assert_global_step, create_global_step, get_global_step, get_or_create_global_step,
+    global_step)
 from mpiflow.train.gradient_descent import GradientDescentOptimizer
 from mpiflow.train.learning_rate_decay import (
     cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
@@ -44,7 +45,8 @@ from mpiflow.train.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
     "AdagradOptimizer", "AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
-    "Optimizer", "RMSPropOptimizer", "create_global_step", "exponential_decay",
+    "Optimizer", "RMSPropOptimizer", "assert_global_step", "create_global_step",
+    "exponential_decay",
     "get_global_step", "get_or_create_global_step", "global_step", "piecewise_constant",
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
     "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",

@@ -15,12 +15,17 @@ from mpiflow.ops.variable_scope import VariableScope
 GLOBAL_STEP_NAME = "global_step"
 
 
+class GlobalStepTypeError(errors.InvalidArgumentError, TypeError):
+    """The global step is not an integer scalar Variable or Tensor. Also a ``TypeError``,
+    which TensorFlow raises there."""
+
+
 def get_global_step(graph: Graph | None = None):
     """Return the global step variable of ``graph`` (default graph), or None if it has none.
 
     Raises:
-        InvalidArgumentError: the GLOBAL_STEP collection holds several items, or the global
-            step is not an integer scalar.
+        InvalidArgumentError: the GLOBAL_STEP collection holds several items.
+        GlobalStepTypeError: the global step is not an integer scalar (a TypeError too).
     """
     graph = graph if graph is not None else get_default_graph()
     found = graph.get_collection(GraphKeys.GLOBAL_STEP)
@@ -73,15 +78,26 @@ def global_step(sess, global_step_tensor) -> int:
     return int(sess.run(global_step_tensor))
 
 
+def assert_global_step(global_step_tensor) -> None:
+    """Check that ``global_step_tensor`` can be a global step: an integer scalar Variable
+    or Tensor.
+
+    Raises:
+        GlobalStepTypeError: it is not (also a TypeError, as TensorFlow raises).
+    """
+    _check_global_step(global_step_tensor)
+
+
 def _check_global_step(step) -> None:
     tensor = step if isinstance(step, Tensor) else getattr(step, "_ref", lambda: None)()
     if not isinstance(tensor, Tensor):
-        raise errors.InvalidArgumentError(
+        raise GlobalStepTypeError(
             f"The global step must be a Variable or Tensor, got {type(step).__name__}")
     if not tensor.dtype.is_integer:
-        raise errors.InvalidArgumentError(
+        raise GlobalStepTypeError(
             f"The global step '{tensor.name}' must have an integer dtype, got "
-            f"{tensor.dtype.name}")
+            f"{tensor.dtype.name} (as TensorFlow; make it with "
+            "mf.train.get_or_create_global_step(), an int64 scalar)")
     if tensor.shape.ndims not in (None, 0):
-        raise errors.InvalidArgumentError(
+        raise GlobalStepTypeError(
             f"The global step '{tensor.name}' must be a scalar, got shape {tensor.shape}")

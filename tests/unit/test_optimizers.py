@@ -340,6 +340,36 @@ def test_global_step_of_another_graph():
     assert mf.train.get_global_step(graph) is step
 
 
+
+@pytest.mark.parametrize("value", [0.0, False], ids=["float", "bool"])
+def test_a_float_or_bool_global_step_is_refused_with_a_type_error_as_in_tensorflow(value):
+    step = mf.Variable(value, name="global_step", trainable=False)
+    mf.add_to_collection(mf.GraphKeys.GLOBAL_STEP, step)
+    for check in (mf.train.get_global_step, mf.train.get_or_create_global_step,
+                  lambda: mf.train.assert_global_step(step),
+                  lambda: mf.train.StopAtStepHook(last_step=2).begin()):
+        with pytest.raises(TypeError, match="'global_step:0' must have an integer dtype"):
+            check()
+    mf.train.assert_global_step(mf.Variable(0, name="counter"))
+    with pytest.raises(mf.errors.InvalidArgumentError, match="must be a scalar"):
+        mf.train.assert_global_step(mf.Variable([0, 0], name="pair"))
+
+
+def test_minimize_refuses_to_count_steps_in_a_bool_variable():
+    # TensorFlow: AssignAdd has no bool kernel (numpy's += would make it a logical or:
+    # a "step" stuck at True). A float step counts, as in TensorFlow.
+    w = mf.Variable(1.0, name="w")
+    with pytest.raises(mf.errors.InvalidArgumentError, match="numeric .*got bool"):
+        mf.train.GradientDescentOptimizer(0.1).minimize(
+            w * w, global_step=mf.Variable(False, name="flag", trainable=False))
+    counted = mf.Variable(0.0, name="counted", trainable=False)
+    train = mf.train.GradientDescentOptimizer(0.1).minimize(w * w, global_step=counted)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(train)
+        sess.run(train)
+        assert sess.run(counted) == 2.0
+
 # -- learning rates ---------------------------------------------------------------------------
 
 def test_learning_rate_as_a_decaying_tensor_matches_numpy(rng):
