@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import errors, summary
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger
 from mpiflow.train.checkpoint_management import get_checkpoint_state
@@ -177,6 +177,9 @@ class CheckpointSaverHook(SessionRunHook):
     at the end, to ``checkpoint_dir/checkpoint_basename-<global step>``.
 
     The saver is ``saver``, else the scaffold's, else the one in the SAVERS collection.
+    As TensorFlow's, each save also writes a ``SessionLog(status=CHECKPOINT,
+    checkpoint_path=<checkpoint_dir/checkpoint_basename>)`` at its step to the event file
+    of ``checkpoint_dir`` (the ``FileWriterCache``'s writer, opened at the first save).
     """
 
     def __init__(self, checkpoint_dir, save_secs=None, save_steps=None, saver=None,
@@ -195,6 +198,7 @@ class CheckpointSaverHook(SessionRunHook):
         self._saver = saver
         self._scaffold = scaffold
         self._listeners = list(listeners or [])
+        self._summary_writer = None
 
     def begin(self):
         os.makedirs(self._checkpoint_dir, exist_ok=True)
@@ -238,6 +242,8 @@ class CheckpointSaverHook(SessionRunHook):
             self._save(session, step)
         for listener in self._listeners:
             listener.end(session, step)
+        if self._summary_writer is not None:
+            self._summary_writer.flush()
 
     def _save(self, session, step) -> bool:
         """Save at ``step``; return whether a listener asked to stop."""
@@ -245,6 +251,13 @@ class CheckpointSaverHook(SessionRunHook):
         for listener in self._listeners:
             listener.before_save(session, step)
         self._get_saver().save(session, self._save_path, global_step=step)
+        # Opened here, not in begin: a chief's hook asleep on another worker (elastic
+        # training) must not leave an event file there.
+        if self._summary_writer is None:
+            self._summary_writer = summary.FileWriterCache.get(self._checkpoint_dir)
+        session_log = summary.event_proto("SessionLog")
+        self._summary_writer.add_session_log(session_log(
+            status=session_log.CHECKPOINT, checkpoint_path=self._save_path), step)
         stops = [bool(listener.after_save(session, step)) for listener in self._listeners]
         return any(stops)      # every listener is told, even after one asked to stop
 

@@ -18,7 +18,7 @@ import time
 from mpiflow import errors
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger
-from mpiflow.summary.event_file import FileWriter
+from mpiflow.summary.event_file import FileWriter, event_proto
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.global_step import get_global_step
 from mpiflow.train.monitored_session import Scaffold
@@ -231,6 +231,12 @@ class Supervisor:
     def _save(self, sess):
         path = self._saver.save(sess, self._save_path, global_step=self._global_step)
         _LOG.info("Saved checkpoint %s", path)
+        if self._summary_writer is not None and self._global_step is not None:
+            # As TensorFlow's checkpoint thread: TensorBoard marks the save at its step.
+            session_log = event_proto("SessionLog")
+            self._summary_writer.add_session_log(session_log(
+                status=session_log.CHECKPOINT, checkpoint_path=self._save_path),
+                self._current_step(sess))
 
     def _write_summaries(self, sess):
         fetches = [self._summary_op] + ([self._global_step] if self._global_step is not None

@@ -143,6 +143,23 @@ def test_checkpoint_saver_hook_saves_at_start_every_n_steps_and_at_end(tmp_path)
     assert mf.train.load_variable(str(tmp_path / "model.ckpt-5"), "v") == 5.0
 
 
+
+def test_checkpoint_saver_hook_writes_a_checkpoint_session_log_per_save(tmp_path):
+    # As TensorFlow's: SessionLog(CHECKPOINT, checkpoint_path=the save path without the
+    # step) at each save's step, in the event file of the checkpoint directory.
+    m = counter_model()
+    hooks = [mf.train.StopAtStepHook(last_step=3),
+             mf.train.CheckpointSaverHook(tmp_path, save_steps=2)]
+    with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        train_until_stop(sess, m.train_op)
+    logs = [(event.step, event.session_log)
+            for path in sorted(tmp_path.glob("events.out.tfevents.*"))
+            for event in mf.summary.summary_iterator(str(path))
+            if event.HasField("session_log")]
+    assert [step for step, _ in logs] == [0, 2, 3]
+    assert {log.status for _, log in logs} == {mf.SessionLog.CHECKPOINT}
+    assert {log.checkpoint_path for _, log in logs} == {str(tmp_path / "model.ckpt")}
+
 def test_checkpoint_saver_hook_by_seconds_and_its_listeners(tmp_path, monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(basic_hooks.time, "monotonic", clock)

@@ -149,6 +149,12 @@ def test_managed_session_trains_checkpoints_and_resumes_from_its_logdir(tmp_path
         sv.saver.save(sess, sv.save_path, global_step=step)
     assert mf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-30")
     assert list(tmp_path.glob("events.out.tfevents.*")), "no summary events written"
+    # As TensorFlow's checkpoint thread: SessionLog(CHECKPOINT) at each of its saves.
+    logs = [event.session_log for path in tmp_path.glob("events.out.tfevents.*")
+            for event in mf.summary.summary_iterator(str(path))
+            if event.HasField("session_log")]
+    saves = [log for log in logs if log.status == mf.SessionLog.CHECKPOINT]
+    assert saves and {log.checkpoint_path for log in saves} == {sv.save_path}
 
     with mf.Graph().as_default():
         _, _, step = _regression()
