@@ -1,6 +1,7 @@
 """Where this rank is: its main thread's stack, what it waits for and since when, and how
-many steps it has run. Read by another thread (the launcher's line, a peer asking why it
-waits) while the main thread is stuck, so what it records costs two stores per wait.
+many training steps (MonitoredSession.run calls) and Session.run calls it has made. Read
+by another thread (the launcher's line, a peer asking why it waits) while the main thread
+is stuck, so what it records costs two stores per wait.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ class _Now:
     def __init__(self):
         self.waiting_for = None     # describe() of the wait in progress, or None
         self.since = 0.0
-        self.steps = 0
+        self.steps = 0              # Session.run calls, every one (hooks', saves', inits')
+        # The training steps: MonitoredSession.run calls; None until a MonitoredSession
+        # exists (counted by mpiflow.train, which runtime does not import).
+        self.training_steps = None
 
 
 NOW = _Now()
@@ -37,6 +41,8 @@ def main_thread_stack() -> str:
 def report() -> dict:
     """This rank's whereabouts, as plain data for a report."""
     found = {"stack": main_thread_stack(), "steps": NOW.steps}
+    if NOW.training_steps is not None:
+        found["training_steps"] = NOW.training_steps
     describe = NOW.waiting_for
     if describe is not None:
         try:
@@ -64,8 +70,12 @@ def format_report(title: str, report: dict) -> str:
     if report.get("waiting_for"):
         lines.append(f"    waiting {report.get('waiting_s', 0):.1f} s for "
                      f"{report['waiting_for']}")
-    if "steps" in report:
-        lines.append(f"    steps run: {report['steps']}")
+    if "training_steps" in report:
+        lines.append(f"    steps run: {report['training_steps']} (MonitoredSession.run calls; "
+                     f"{report.get('steps', '?')} Session.run calls in all, the hooks', "
+                     "saves' and initialization's included)")
+    elif "steps" in report:
+        lines.append(f"    Session.run calls: {report['steps']}")
     lines += [f"    serving {line}" for line in report.get("serving", ())]
     lines += ["    " + line for line in report.get("stack", "").rstrip("\n").splitlines()]
     return "\n".join(lines) + "\n"

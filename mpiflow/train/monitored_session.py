@@ -21,7 +21,7 @@ from mpiflow.ops.variables import (
     global_variables_initializer,
     local_variables_initializer,
 )
-from mpiflow.runtime import interrupts, process
+from mpiflow.runtime import interrupts, process, whereabouts
 from mpiflow.runtime.session_options import RunMetadata, RunOptions
 from mpiflow.train import basic_hooks, reporting_hooks, succession
 from mpiflow.train.coordinator import Coordinator
@@ -222,6 +222,8 @@ class _MonitoredSession:
         self._stop_requested = False
         self._sess = None
         self._coord = Coordinator(clean_stop_exception_types=[])
+        if whereabouts.NOW.training_steps is None:
+            whereabouts.NOW.training_steps = 0      # reports now count training steps
         # SIGTERM (Slurm's time limit) stops training after the current step, with the
         # hooks' ends (the chief's checkpoint), instead of interrupting it; not where
         # workers step in lockstep through collectives: each would stop at its own step,
@@ -304,6 +306,7 @@ class _MonitoredSession:
             run_metadata = RunMetadata()
         outputs = self._sess.run(all_fetches, feed_dict=feeds or None, options=options,
                                  run_metadata=run_metadata)
+        whereabouts.NOW.training_steps = (whereabouts.NOW.training_steps or 0) + 1
         for hook in self._hooks:
             hook.after_run(context, SessionRunValues(results=outputs.get(hook),
                                                      options=options,

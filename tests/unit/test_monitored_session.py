@@ -293,3 +293,23 @@ def test_max_wait_secs_overrides_the_default_wait():
     counter_model()
     with pytest.raises(mf.errors.DeadlineExceededError, match=r"max_wait_secs=0\.1\)"):
         mf.train.MonitoredTrainingSession(is_chief=False, max_wait_secs=0.1)
+
+
+def test_where_a_rank_is_counts_the_training_steps_not_every_session_run(tmp_path):
+    # The hang report's "steps run" are the script's MonitoredSession.run calls; the
+    # hooks' own runs (the stop hook's re-reads, the saves) show in the Session.run count.
+    from mpiflow.runtime import whereabouts
+
+    m = counter_model()
+    before = whereabouts.report()
+    hooks = [mf.train.StopAtStepHook(last_step=4)]
+    with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), hooks=hooks,
+                                           save_checkpoint_steps=1, progress_bar=False) as sess:
+        assert train_until_stop(sess, m.train_op) == 4
+        now = whereabouts.report()
+    assert now["training_steps"] - before.get("training_steps", 0) == 4
+    assert now["steps"] - before["steps"] > 4
+    text = whereabouts.format_report("rank 0 (worker:0)", now)
+    assert f"steps run: {now['training_steps']} (MonitoredSession.run calls; " \
+        f"{now['steps']} Session.run calls in all" in text
+    assert "Session.run calls: 7\n" in whereabouts.format_report("rank 1", {"steps": 7})
