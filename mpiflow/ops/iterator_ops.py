@@ -153,6 +153,12 @@ class IteratorGetNextOp(_IteratorOp):
         _check_inputs(b, "Dataset")
         return list(zip(types, shapes))
 
+    def prepare(self, ctx):
+        super().prepare(ctx)
+        # Per output, its static dims (None: any size) or None for an unknown rank.
+        shapes = [TensorShape(s) for s in ctx.attrs["output_shapes"]]
+        ctx.static = [None if s.ndims is None else s.as_list() for s in shapes]
+
     def forward(self, xp, ctx, *arrays):
         iterator = _resource(ctx)
         with iterator.lock:
@@ -173,7 +179,25 @@ class IteratorGetNextOp(_IteratorOp):
                     f"every element of its dataset{again}", ctx.op)
             indices = dataset_streams.dense_indices(item, ctx.op)
             # np.take copies, so no value handed out aliases the dataset's arrays.
-            return tuple(np.take(a, indices, axis=0) for a in iterator.arrays)
+            out = tuple(np.take(a, indices, axis=0) for a in iterator.arrays)
+        _check_shapes(out, ctx)
+        return out
+
+
+def _check_shapes(values, ctx) -> None:
+    """As TF's GetNext: a value must fit the static shape its tensor promises (a
+    ``from_structure`` iterator's shapes may be narrower than a dataset's, e.g. a batch
+    dimension of 4 where the last batch is shorter), else code that trusts the static
+    shape would compute with the wrong size."""
+    for i, (value, dims) in enumerate(zip(values, ctx.static)):
+        if dims is None:
+            continue
+        if len(dims) != value.ndim or any(
+                d is not None and d != n for d, n in zip(dims, value.shape)):
+            raise errors.op_error(
+                errors.InvalidArgumentError, f"Incompatible shapes at component {i} of the "
+                "iterator's element", ctx.op,
+                expected=[-1 if d is None else d for d in dims], got=list(value.shape))
 
 
 def iterator_anchor(shared_name: str, output_types, output_shapes, name=None):

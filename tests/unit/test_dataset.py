@@ -297,6 +297,23 @@ def test_from_structure_takes_shapes_as_tuples_or_lists_nested_like_the_types():
         mf.data.Iterator.from_structure((mf.float32, mf.int64), ((None, 2),))
 
 
+def test_an_element_that_does_not_fit_the_iterators_static_shape_is_refused():
+    """A from_structure iterator may promise a narrower shape than a dataset has (TF
+    checks at each GetNext): a short last batch must not come out of a tensor whose
+    static batch dimension says 4, which code like ``x.shape[0]`` would trust."""
+    it = mf.data.Iterator.from_structure(mf.float32, [4, 2])
+    x = it.get_next()
+    init = it.make_initializer(mf.data.Dataset.from_tensor_slices(X).batch(4))
+    with mf.Session() as sess:
+        sess.run(init)
+        np.testing.assert_array_equal(sess.run(x), X[:4])
+        sess.run(x)
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Incompatible shapes at component 0.*expected \[4, 2\], "
+                                 r"got \[2, 2\]"):
+            sess.run(x)
+
+
 def test_the_tf1_module_functions_make_the_same_iterators():
     ds = mf.data.Dataset.range(3)
     assert drain(mf.data.make_one_shot_iterator(ds).get_next()) == [0, 1, 2]
