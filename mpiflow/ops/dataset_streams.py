@@ -174,9 +174,8 @@ class Shuffle:
         slots, filled = None, 0
         for chunk in self.upstream.chunks():
             if filled < self.size:
-                if slots is None:
-                    slots = np.empty((self.size,) + chunk.shape[1:], dtype=np.int64)
                 n = min(self.size - filled, len(chunk))
+                slots = _grown(slots, filled + n, self.size, chunk.shape[1:])
                 slots[filled:filled + n] = chunk[:n]
                 filled += n
                 chunk = chunk[n:]
@@ -196,6 +195,19 @@ class Shuffle:
         last = np.append(~repeat, True)                # the final write to each drawn slot
         slots[by_slot[last]] = incoming[order[last]]
         return out
+
+
+def _grown(slots, need: int, most: int, item_shape) -> np.ndarray:
+    """``slots`` with room for ``need`` items: a buffer grows with what it holds, doubling
+    up to ``most``, as a buffer far larger than the data (``shuffle(10**10)``, to shuffle
+    "everything") is legal and must not be allocated whole."""
+    have = 0 if slots is None else len(slots)
+    if need <= have:
+        return slots
+    grown = np.empty((min(most, max(need, 2 * have)),) + tuple(item_shape), dtype=np.int64)
+    if have:
+        grown[:have] = slots
+    return grown
 
 
 def build(n: int, pipeline) -> object:

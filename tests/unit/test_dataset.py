@@ -212,6 +212,14 @@ def test_the_vectorised_buffer_returns_what_a_one_at_a_time_buffer_would(
     assert all(item <= t + size - 1 for t, item in enumerate(got))
 
 
+def test_a_buffer_far_larger_than_the_data_is_not_allocated_whole():
+    """shuffle(10**12) is legal in TF (a "shuffle everything" buffer): the buffer holds
+    what arrives, so it gives the uniform shuffle of any buffer >= the data."""
+    ds = mf.data.Dataset.range(10)
+    (huge,), (exact,) = orders(ds.shuffle(10 ** 12, seed=4)), orders(ds.shuffle(10, seed=4))
+    assert huge == exact and sorted(huge) == list(range(10))
+
+
 def test_a_buffer_of_one_keeps_the_order():
     (order,) = orders(mf.data.Dataset.range(12).shuffle(1, seed=1))
     assert order == list(range(12))
