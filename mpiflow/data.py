@@ -20,8 +20,10 @@ import numpy as np
 
 from mpiflow import errors, unsupported
 from mpiflow.dataset import (  # noqa: F401  (tf.data's names)
+    AUTOTUNE,
     Dataset,
     Iterator,
+    experimental,
     get_output_classes,
     get_output_shapes,
     get_output_types,

@@ -62,6 +62,26 @@ HINTS = {
                                      "var_list={'name in the checkpoint': variable})"
                                      ".restore(sess, path) (in a MonitoredTrainingSession: "
                                      "Scaffold(init_fn=lambda scaffold, sess: ...))",
+    "tf.data.Dataset.filter": "mpiflow's datasets pick rows of in-memory arrays by index, "
+                              "so no predicate drops elements on the way: select the rows "
+                              "with numpy first (x[mask]) and use "
+                              "tf.data.Dataset.from_tensor_slices",
+    "tf.data.Dataset.from_generator": "a graph must be plain data to be shipped to other "
+                                      "ranks, so it cannot hold a Python generator: collect "
+                                      "its elements into numpy arrays and use "
+                                      "tf.data.Dataset.from_tensor_slices",
+    "tf.data.Dataset.padded_batch": "pad the arrays to one shape with numpy first, then "
+                                    "use tf.data.Dataset.batch",
+    "tf.data.Dataset.flat_map": "build the flattened arrays with numpy first and use "
+                                "tf.data.Dataset.from_tensor_slices",
+    "tf.data.Dataset.interleave": "build the interleaved arrays with numpy first and use "
+                                  "tf.data.Dataset.from_tensor_slices",
+    "tf.data.Dataset.unbatch": "reshape the arrays with numpy first and use "
+                               "tf.data.Dataset.from_tensor_slices",
+    "tf.data.experimental.shuffle_and_repeat": "use dataset.shuffle(buffer_size, seed)"
+                                               ".repeat(count)",
+    "tf.data.experimental.map_and_batch": "batch first, then map with a function written "
+                                          "for a batch: dataset.batch(n).map(fn)",
     "tf.data.TFRecordDataset": "mpiflow has no string dtype; read the records with numpy "
                                "and use tf.data.Dataset.from_tensor_slices",
     "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "

@@ -7,11 +7,14 @@ ops and the numpy engine that picks each item are in ``ops.iterator_ops`` and
 ``ops.dataset_streams``.
 """
 
+from mpiflow.dataset import experimental
 from mpiflow.dataset.dataset import Dataset
+from mpiflow.dataset.experimental import AUTOTUNE
 from mpiflow.dataset.iterator import Iterator
 
-__all__ = ["Dataset", "Iterator", "get_output_classes", "get_output_shapes",
-           "get_output_types", "make_initializable_iterator", "make_one_shot_iterator"]
+__all__ = ["AUTOTUNE", "Dataset", "Iterator", "experimental", "get_output_classes",
+           "get_output_shapes", "get_output_types", "make_initializable_iterator",
+           "make_one_shot_iterator"]
 
 
 def make_one_shot_iterator(dataset: Dataset) -> Iterator:

@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from mpiflow import errors
+from mpiflow import errors, unsupported
 from mpiflow.dataset import structure
 from mpiflow.dataset.iterator import Iterator, Plan
 from mpiflow.framework.dtypes import as_dtype
@@ -60,7 +60,21 @@ def _count(value, what: str, allow_all: bool = False) -> int:
     return value
 
 
-class Dataset:
+def _missing(name: str, known):
+    """The error for a ``tf.data.Dataset`` method mpiflow lacks (``Dataset.zip``,
+    ``ds.filter``): an ``UnsupportedAPIError`` saying what to do instead, not a bare
+    ``AttributeError``; private and dunder names get the plain one."""
+    if name.startswith("_"):
+        return AttributeError(f"'Dataset' has no attribute {name!r}", name=name)
+    return errors.UnsupportedAPIError(unsupported.message(f"tf.data.Dataset.{name}", known))
+
+
+class _DatasetType(type):
+    def __getattr__(cls, name):
+        raise _missing(name, vars(cls))
+
+
+class Dataset(metaclass=_DatasetType):
     """A sequence of elements of in-memory arrays (TF1's ``tf.data.Dataset``).
 
     Make one with ``from_tensor_slices``, ``from_tensors`` or ``range``; read it with
@@ -233,6 +247,9 @@ class Dataset:
     def _plan(self) -> Plan:
         return Plan(self._arrays, self._slices, self._template, self._specs, self._stages,
                     self._maps)
+
+    def __getattr__(self, name):
+        raise _missing(name, vars(Dataset))
 
     def __iter__(self):
         raise errors.UnimplementedError(

@@ -3,6 +3,7 @@ static shapes; end of input; shuffling (seeded, buffered, reshuffled per epoch);
 initializable and reinitializable iterators; where the iterator's state lives and runs."""
 
 import collections
+import operator
 
 import numpy as np
 import pytest
@@ -393,6 +394,15 @@ def test_iterator_ops_are_plain_data_that_import_into_another_graph():
         np.testing.assert_array_equal(a, b)
 
 
+def test_autotune_is_taken_by_map_and_prefetch():
+    assert mf.data.experimental.AUTOTUNE == mf.data.AUTOTUNE == -1
+    ds = mf.data.Dataset.range(5).batch(2).map(
+        lambda v: v * 2, num_parallel_calls=mf.data.experimental.AUTOTUNE)
+    ds = ds.prefetch(mf.compat.v1.data.experimental.AUTOTUNE)
+    assert [v.tolist() for v in drain(ds.make_one_shot_iterator().get_next())] == \
+        [[0, 2], [4, 6], [8]]
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("build,match", [
@@ -414,3 +424,21 @@ def test_fed_arrays_of_different_lengths_fail_at_initialization_naming_the_op():
     with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError,
                                              match=r"same number of examples.*MakeIterator"):
         sess.run(it.initializer, {a: np.zeros(3), b: np.zeros(4)})
+
+
+@pytest.mark.parametrize("use,words", [
+    (lambda: mf.data.Dataset.zip, r"tf\.data\.Dataset\.zip\. .*docs/tf1_api\.md"),
+    (lambda: mf.data.Dataset.range(3).filter, r"Dataset\.filter: .*x\[mask\]"),
+    (lambda: mf.data.Dataset.from_generator, "cannot hold a Python generator"),
+    (lambda: mf.data.Dataset.range(3).padded_batch, "pad the arrays"),
+    (lambda: mf.data.Dataset.range(3).shufle, r"did you mean tf\.data\.Dataset\.shuffle\?"),
+    (lambda: mf.data.experimental.shuffle_and_repeat, r"shuffle\(buffer_size, seed\)"),
+])
+def test_a_dataset_method_mpiflow_lacks_says_so_and_what_to_do(use, words):
+    with pytest.raises(mf.errors.UnsupportedAPIError, match=words) as info:
+        use()
+    assert isinstance(info.value, AttributeError)       # hasattr still answers False
+    assert not hasattr(mf.data.Dataset.range(3), "flat_map")
+    with pytest.raises(AttributeError, match="_private") as info:
+        operator.attrgetter("_private")(mf.data.Dataset.range(3))
+    assert not isinstance(info.value, mf.errors.UnsupportedAPIError)
