@@ -3,13 +3,15 @@
 A ``Dataset`` is immutable plain data: the tensors holding its arrays (constants made
 from numpy values, or any tensor for an initializable iterator, e.g. a placeholder fed at
 initialization), whether examples are their slices or the arrays whole, the pipeline of
-stages (shuffle, batch, repeat, take, skip, shard) that the iterator ops carry as an attr
-and ``ops.dataset_streams`` runs, and the static dtype and shape of each array of an
+stages (shuffle, batch, repeat, take, skip, shard, cache) that the iterator ops carry as an
+attr and ``ops.dataset_streams`` runs, and the static dtype and shape of each array of an
 element. No op is made until an iterator is.
 
 ``map`` is applied to what ``get_next`` returns, in the graph: exact when nothing after
 it combines elements (the stages after a map only pick, reorder or repeat elements, and a
-map commutes with those). A ``batch`` after a ``map`` would call the function on a whole
+map commutes with those), and its function is deterministic: a ``cache`` after a map
+keeps which elements come in which order, not the map's values, so a random map (data
+augmentation) draws anew each epoch where TF would replay the first epoch's draws. A ``batch`` after a ``map`` would call the function on a whole
 batch where TF calls it on each element, which is right for some functions and silently
 wrong for others, so it is refused; map after batching instead, with a function written
 for a batch.
@@ -194,6 +196,18 @@ class Dataset(metaclass=_DatasetType):
                 f"Dataset.shard: expected 0 <= index < num_shards, got index={index}, "
                 f"num_shards={num_shards}")
         return self._then(("shard", num_shards, index))
+
+    def cache(self, filename="") -> Dataset:
+        """Keep the first complete pass and replay it in every later pass of the same
+        iterator (after ``repeat``): a shuffle before the cache is drawn once, as in TF.
+        The data is in memory already, so a ``filename`` is refused; a map before the
+        cache still runs at each ``get_next`` (see the module docstring)."""
+        if filename:
+            raise errors.UnimplementedError(
+                f"Dataset.cache(filename={filename!r}): mpiflow's datasets are arrays in "
+                "memory, which it does not write to files; use cache() to keep a pass in "
+                "memory")
+        return self._then(("cache",))
 
     def prefetch(self, buffer_size=None) -> Dataset:
         """The same dataset: elements are gathered inside the step that asks for them,

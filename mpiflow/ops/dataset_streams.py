@@ -1,10 +1,10 @@
 """The numpy engine behind ``tf.data`` iterators: which examples each ``get_next`` returns.
 
 A dataset of in-memory arrays is a source of N examples and a pipeline of stages
-(shuffle, batch, repeat, take, skip, shard). The engine never touches the data: every
-stage transforms a stream of example *indices*, chunk by chunk, and ``get_next`` gathers
-the arrays at the indices of one item with a single ``np.take`` per array. So the cost
-per step is one fancy-indexing per component, and no Python loop runs per example.
+(shuffle, batch, repeat, take, skip, shard, cache). The engine never touches the data:
+every stage transforms a stream of example *indices*, chunk by chunk, and ``get_next``
+gathers the arrays at the indices of one item with a single ``np.take`` per array. So the
+cost per step is one fancy-indexing per component, and no Python loop runs per example.
 
 A stream yields int64 chunks of shape ``(m,) + item_shape``: an item is one index
 (shape ``()``), a batch of them (``(b,)``), a batch of batches, ... A partial batch is
@@ -146,6 +146,27 @@ class Batch:
             padded = np.full((1, size) + carry.shape[1:], PAD, dtype=np.int64)
             padded[0, :len(carry)] = carry
             yield padded
+
+
+@_stage("cache")
+class Cache:
+    """The upstream's first complete pass, kept and replayed by every later pass: TF's
+    in-memory cache, which freezes the order a shuffle before it drew. A pass not read to
+    its end (a ``take`` after the cache) is not kept, as TF discards a partial cache. The
+    data is in memory already, so only the indices are kept: 8 bytes per example."""
+
+    def __init__(self, upstream):
+        self.upstream, self._kept = upstream, None
+
+    def chunks(self):
+        if self._kept is not None:
+            yield from self._kept
+            return
+        seen = []
+        for chunk in self.upstream.chunks():
+            seen.append(chunk)
+            yield chunk
+        self._kept = seen
 
 
 @_stage("shuffle")

@@ -221,6 +221,19 @@ def test_a_buffer_far_larger_than_the_data_is_not_allocated_whole():
     assert huge == exact and sorted(huge) == list(range(10))
 
 
+def test_cache_replays_its_first_complete_pass_and_drops_a_partial_one():
+    """As TF's in-memory cache: a shuffle before it is drawn once per initialization; a
+    pass cut short by a take is not kept, so the next pass draws anew."""
+    (order,) = orders(mf.data.Dataset.range(8).shuffle(8, seed=5).cache().repeat(3))
+    assert order[:8] == order[8:16] == order[16:] != list(range(8))
+    (cut,) = orders(mf.data.Dataset.range(8).shuffle(8, seed=5).cache().take(3).repeat(2))
+    assert cut[:3] == order[:3] and cut[3:] != cut[:3]
+    (again,) = orders(mf.data.Dataset.range(8).cache().shuffle(8, seed=5).repeat(2))
+    assert sorted(again[:8]) == sorted(again[8:]) == list(range(8)) and again[:8] != again[8:]
+    with pytest.raises(mf.errors.UnimplementedError, match="use cache()"):
+        mf.data.Dataset.range(3).cache("/tmp/data.cache")
+
+
 def test_a_buffer_of_one_keeps_the_order():
     (order,) = orders(mf.data.Dataset.range(12).shuffle(1, seed=1))
     assert order == list(range(12))
