@@ -30,6 +30,7 @@ from mpiflow.framework.dtypes import as_dtype
 from mpiflow.framework.graph import Tensor, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.ops import array_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import const_value
 
@@ -137,6 +138,53 @@ class Dataset(metaclass=_DatasetType):
         dtype = np.int64 if output_type is None else as_dtype(output_type).np_dtype
         bounds = [_static_int(a, "range") for a in args]
         return Dataset.from_tensor_slices(np.arange(*bounds).astype(dtype))
+
+    @staticmethod
+    def zip(datasets) -> Dataset:
+        """The elements of ``datasets`` (a tuple or dict of datasets, nested as you like)
+        side by side, as many as the shortest has.
+
+        mpiflow zips sources: datasets made by ``from_tensor_slices`` or ``range``, before
+        any stage or ``map`` (zip first, then shuffle, batch, ...). Constant arrays are cut
+        to the shortest; fed arrays must have one length (checked at initialization).
+        """
+        parts, outer = structure.flatten(datasets)
+        _sources(parts, "zip")
+        if not isinstance(datasets, (tuple, dict)):
+            raise errors.InvalidArgumentError(
+                f"Dataset.zip: expected a tuple or dict of datasets, got {datasets!r}")
+        shortest = min((n for n in map(_length, parts) if n is not None), default=None)
+        arrays, specs = [], []
+        for part in parts:
+            arrays += [_cut(t, shortest) for t in part._arrays]
+            specs += part._specs
+        return Dataset(arrays, True, _nest(outer, iter(p._template for p in parts)), specs)
+
+    def concatenate(self, dataset) -> Dataset:
+        """This dataset's elements, then ``dataset``'s (same structure, dtypes and element
+        shapes). As ``zip``, mpiflow concatenates sources, before any stage or ``map``."""
+        _sources([self, dataset], "concatenate")
+        if dataset._template != self._template:
+            raise errors.InvalidArgumentError(
+                f"Dataset.concatenate: elements {structure.describe(dataset._template)} do "
+                f"not have this dataset's structure {structure.describe(self._template)}")
+        specs = []
+        for i, ((dt, shape), (other_dt, other_shape)) in enumerate(
+                zip(self._specs, dataset._specs)):
+            if dt is not other_dt or not shape.is_compatible_with(other_shape):
+                raise errors.InvalidArgumentError(
+                    f"Dataset.concatenate: array {i} is {dt.name} {shape} here and "
+                    f"{other_dt.name} {other_shape} in the other dataset: expected the same "
+                    "dtype and compatible element shapes")
+            specs.append((dt, shape.merge_with(other_shape)))
+        arrays = []
+        for a, b in zip(self._arrays, dataset._arrays):
+            values = const_value(a), const_value(b)
+            if any(v is None for v in values):
+                arrays.append(array_ops.concat([a, b], 0))
+            else:                   # still constants: a one-shot iterator can read them
+                arrays.append(convert_to_tensor(np.concatenate(values)))
+        return Dataset(arrays, True, self._template, specs)
 
     # -- transformations -------------------------------------------------------------------
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=None) -> Dataset:
@@ -275,6 +323,51 @@ class Dataset(metaclass=_DatasetType):
         return (f"<Dataset {structure.describe(self._template)} of "
                 f"{[f'{dt.name}{shape}' for dt, shape in self._specs]}: {kinds}"
                 f"{', map' * len(self._maps)}>")
+
+
+def _sources(parts, what: str) -> None:
+    """Refuse what ``zip`` and ``concatenate`` cannot join: their datasets are joined as
+    arrays, so each must be a source of slices with no stage or map yet."""
+    for i, part in enumerate(parts):
+        if not isinstance(part, Dataset):
+            raise errors.InvalidArgumentError(
+                f"Dataset.{what}: expected datasets, got {type(part).__name__} at {i}")
+        if part._stages or part._maps or not part._slices:
+            raise errors.UnimplementedError(
+                f"Dataset.{what}: dataset {i} is {part!r}: mpiflow joins the arrays of "
+                "datasets made by from_tensor_slices or range, so join them before any "
+                "stage (shuffle, batch, ...) or map, and apply those to the result")
+
+
+def _length(dataset):
+    """The number of elements of a source dataset, where its shapes say it."""
+    for t in dataset._arrays:
+        if t.shape.ndims is not None and t.shape[0] is not None:
+            return t.shape[0]
+    return None
+
+
+def _cut(t: Tensor, length):
+    """``t``'s first ``length`` slices: zip stops at the shortest dataset, as TF's."""
+    if length is None or t.shape.ndims is None or t.shape[0] in (None, length):
+        return t
+    value = const_value(t)
+    if value is None:
+        raise errors.InvalidArgumentError(
+            f"Dataset.zip: '{t.name}' has {t.shape[0]} elements and another dataset "
+            f"{length}: cut the fed arrays to one length first")
+    return convert_to_tensor(value[:length])
+
+
+def _nest(template, inner):
+    """``template`` (the nesting of the zipped datasets) with each leaf replaced by the
+    next dataset's element template."""
+    if template == structure.LEAF:
+        return next(inner)
+    kind, cls, children = template
+    if kind == "dict":
+        return kind, cls, tuple((k, _nest(child, inner)) for k, child in children)
+    return kind, cls, tuple(_nest(child, inner) for child in children)
 
 
 def _as_tensors(leaves, what: str) -> list:

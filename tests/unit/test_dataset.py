@@ -85,6 +85,44 @@ def test_range_counts_like_pythons_range():
         [2, 5, 8]
 
 
+def test_zip_puts_sources_side_by_side_and_stops_at_the_shortest():
+    Pair = collections.namedtuple("Pair", "x n")
+    ds = mf.data.Dataset.zip(Pair(mf.data.Dataset.from_tensor_slices({"x": X}),
+                                  mf.data.Dataset.range(7))).batch(3)
+    assert ds.output_types == Pair({"x": mf.float32}, mf.int64)
+    got = drain(ds.make_one_shot_iterator().get_next())
+    assert [g.n.tolist() for g in got] == [[0, 1, 2], [3, 4, 5], [6]]
+    np.testing.assert_array_equal(np.concatenate([g.x["x"] for g in got]), X[:7])
+
+
+def test_concatenate_joins_sources_end_to_end():
+    a = mf.placeholder(mf.float32, [None, 2])
+    ds = mf.data.Dataset.from_tensor_slices((X[:3], Y[:3])).concatenate(
+        mf.data.Dataset.from_tensor_slices((X[7:], Y[7:])))
+    assert labels(drain(ds.batch(4).make_one_shot_iterator().get_next())) == \
+        [[0, 1, 2, 7], [8, 9]]
+    fed = mf.data.Dataset.from_tensor_slices(X[:2]).concatenate(
+        mf.data.Dataset.from_tensor_slices(a))
+    it = fed.make_initializable_iterator()
+    with mf.Session() as sess:
+        sess.run(it.initializer, {a: X[5:6]})
+        np.testing.assert_array_equal(np.stack(drain(it.get_next(), sess)), X[[0, 1, 5]])
+
+
+@pytest.mark.parametrize("join,match", [
+    (lambda: mf.data.Dataset.zip((mf.data.Dataset.range(3).batch(2), mf.data.Dataset.range(3))),
+     "before any stage"),
+    (lambda: mf.data.Dataset.range(3).concatenate(mf.data.Dataset.range(3).map(lambda v: v)),
+     "before any stage"),
+    (lambda: mf.data.Dataset.range(3).concatenate(mf.data.Dataset.from_tensor_slices(X)),
+     "int64 \\(\\) here and float32 \\(2,\\)"),
+])
+def test_zip_and_concatenate_of_what_they_cannot_join_say_what_to_do(join, match):
+    with pytest.raises((mf.errors.UnimplementedError, mf.errors.InvalidArgumentError),
+                       match=match):
+        join()
+
+
 # -- batch, repeat, take, skip, shard ------------------------------------------------------------
 
 def test_batch_has_an_unknown_batch_dimension_and_a_short_last_batch():
@@ -440,7 +478,7 @@ def test_fed_arrays_of_different_lengths_fail_at_initialization_naming_the_op():
 
 
 @pytest.mark.parametrize("use,words", [
-    (lambda: mf.data.Dataset.zip, r"tf\.data\.Dataset\.zip\. .*docs/tf1_api\.md"),
+    (lambda: mf.data.Dataset.list_files, r"Dataset\.list_files\. .*docs/tf1_api\.md"),
     (lambda: mf.data.Dataset.range(3).filter, r"Dataset\.filter: .*x\[mask\]"),
     (lambda: mf.data.Dataset.from_generator, "cannot hold a Python generator"),
     (lambda: mf.data.Dataset.range(3).padded_batch, "pad the arrays"),
