@@ -53,8 +53,8 @@ def _unique_layer_name(base: str) -> str:
 def reject_unimplemented(layer, **settings) -> None:
     """Refuse TF1 arguments mpiflow does not implement, where they are not their default.
 
-    Each value in ``settings`` is (given, default); silently ignoring a constraint or a
-    renorm flag would train a different model than the script asked for.
+    Each value in ``settings`` is (given, default); silently ignoring a renorm flag would
+    train a different model than the script asked for.
     """
     for arg, (given, default) in settings.items():
         if given is not default and given != default:
@@ -152,15 +152,16 @@ class Layer:
         """Make (or, under reuse, fetch) the variable ``<layer scope>/<name>``.
 
         A regularizer's loss goes to REGULARIZATION_LOSSES (through ``get_variable``, once,
-        when the variable is made) and to this layer's ``losses``.
+        when the variable is made) and to this layer's ``losses``; a constraint goes to
+        the variable (the optimizers project it after each update).
         """
-        reject_unimplemented(self, constraint=(constraint, None))
         trainable = (True if trainable is None else bool(trainable)) and self.trainable
         graph = get_default_graph()
         known = len(graph.get_collection(GraphKeys.REGULARIZATION_LOSSES))
         variable = vs.get_variable(name, shape=shape, dtype=dtype or self._dtype,
                                    initializer=initializer, regularizer=regularizer,
-                                   trainable=trainable, partitioner=partitioner)
+                                   trainable=trainable, partitioner=partitioner,
+                                   constraint=constraint)
         self._losses.extend(graph.get_collection(GraphKeys.REGULARIZATION_LOSSES)[known:])
         if not any(variable is v for v in self._variables):
             self._variables.append(variable)
@@ -261,23 +262,25 @@ class KernelLayer(Layer):
     def _keep_kernel_options(self, activation, use_bias, kernel_initializer,
                              bias_initializer, kernel_regularizer, bias_regularizer,
                              kernel_constraint, bias_constraint) -> None:
-        reject_unimplemented(self, kernel_constraint=(kernel_constraint, None),
-                             bias_constraint=(bias_constraint, None))
         self.activation = activation
         self.use_bias = use_bias
         self.kernel_initializer = kernel_initializer
         self.bias_initializer = bias_initializer
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
+        self.kernel_constraint = kernel_constraint
+        self.bias_constraint = bias_constraint
         self.kernel = self.bias = None
 
     def _add_kernel_and_bias(self, kernel_shape: list, units: int) -> None:
         self.kernel = self.add_weight("kernel", kernel_shape,
                                       initializer=self.kernel_initializer,
-                                      regularizer=self.kernel_regularizer)
+                                      regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint)
         if self.use_bias:
             self.bias = self.add_weight("bias", [units], initializer=self.bias_initializer,
-                                        regularizer=self.bias_regularizer)
+                                        regularizer=self.bias_regularizer,
+                                        constraint=self.bias_constraint)
 
 
 def needs_defined(layer, input_shape, axis: int, what: str) -> int:

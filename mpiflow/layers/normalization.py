@@ -43,8 +43,7 @@ class BatchNormalization(Layer):
                  trainable=True, virtual_batch_size=None, adjustment=None, name=None,
                  **kwargs):
         super().__init__(trainable=trainable, name=name, **kwargs)
-        reject_unimplemented(self, beta_constraint=(beta_constraint, None),
-                             gamma_constraint=(gamma_constraint, None), renorm=(renorm, False),
+        reject_unimplemented(self, renorm=(renorm, False),
                              renorm_clipping=(renorm_clipping, None),
                              virtual_batch_size=(virtual_batch_size, None),
                              adjustment=(adjustment, None))
@@ -58,6 +57,8 @@ class BatchNormalization(Layer):
                              "moving_mean": moving_mean_initializer,
                              "moving_variance": moving_variance_initializer}
         self.regularizers = {"gamma": gamma_regularizer, "beta": beta_regularizer}
+        self.gamma_constraint = gamma_constraint
+        self.beta_constraint = beta_constraint
         self.gamma = self.beta = self.moving_mean = self.moving_variance = None
 
     def build(self, input_shape):
@@ -93,7 +94,9 @@ class BatchNormalization(Layer):
 
     def _param(self, name, trainable=True):
         return self.add_weight(name, self._param_shape, initializer=self.initializers[name],
-                               regularizer=self.regularizers.get(name), trainable=trainable)
+                               regularizer=self.regularizers.get(name),
+                               constraint=getattr(self, f"{name}_constraint", None),
+                               trainable=trainable)
 
     def call(self, inputs, training=False):
         training = training_value(self, training)

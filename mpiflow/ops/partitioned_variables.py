@@ -284,7 +284,8 @@ def _part_initializer(initializer, info: PartitionInfo, var_shape, dtype):
 
 
 def _get_partitioned_variable(store, name, *, shape, dtype, initializer, regularizer,
-                              trainable, collections, validate_shape, reuse, partitioner):
+                              trainable, collections, validate_shape, reuse, partitioner,
+                              constraint=None):
     """Return the PartitionedVariable ``name``, created unless the scope reuses it."""
     if name in store.vars:
         raise errors.InvalidArgumentError(
@@ -319,7 +320,7 @@ def _get_partitioned_variable(store, name, *, shape, dtype, initializer, regular
         var = store._single(f"{name}/part_{i}", shape=var_shape, dtype=dtype,
                             initializer=init, regularizer=regularizer, trainable=trainable,
                             collections=collections, validate_shape=validate_shape,
-                            reuse=reuse)
+                            reuse=reuse, constraint=constraint)
         var._set_save_slice_info(SaveSliceInfo(name, full_shape, offset, var_shape))
         parts.append(var)
     result = PartitionedVariable(name, shape, dtype, parts, partitions)

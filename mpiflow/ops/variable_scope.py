@@ -15,7 +15,7 @@ from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import init_ops
-from mpiflow.ops.variables import Variable, reject_constraint
+from mpiflow.ops.variables import Variable, check_constraint
 
 
 class _ReuseMode:
@@ -30,11 +30,12 @@ class VariableScope:
     """The current scope's name, reuse flag and defaults for ``get_variable``."""
 
     def __init__(self, reuse, name="", initializer=None, regularizer=None, dtype=None,
-                 partitioner=None, custom_getter=None, name_scope=""):
+                 partitioner=None, custom_getter=None, name_scope="", constraint=None):
         self.name = name
         self.reuse = reuse
         self.initializer = initializer
         self.regularizer = regularizer
+        self.constraint = constraint
         self.dtype = dtype
         self.partitioner = partitioner
         self.custom_getter = custom_getter
@@ -62,7 +63,8 @@ class _VariableStore:
 
     def get_variable(self, scope, name, shape=None, dtype=None, initializer=None,
                      regularizer=None, trainable=True, collections=None,
-                     validate_shape=True, partitioner=None, custom_getter=None):
+                     validate_shape=True, partitioner=None, custom_getter=None,
+                     constraint=None):
         full = f"{scope.name}/{name}" if scope.name else name
         custom_getter = custom_getter or scope.custom_getter
         kwargs = dict(
@@ -71,14 +73,17 @@ class _VariableStore:
             regularizer=regularizer if regularizer is not None else scope.regularizer,
             trainable=trainable, collections=collections, validate_shape=validate_shape,
             reuse=scope.reuse,
-            partitioner=partitioner if partitioner is not None else scope.partitioner)
+            partitioner=partitioner if partitioner is not None else scope.partitioner,
+            constraint=check_constraint(
+                f"get_variable('{full}')",
+                constraint if constraint is not None else scope.constraint))
         if custom_getter is not None:
             return custom_getter(self._true_getter, full, **kwargs)
         return self._true_getter(full, **kwargs)
 
     def _true_getter(self, name, shape=None, dtype=dtypes.float32, initializer=None,
                      regularizer=None, trainable=True, collections=None, validate_shape=True,
-                     reuse=False, partitioner=None, **unused):
+                     reuse=False, partitioner=None, constraint=None, **unused):
         if partitioner is not None:
             if not _PARTITIONED_GETTER:
                 raise errors.UnimplementedError(
@@ -87,7 +92,8 @@ class _VariableStore:
             return _PARTITIONED_GETTER[0](
                 self, name, shape=shape, dtype=dtype, initializer=initializer,
                 regularizer=regularizer, trainable=trainable, collections=collections,
-                validate_shape=validate_shape, reuse=reuse, partitioner=partitioner)
+                validate_shape=validate_shape, reuse=reuse, partitioner=partitioner,
+                constraint=constraint)
         if name in self.partitioned_vars:
             raise errors.InvalidArgumentError(
                 f"No partitioner was provided, but a partitioned version of the variable was "
@@ -96,11 +102,11 @@ class _VariableStore:
         return self._single(name, shape=shape, dtype=dtype, initializer=initializer,
                             regularizer=regularizer, trainable=trainable,
                             collections=collections, validate_shape=validate_shape,
-                            reuse=reuse)
+                            reuse=reuse, constraint=constraint)
 
     def _single(self, name, shape=None, dtype=dtypes.float32, initializer=None,
                 regularizer=None, trainable=True, collections=None, validate_shape=True,
-                reuse=False):
+                reuse=False, constraint=None):
         dtype = dtypes.as_dtype(dtype)
         if name in self.vars:
             if reuse is False or reuse is None:
@@ -125,7 +131,8 @@ class _VariableStore:
         graph = get_default_graph()
         with graph.name_scope(None):
             var = Variable(init_value, trainable=trainable, collections=collections,
-                           validate_shape=validate_shape, name=name, dtype=dtype)
+                           validate_shape=validate_shape, name=name, dtype=dtype,
+                           constraint=constraint)
         if var.op.name != name:
             raise errors.AlreadyExistsError(
                 f"get_variable('{name}'): an op named '{name}' already exists in the graph "
@@ -163,7 +170,7 @@ def _initial_value(name, shape, dtype, initializer):
 
 # Set by mpiflow.ops.partitioned_variables (which imports this module):
 # ``getter(store, full_name, *, shape, dtype, initializer, regularizer, trainable,
-# collections, validate_shape, reuse, partitioner) -> PartitionedVariable``.
+# collections, validate_shape, reuse, partitioner, constraint) -> PartitionedVariable``.
 _PARTITIONED_GETTER = []
 
 
@@ -182,7 +189,7 @@ def get_variable_scope() -> VariableScope:
 @contextlib.contextmanager
 def variable_scope(name_or_scope=None, default_name=None, values=None, initializer=None,
                    regularizer=None, reuse=None, dtype=None, partitioner=None,
-                   custom_getter=None, auxiliary_name_scope=True):
+                   custom_getter=None, auxiliary_name_scope=True, constraint=None):
     """Open a variable scope (and a name scope); ``reuse`` is True, AUTO_REUSE or inherited.
 
     Re-entering a scope by name keeps the variable prefix; the name scope becomes unique
@@ -228,7 +235,8 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
             new_reuse, full, initializer if initializer is not None else base.initializer,
             regularizer or base.regularizer,
             dtype or base.dtype, partitioner or base.partitioner,
-            custom_getter or base.custom_getter, ns)
+            custom_getter or base.custom_getter, ns,
+            constraint if constraint is not None else base.constraint)
         store.scope_stack.append(scope)
         try:
             yield scope
@@ -271,13 +279,13 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
 
     ``caching_device`` and ``use_resource`` are TF1's and change nothing here: a read is
     placed where its reader is, and a variable reads as ``Variable`` says. A
-    ``constraint`` is refused: applying none would train another model than asked for.
+    ``constraint`` (default: the scope's) goes to the variable (to each part of a
+    partitioned one): the optimizers project it after each update, as in TF1.
     """
-    reject_constraint(f"get_variable('{name}')", constraint)
     return get_variable_scope().get_variable(
         name, shape=shape, dtype=dtype, initializer=initializer, regularizer=regularizer,
         trainable=trainable, collections=collections, validate_shape=validate_shape,
-        partitioner=partitioner, custom_getter=custom_getter)
+        partitioner=partitioner, custom_getter=custom_getter, constraint=constraint)
 
 
 def get_local_variable(name, shape=None, dtype=None, initializer=None, **kwargs):

@@ -66,26 +66,28 @@ class SaveSliceInfo:
 _MAX_ARRAY_BYTES = 2 ** 63 - 1
 
 
-def reject_constraint(where: str, constraint) -> None:
-    """Refuse a variable's ``constraint`` (a projection after each update), unimplemented."""
-    if constraint is not None:
-        raise errors.UnimplementedError(
-            f"{where}: constraint={constraint!r} is not supported (mpiflow's optimizers do "
-            "not project variables after their updates); apply it yourself with "
-            "mf.assign after the train op, or leave it out")
+def check_constraint(where: str, constraint):
+    """Return a variable's ``constraint`` (None, or a callable the optimizer applies to the
+    variable's value after each update); anything else is refused, naming ``where``."""
+    if constraint is not None and not callable(constraint):
+        raise errors.InvalidArgumentError(
+            f"{where}: constraint must be None or a callable (the projection applied after "
+            f"each update), got {type(constraint).__name__} {constraint!r}")
+    return constraint
 
 
 class Variable:
     """A TF1 variable: ``Variable(initial_value, trainable=True, name=None, dtype=None)``.
 
     ``caching_device`` and ``use_resource`` are accepted and change nothing (a read is
-    placed where its reader is; reads show the value where the step reads it); a
-    ``constraint`` is refused (``reject_constraint``)."""
+    placed where its reader is; reads show the value where the step reads it). A
+    ``constraint`` (a callable) is kept: the optimizers assign ``constraint(value)`` to the
+    variable after each of its dense updates, as TF1's do."""
 
     def __init__(self, initial_value=None, trainable=True, collections=None,
                  validate_shape=True, name=None, dtype=None, expected_shape=None,
                  caching_device=None, constraint=None, use_resource=None):
-        reject_constraint(f"Variable '{name or 'Variable'}'", constraint)
+        self._constraint = check_constraint(f"Variable '{name or 'Variable'}'", constraint)
         if initial_value is None:
             raise errors.InvalidArgumentError(
                 f"Variable '{name or 'Variable'}': initial_value must be given")
@@ -169,6 +171,11 @@ class Variable:
     @property
     def trainable(self) -> bool:
         return self._trainable
+
+    @property
+    def constraint(self):
+        """The projection the optimizers apply after each update (None: none)."""
+        return self._constraint
 
     @property
     def initializer(self):

@@ -131,12 +131,14 @@ class Optimizer:
         """Add the ops that apply ``grads_and_vars``; return the train op.
 
         A Tensor gradient takes the dense fused op, an IndexedSlices the sparse one; pairs
-        with a None gradient are skipped. With ``global_step``, the op returned also adds
-        1 to it, after every update.
+        with a None gradient are skipped. A variable with a ``constraint`` is then assigned
+        ``constraint(its value after the update)``, next to it, as in TF1. With
+        ``global_step``, the op returned also adds 1 to it, after every update.
 
         Raises:
-            InvalidArgumentError: no pair, a gradient that is not a Tensor/IndexedSlices, or
-                every gradient None (the message lists the variables).
+            InvalidArgumentError: no pair, a gradient that is not a Tensor/IndexedSlices,
+                every gradient None (the message lists the variables), or a sparse
+                gradient for a variable with a constraint (TF1 refuses it too).
         """
         pairs = []
         for g, v in tuple(grads_and_vars):
@@ -148,6 +150,12 @@ class Optimizer:
                     raise errors.InvalidArgumentError(
                         f"Gradient for variable '{v.name}' must be a Tensor, IndexedSlices or "
                         f"None, got {type(g).__name__}") from None
+            if isinstance(g, IndexedSlices) and getattr(v, "constraint", None) is not None:
+                raise errors.InvalidArgumentError(
+                    f"Cannot use a constraint function on a sparse variable: '{v.name}' has "
+                    "a constraint and its gradient is sparse (IndexedSlices, from a gather "
+                    "or embedding_lookup); TF1 refuses it too. Leave the constraint out, or "
+                    "project the variable yourself with mf.assign after the train op")
             pairs.append((g, v))
         if not pairs:
             raise errors.InvalidArgumentError("apply_gradients: no variables provided")
@@ -169,7 +177,7 @@ class Optimizer:
                     with graph.name_scope("update_" + var.op.name), \
                             graph.colocate_with(var.op), self._gated(var):
                         hook = getattr(self, _UPDATE_FOR_GRAD_TYPE[type(grad)])
-                        update_ops.append(hook(grad, var))
+                        update_ops.append(_constrained(hook(grad, var), var))
                         self._update_var[update_ops[-1]] = var
                 if global_step is None:
                     train_op = self._finish(update_ops, scope)
@@ -405,6 +413,18 @@ def _create_slot(var, initial_value, op_name):
         slot_info.lookup = info.lookup      # its rows are addressed as the variable's
         slot._set_save_slice_info(slot_info)
     return slot
+
+
+def _constrained(update, var):
+    """``update`` of ``var``, then (with a constraint) the assign of ``constraint`` of the
+    value it left: TF1's order, whatever ``_finish`` adds runs after the projection.
+    The constraint gets a read made after the update (a Tensor), where TF1 hands it the
+    variable: the variable's own ``read`` may have been taken before the update."""
+    constraint = getattr(var, "constraint", None)
+    if constraint is None:
+        return update
+    with var.graph.control_dependencies([update]):
+        return state_ops.assign(var, constraint(var.read_value()))
 
 
 def _var_key(var):

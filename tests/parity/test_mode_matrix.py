@@ -56,3 +56,16 @@ def test_auto_trains_as_the_mode_it_chose_would(run_mpi, num_ps, workers, modes)
     minimize(): left one candidate, it must then equal the reference as that mode does
     (two optimizers, every layout and session)."""
     run_cases(run_mpi, num_ps, workers, cases(modes, ["sgd", "adam"]))
+
+
+@pytest.mark.parametrize("num_ps,workers,modes", [
+    (2, 1, ["ps", "sync", "allreduce", "hybrid"]),
+    (1, 2, ["sync", "allreduce", "hybrid"]),
+])
+def test_constraints_project_the_variables_where_they_live_in_every_mode(run_mpi, num_ps,
+                                                                          workers, modes):
+    """A variable's constraint runs after its update where the variable lives: on its ps
+    (ps and sync mode; split in parts over two ps), on every replica alike (allreduce and
+    hybrid: the replicas stay bit-identical); each equals one process's constrained run."""
+    run_cases(run_mpi, num_ps, workers, [f"{mode}:adam:split:session:constrained"
+                                         for mode in modes])

@@ -146,10 +146,29 @@ def test_activity_regularizer_adds_its_loss_per_example():
     np.testing.assert_allclose(_run(loss), 4 * 3 * 2 / 4)
 
 
-def test_constraints_are_refused_rather_than_ignored():
-    with pytest.raises(errors.UnimplementedError, match=r"Unsupported argument "
-                       r"'kernel_constraint' in layer 'dense' \(Dense\): expected None"):
-        mf.layers.Dense(2, kernel_constraint=lambda w: w)
+def test_constraints_go_to_the_layers_variables_and_project_them_after_each_update():
+    def nonneg(v):
+        return mf.maximum(v, 0.0)
+
+    def unit(v):
+        return mf.clip_by_norm(v, 1.0)
+    x = mf.constant(np.arange(-6.0, 6.0, dtype=np.float32).reshape(2, 2, 3, 1))
+    dense = mf.layers.Dense(2, kernel_constraint=nonneg, bias_constraint=unit)
+    conv = mf.layers.Conv2D(1, 2, kernel_constraint=unit, bias_constraint=nonneg)
+    norm = mf.layers.BatchNormalization(beta_constraint=nonneg, gamma_constraint=unit)
+    y = dense(mf.layers.flatten(norm(conv(x), training=True)))
+    assert (dense.kernel.constraint, dense.bias.constraint) == (nonneg, unit)
+    assert (conv.kernel.constraint, conv.bias.constraint) == (unit, nonneg)
+    assert (norm.beta.constraint, norm.gamma.constraint) == (nonneg, unit)
+    assert norm.moving_mean.constraint is None
+    train = mf.train.GradientDescentOptimizer(0.5).minimize(mf.reduce_sum(mf.square(y - 3.0)))
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for _ in range(3):
+            sess.run(train)
+        kernel, bias, gamma = sess.run([dense.kernel, dense.bias, norm.gamma])
+    assert kernel.min() == 0.0 and np.isclose(np.linalg.norm(bias), 1.0)
+    assert np.linalg.norm(gamma) <= 1.0 + 1e-6
 
 
 # -- conv2d and pooling ------------------------------------------------------------------------

@@ -108,17 +108,19 @@ def steps_against_twin(twin, train, grads, opt, variables, dtype, label):
         yield sess
 
 
-def dense_model(rng, dtype):
+def dense_model(rng, dtype, constraints=None):
     """loss = sum(A * w^2) + sum(C * w) + sum((b - D)^2) + F * (s - G)^2, s a scalar
-    variable; returns its numpy gradient too."""
+    variable (``constraints``: {name: the variable's constraint}); returns its numpy
+    gradient too."""
+    constraints = constraints or {}
     A, C = rng.uniform(0.5, 1.5, (3, 4)), rng.standard_normal((3, 4))
     D = rng.standard_normal(4)
     F, G = rng.uniform(0.5, 1.5), rng.standard_normal()
     values = {"w": rng.standard_normal((3, 4)).astype(dtype),
               "b": rng.standard_normal(4).astype(dtype),
               "s": np.asarray(rng.standard_normal(), dtype)}
-    w = mf.Variable(values["w"], name="w")
-    b = mf.Variable(values["b"], name="b")
+    w = mf.Variable(values["w"], name="w", constraint=constraints.get("w"))
+    b = mf.Variable(values["b"], name="b", constraint=constraints.get("b"))
     s = mf.Variable(values["s"], name="s")
     loss = mf.reduce_sum(mf.constant(A.astype(dtype)) * mf.square(w)) + \
         mf.reduce_sum(mf.constant(C.astype(dtype)) * w) + \
@@ -141,6 +143,104 @@ def test_optimizer_dense_steps_match_numpy(case, dtype, rng):
                             case.name) as sess:
         for v in variables.values():
             assert sess.run(v).dtype == dtype
+
+
+# Constraints and their numpy twins: non-negative, and a max-norm that binds (|b| > 0.5).
+PROJECTIONS = {"w": (lambda v: mf.maximum(v, 0.0), lambda a: np.maximum(a, 0.0)),
+               "b": (lambda v: mf.clip_by_norm(v, 0.5),
+                     lambda a: a * 0.5 / max(np.linalg.norm(a), 0.5))}
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_a_constraint_projects_its_variable_after_each_dense_update(case, rng):
+    # TF1's order: the fused update, then assign constraint(the updated value); slots and
+    # the global step are the update's, unprojected.
+    constraints = {name: made for name, (made, _) in PROJECTIONS.items()}
+    variables, values, loss, grads = dense_model(rng, np.float64, constraints)
+    opt = case.make(LR)
+    step = mf.train.get_or_create_global_step()
+    train = opt.minimize(loss, global_step=step)
+    twin = Twin(case, values)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for t in range(1, STEPS + 1):
+            sess.run(train)
+            twin.step(grads(twin.states), t)
+            for name, (_, project) in PROJECTIONS.items():
+                twin.states[name]["var"] = project(twin.states[name]["var"])
+        twin.check(sess, opt, variables, np.float64, f"{case.name} with constraints")
+        w, b = sess.run([variables["w"], variables["b"]])
+        assert (w == 0).any() and np.isclose(np.linalg.norm(b), 0.5)   # both bind
+        assert sess.run(step) == STEPS
+
+
+# Three steps of TF 2.21's tf.compat.v1 optimizers (reference and resource variables
+# alike) on sum((w * x - target)^2) with constraint=lambda v: tf.maximum(v, 0.0).
+TF_CONSTRAINED = {
+    "sgd": [0.7440000176429749, 0.0, 1.0800000429153442, 1.57212495803833],
+    "momentum": [0.9690000414848328, 0.0, 2.8439998626708984, 1.1941250562667847],
+    "adam": [0.7951276898384094, 0.20090387761592865, 0.1960195004940033, 1.7003825902938843],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TF_CONSTRAINED))
+def test_constrained_training_matches_tensorflow(name):
+    w = mf.get_variable("w", initializer=np.array([0.5, 0.5, -1.0, 2.0], np.float32),
+                        constraint=lambda v: mf.maximum(v, 0.0))
+    x = mf.placeholder(mf.float32, [4])
+    loss = mf.reduce_sum(mf.square(w * x - np.array([1.0, -2.0, 3.0, -0.5], np.float32)))
+    opt = {"sgd": mf.train.GradientDescentOptimizer(0.1),
+           "momentum": mf.train.MomentumOptimizer(0.1, 0.9),
+           "adam": mf.train.AdamOptimizer(0.1)}[name]
+    train = opt.minimize(loss, global_step=mf.train.get_or_create_global_step())
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for _ in range(3):
+            sess.run(train, {x: np.array([1, 2, 1, 0.5], np.float32)})
+        np.testing.assert_allclose(sess.run(w), TF_CONSTRAINED[name], rtol=1e-6)
+
+
+def test_a_constraint_on_a_variable_with_a_sparse_gradient_is_refused_as_in_tf1():
+    table = mf.Variable(np.ones((5, 2)), name="table", constraint=lambda v: v)
+    loss = mf.reduce_sum(mf.nn.embedding_lookup(table, [1, 3]))
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"Cannot use a constraint function on a sparse variable: "
+                             r"'table:0' has a constraint and its gradient is sparse"):
+        mf.train.GradientDescentOptimizer(0.1).minimize(loss)
+
+
+def test_the_projection_runs_next_to_its_variable_before_the_optimizer_finishes():
+    # On the variable's ps (a replica_device_setter model), and Adam's beta powers
+    # advance after it, as TF1's _finish waits on the projected updates.
+    cluster = mf.train.ClusterSpec({"ps": ["p:1", "p:2"], "worker": ["w:1"]})
+    with mf.device(mf.train.replica_device_setter(cluster=cluster)):
+        a = mf.get_variable("a", [3], constraint=lambda v: mf.maximum(v, 0.0))
+        b = mf.get_variable("b", [3], constraint=lambda v: mf.clip_by_norm(v, 1.0))
+        mf.train.AdamOptimizer(0.1).minimize(mf.reduce_sum(a * b))
+    graph = mf.get_default_graph()
+    for var in (a, b):
+        scope = f"Adam/update_{var.op.name}/"
+        made = [op for op in graph.get_operations() if op.name.startswith(scope)]
+        assert {op.device for op in made} == {var.device}, made
+        projection = graph.get_operation_by_name(scope + "Assign")
+        assert projection.inputs[0].op is var.op
+        # The constraint reads the variable after the update, not the read made with it.
+        read = graph.get_operation_by_name(scope + "read")
+        assert read.inputs[0].op is var.op and read in _ops_before(projection)
+        assert graph.get_operation_by_name(scope + "ApplyAdam") in read.control_inputs
+        assert projection in _ops_before(graph.get_operation_by_name("Adam/Assign"))
+    assert a.device != b.device
+
+
+def _ops_before(op):
+    seen, stack = set(), [op]
+    while stack:
+        after = stack.pop()
+        for before in list(after.control_inputs) + [t.op for t in after.inputs]:
+            if before not in seen:
+                seen.add(before)
+                stack.append(before)
+    return seen
 
 
 def sparse_model(rng, dtype, lookup):

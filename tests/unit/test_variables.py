@@ -59,14 +59,35 @@ def test_tf1_variable_arguments_that_change_nothing_here_are_accepted():
         assert sess.run(w).shape == (2,)
 
 
+def _nonneg(v):
+    return mf.maximum(v, 0.0)
+
+
+def test_a_variable_keeps_its_constraint_as_tf1s_variables_do():
+    # The optimizers apply it after each update (tests/unit/test_optimizers.py).
+    assert mf.Variable(np.ones(2), name="v", constraint=_nonneg).constraint is _nonneg
+    assert mf.Variable(np.ones(2), name="u").constraint is None
+    assert mf.get_variable("w", [2], constraint=_nonneg).constraint is _nonneg
+    with mf.variable_scope("scope", constraint=_nonneg):
+        assert mf.get_variable("by_scope", [2]).constraint is _nonneg
+        with mf.variable_scope("inner"):
+            assert mf.get_variable("inherited", [2]).constraint is _nonneg
+        own = mf.get_variable("own", [2], constraint=abs)
+        assert own.constraint is abs
+    parts = mf.get_variable("p", [4, 2], partitioner=mf.fixed_size_partitioner(2),
+                            constraint=_nonneg)
+    assert [part.constraint for part in parts] == [_nonneg, _nonneg]
+
+
 @pytest.mark.parametrize("make", [
     lambda c: mf.Variable(np.ones(2), name="v", constraint=c),
     lambda c: mf.get_variable("w", [2], constraint=c),
 ])
-def test_a_variable_constraint_is_refused_not_ignored(make):
-    # Ignored, the script would train another model than it asks for.
-    with pytest.raises(mf.errors.UnimplementedError, match="constraint=.* is not supported"):
-        make(lambda w: mf.clip_by_value(w, -1.0, 1.0))
+def test_a_constraint_that_is_not_callable_is_refused(make):
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"'(v|w)'.*constraint must be None or a callable.*got str "
+                             r"'non_neg'"):
+        make("non_neg")
 
 
 def test_reuse_is_inherited_by_inner_scopes():

@@ -2,7 +2,7 @@
 table layout and kind of session, against a single-process reference on the same data.
 
 Usage: mpiexec -n K python mode_matrix.py CASE [CASE ...]   (MPIFLOW_PS sets the ps count)
-A CASE is ``mode:optimizer:layout:session``:
+A CASE is ``mode:optimizer:layout:session[:constrained]``:
   mode     ps (asynchronous, one worker), sync (SyncReplicasOptimizer), allreduce, hybrid;
            auto-ps, auto-allreduce, auto-hybrid: TrainingMode("auto") left that one
            candidate, so it builds the model unplaced, then places it at minimize()
@@ -10,6 +10,8 @@ A CASE is ``mode:optimizer:layout:session``:
            ps tasks by TrainingMode, or, with one ps, by the model's own partitioner)
   session  session (mf.Session + TrainingMode.initialize), monitored
            (MonitoredTrainingSession), supervisor (Supervisor.prepare_or_wait_for_session)
+  constrained  the dense variables have constraints (CONSTRAINTS), which the optimizer
+           applies after each update where the variable lives
 
 The model has an embedding table (only gathered from: a table), a dense weight as large
 as the table (used by a matmul: never a table) and a small dense layer. Each worker
@@ -52,18 +54,27 @@ BATCH, STEPS = 4, 3
 # Names sort the table first: optimizer state kept "with the first variable" then lands
 # on the ps, where one worker's steps would advance what the others' replicas read.
 MODEL = ("emb", "w_big", "w_out", "w_bias")
+# A constrained case's constraints, each binding from the first step: elementwise for the
+# weight that may be split in parts (a part's projection is then the whole's), a max-norm
+# per column, non-negative.
+CONSTRAINTS = {"w_big": lambda v: mf.clip_by_value(v, -0.3, 0.3),
+               "w_out": lambda v: mf.clip_by_norm(v, 0.5, axes=[0]),
+               "w_bias": lambda v: mf.maximum(v, 0.0)}
 
 
-def build_model(emb_partitioner):
+def build_model(emb_partitioner, constrained=False):
     ids = mf.placeholder(mf.int64, [None], name="ids")
     x = mf.placeholder(mf.float32, [None, FEATURES], name="x")
     y = mf.placeholder(mf.int64, [None], name="y")
     emb = mf.get_variable("emb", [VOCAB, DIM], partitioner=emb_partitioner,
                           initializer=mf.random_normal_initializer(0.0, 0.5))
-    big = mf.get_variable("w_big", [FEATURES + DIM, HIDDEN])
-    out = mf.get_variable("w_out", [HIDDEN, CLASSES])
+    constraints = CONSTRAINTS if constrained else {}
+    big = mf.get_variable("w_big", [FEATURES + DIM, HIDDEN],
+                          constraint=constraints.get("w_big"))
+    out = mf.get_variable("w_out", [HIDDEN, CLASSES], constraint=constraints.get("w_out"))
     bias = mf.get_variable("w_bias", [CLASSES],
-                           initializer=mf.random_normal_initializer(0.0, 0.1))
+                           initializer=mf.random_normal_initializer(0.0, 0.1),
+                           constraint=constraints.get("w_bias"))
     h = mf.concat([x, mf.nn.embedding_lookup(emb, ids)], 1)
     logits = mf.matmul(mf.nn.tanh(mf.matmul(h, big)), out) + bias
     loss = mf.reduce_mean(mf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
@@ -82,7 +93,8 @@ def batches(case_seed, workers):
 class Case:
     def __init__(self, text, num_ps, workers):
         self.text = text
-        self.mode, self.optimizer, self.layout, self.session = text.split(":")
+        self.mode, self.optimizer, self.layout, self.session, *extra = text.split(":")
+        self.constrained = extra == ["constrained"]
         self.auto = self.mode.startswith("auto-")
         self.mode = self.mode.removeprefix("auto-")     # the mode trained in
         self.num_ps, self.workers = num_ps, workers
@@ -114,7 +126,7 @@ def train_case(case, cluster, server):
         mf.set_random_seed(100 + task)        # replicas differ until the broadcast
         mode = case.training_mode(cluster, task)
         with mode.scope():
-            feeds, loss, params = build_model(case.emb_partitioner())
+            feeds, loss, params = build_model(case.emb_partitioner(), case.constrained)
             step = mf.train.get_or_create_global_step()
             opt = OPTIMIZERS[case.optimizer]()
             if case.mode == "sync":
@@ -237,7 +249,7 @@ def reference(case, cluster, initial):
     with graph.as_default():
         placement = case.training_mode(cluster, 0)   # the same partitioning
         with placement.scope():
-            feeds, loss, params = build_model(case.emb_partitioner())
+            feeds, loss, params = build_model(case.emb_partitioner(), case.constrained)
             step = mf.train.get_or_create_global_step()
             train_op = OPTIMIZERS[case.optimizer]().minimize(loss, global_step=step)
         full = {name: mf.convert_to_tensor(v) for name, v in params.items()}
@@ -271,6 +283,11 @@ def check(case, cluster, records):
         if chief["shared_state"]:
             return f"replicated variables' updates read state on the ps: " \
                    f"{chief['shared_state'][:3]}"
+    if case.constrained:
+        final = chief["final"]
+        if np.abs(final["w_big"]).max() > 0.3 or final["w_bias"].min() < 0 or \
+                np.linalg.norm(final["w_out"], axis=0).max() > 0.5 * (1 + 1e-6):
+            return "the variables do not satisfy their constraints"
     if case.mode == "hybrid" and case.workers > 1:
         return None
     losses, final, step, steps_fetched = reference(case, cluster, chief["initial"])
