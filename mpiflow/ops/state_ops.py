@@ -129,15 +129,33 @@ class _Scatter(_Writer):
             raise b.error("Scatter updates have the wrong dtype", expected=b.dtype(0).name,
                           got=b.dtype(2).name)
         ref, idx, upd = b.shape(0), b.shape(1), b.shape(2)
-        if ref.ndims is not None and idx.ndims is not None and upd.ndims is not None:
+        if ref.ndims == 0:
+            raise b.error("Scatter into a scalar", expected="a ref of rank >= 1 (rows to "
+                          "update)", got=f"ref.shape {ref}")
+        # A scalar update is written to every row indexed (TensorFlow's rule).
+        if ref.ndims is not None and idx.ndims is not None and upd.ndims not in (None, 0):
             expected = TensorShape(idx.as_list() + ref.as_list()[1:])
             if not upd.is_compatible_with(expected):
                 raise b.error("Scatter updates have the wrong shape",
-                              expected=f"indices.shape + ref.shape[1:] = {expected}", got=upd)
+                              expected=f"indices.shape + ref.shape[1:] = {expected}, or a "
+                              "scalar", got=upd)
         return [(b.dtype(0), b.shape(0))]
 
     def forward(self, xp, ctx, ref, indices, updates):
         var = ref.get()
+        # Shapes the graph left open are checked here, as TensorFlow's kernel does: numpy
+        # would broadcast a wrong but broadcastable ``updates`` into the rows silently.
+        if var.ndim == 0:
+            raise errors.op_error(errors.InvalidArgumentError, "Scatter into a scalar",
+                                  ctx.op, expected="a ref of rank >= 1 (rows to update)",
+                                  got="ref.shape []")
+        expected = tuple(indices.shape) + tuple(var.shape[1:])
+        if updates.ndim != 0 and tuple(updates.shape) != expected:
+            raise errors.op_error(
+                errors.InvalidArgumentError, "Scatter updates have the wrong shape", ctx.op,
+                expected=f"updates.shape = indices.shape + ref.shape[1:] = {list(expected)} "
+                f"(indices.shape {list(indices.shape)}, ref.shape {list(var.shape)}), or a "
+                "scalar", got=f"updates.shape {list(updates.shape)}")
         if indices.size and (indices.min() < 0 or indices.max() >= var.shape[0]):
             bad = indices[(indices < 0) | (indices >= var.shape[0])].ravel()[0]
             raise errors.op_error(errors.InvalidArgumentError, "Index out of range", ctx.op,

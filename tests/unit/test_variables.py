@@ -1,5 +1,7 @@
 """Variables, variable scopes and sharing with reuse, initializers."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -163,6 +165,49 @@ def test_scatter_out_of_range_names_the_op():
         sess.run(v.initializer)
         with pytest.raises(mf.errors.InvalidArgumentError, match="bad_scatter.*got 5"):
             sess.run(up)
+
+
+@pytest.mark.parametrize("scatter", [mf.scatter_update, mf.scatter_add, mf.scatter_sub],
+                         ids=["update", "add", "sub"])
+@pytest.mark.parametrize("indices,shape", [
+    ([0, 2], [1, 3]), ([0, 2], [3]), ([0, 2], [2, 1]), (1, [1, 3]), ([[0, 1], [2, 3]], [2, 3]),
+])
+def test_scatter_updates_known_only_at_run_time_must_fit_the_rows(scatter, indices, shape):
+    # numpy broadcast these into the rows indexed (a silently different update); TF's
+    # kernel wants updates.shape == indices.shape + ref.shape[1:], or a scalar.
+    v = mf.Variable(np.zeros((4, 3), np.float32), name="table")
+    i = mf.placeholder(mf.int32, None)
+    u = mf.placeholder(mf.float32, None)
+    rows = scatter(v, i, u, name="rows")
+    want = list(np.shape(indices)) + [3]
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        with pytest.raises(mf.errors.InvalidArgumentError, match=re.escape(
+                f"Scatter updates have the wrong shape in op 'rows' ({rows.op.type}): "
+                f"expected updates.shape = indices.shape + ref.shape[1:] = {want} "
+                f"(indices.shape {list(np.shape(indices))}, ref.shape [4, 3]), or a scalar, "
+                f"got updates.shape {shape}")):
+            sess.run(rows, {i: indices, u: np.ones(shape, np.float32)})
+        np.testing.assert_array_equal(sess.run(v), np.zeros((4, 3)))
+
+
+def test_a_scalar_scatter_update_goes_to_every_row_indexed_as_in_tensorflow():
+    v = mf.Variable(np.zeros((4, 2), np.float32), name="table")
+    u = mf.placeholder(mf.float32, None)
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        sess.run(mf.scatter_update(v, [0, 2], 5.0))       # refused when built, before
+        sess.run(mf.scatter_add(v, [[1, 1], [2, 3]], u), {u: 1.0})
+        sess.run(mf.scatter_sub(v, 3, u), {u: 2.0})
+        np.testing.assert_array_equal(sess.run(v), [[5, 5], [2, 2], [6, 6], [-1, -1]])
+
+
+def test_scatter_into_a_scalar_variable_is_refused_naming_the_op():
+    v = mf.Variable(1.0, name="scalar")
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"Scatter into a scalar in op 'bad' \(ScatterUpdate\): expected "
+                             r"a ref of rank >= 1"):
+        mf.scatter_update(v, 0, 2.0, name="bad")
 
 
 def test_variable_load_and_is_initialized():
