@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import static_axis
@@ -247,9 +248,12 @@ softplus = _activation("Softplus", "Return log(1 + exp(features)), computed with
 
 
 def leaky_relu(features, alpha=0.2, name=None) -> Tensor:
-    """Return features if > 0, else ``alpha * features``."""
-    return apply_op("LeakyRelu", [convert_to_tensor(features)], {"alpha": float(alpha)},
-                    name=name).outputs[0]
+    """Return features if > 0, else ``alpha * features``; integer features are cast to
+    float32 first, as TensorFlow's ``leaky_relu`` does."""
+    features = convert_to_tensor(features)
+    if features.dtype.is_integer:
+        features = math_ops.cast(features, dtypes.float32)
+    return apply_op("LeakyRelu", [features], {"alpha": float(alpha)}, name=name).outputs[0]
 
 
 # -- softmax ------------------------------------------------------------------------------

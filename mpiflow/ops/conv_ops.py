@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
@@ -55,11 +56,18 @@ def _conv_attrs(op):
     return {key: op.get_attr(key) for key in _CONV_ATTRS}
 
 
+def _conv_dtype(dt):
+    """a floating dtype or int32 (TensorFlow's Conv2D takes no other integers)"""
+    return dt.is_floating or dt is dtypes.int32
+
+
 @register_op("Conv2D", attrs=_CONV_ATTRS)
 class Conv2DOp(_ConvBase):
     def infer(self, b):
         dt = same_dtype(b)
-        require_dtype(b, 0, is_float)
+        # int32 is computed in int32 (wrapping as TensorFlow's CPU kernel); its gradient
+        # is never asked for: gradients flow through floating tensors only.
+        require_dtype(b, 0, _conv_dtype)
         return [(dt, self.check(b, rank4(b, 0, "input"), rank4(b, 1, "filter")))]
 
     def forward(self, xp, ctx, x, f):

@@ -171,6 +171,17 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
     return Op
 
 
+def _real_div_dtype(dt):
+    """a floating dtype (divide and truediv cast integers to float64, floordiv keeps them)"""
+    # TensorFlow's RealDiv has no integer kernel: refused when built, not when run.
+    return dt.is_floating
+
+
+def _signed(dt):
+    """a signed numeric dtype (not bool or uint8)"""
+    return not dt.is_bool and np.dtype(dt.np_dtype).kind != "u"
+
+
 def _add_grad(op, g):
     return _binary_grad(op, g, g)
 
@@ -231,16 +242,18 @@ def _squared_difference_grad(op, g):
 _ufunc_op("Add", np.add, _add_grad)
 _ufunc_op("Sub", np.subtract, _sub_grad)
 _ufunc_op("Mul", np.multiply, _mul_grad)
-_ufunc_op("RealDiv", np.divide, _div_grad, allowed=is_float)
+_ufunc_op("RealDiv", np.divide, _div_grad, allowed=_real_div_dtype)
 _ufunc_op("Pow", np.power, _pow_grad)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
 _ufunc_op("FloorDiv", np.floor_divide, divides=True)
 _ufunc_op("FloorMod", np.remainder, _floormod_grad, divides=True)
-for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal), ("Less", np.less),
-                   ("LessEqual", np.less_equal), ("Greater", np.greater),
-                   ("GreaterEqual", np.greater_equal)):
+for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal)):
     _ufunc_op(_type, _fn, allowed=lambda dt: True, out_dtype=dtypes.bool_)
+# Bools have no order in TensorFlow (its comparisons refuse them when the graph is built).
+for _type, _fn in (("Less", np.less), ("LessEqual", np.less_equal), ("Greater", np.greater),
+                   ("GreaterEqual", np.greater_equal)):
+    _ufunc_op(_type, _fn, out_dtype=dtypes.bool_)
 for _type, _fn in (("LogicalAnd", np.logical_and), ("LogicalOr", np.logical_or)):
     _ufunc_op(_type, _fn, allowed=lambda dt: dt.is_bool, out_dtype=dtypes.bool_)
 
@@ -297,7 +310,8 @@ greater = _binary_fn("Greater", "Return x > y elementwise as bool.")
 greater_equal = _binary_fn("GreaterEqual", "Return x >= y elementwise as bool.")
 logical_and = _binary_fn("LogicalAnd", "Return x AND y elementwise.")
 logical_or = _binary_fn("LogicalOr", "Return x OR y elementwise.")
-_real_div = _binary_fn("RealDiv", "Return x / y elementwise (floating dtypes).")
+realdiv = _binary_fn("RealDiv", "Return x / y elementwise, for floating dtypes only (as "
+                               "TensorFlow's realdiv; ``divide`` casts integers to float64).")
 
 
 def divide(x, y, name=None) -> Tensor:
@@ -305,10 +319,10 @@ def divide(x, y, name=None) -> Tensor:
     x, y = _binary_inputs(x, y)
     if x.dtype.is_integer:
         x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
-    return _real_div(x, y, name=name)
+    return realdiv(x, y, name=name)
 
 
-truediv = realdiv = divide
+truediv = divide
 
 
 def div(x, y, name=None) -> Tensor:
@@ -318,7 +332,7 @@ def div(x, y, name=None) -> Tensor:
     x, y = _binary_inputs(x, y)
     if x.dtype.is_integer:
         return floordiv(x, y, name=name)
-    return _real_div(x, y, name=name)
+    return realdiv(x, y, name=name)
 
 
 # -- elementwise unary ----------------------------------------------------------------------
@@ -351,7 +365,8 @@ def _unary_op(type_name, kernel, grad_fn=None, allowed=is_numeric, out_dtype=Non
     return fn
 
 
-negative = _unary_op("Neg", lambda xp, x: xp.negative(x), lambda op, g: negative(g))
+negative = _unary_op("Neg", lambda xp, x: xp.negative(x), lambda op, g: negative(g),
+                     allowed=_signed)
 square = _unary_op("Square", lambda xp, x: xp.square(x),
                    lambda op, g: multiply(g, multiply(constant(2, dtype=g.dtype),
                                                       op.inputs[0])))

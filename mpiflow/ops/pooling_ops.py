@@ -16,7 +16,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, elementwise_kernel, has_kernel_for, is_float, is_index, register_op,
+    OpDef, elementwise_kernel, has_kernel_for, is_float, is_index, is_numeric, register_op,
     require_dtype, same_dtype)
 from mpiflow.ops.windows import (
     WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
@@ -62,15 +62,24 @@ def _window_argmax(xp, win, x):
     return arg
 
 
+def _lowest(dtype):
+    """What SAME padding pads a max with: -inf, or an integer dtype's least value (no
+    window is all padding, so it is never the max)."""
+    dtype = np.dtype(dtype)
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+
+
 @register_op("MaxPool", attrs=_POOL_ATTRS)
 class MaxPoolOp(_PoolBase):
     def infer(self, b):
-        require_dtype(b, 0, is_float)
+        # Integers too, in their dtype, as TensorFlow's CPU kernel (their gradient is
+        # never asked for: gradients flow through floating tensors only).
+        require_dtype(b, 0, is_numeric)
         return [(b.dtype(0), self.pooled_shape(b, rank4(b, 0, "input")))]
 
     def forward(self, xp, ctx, x):
         win = self.window(ctx, x.shape)
-        return win.view(xp, win.pad(xp, x, -np.inf)).max(axis=(3, 4))
+        return win.view(xp, win.pad(xp, x, _lowest(x.dtype))).max(axis=(3, 4))
 
     def gradient(self, op, g):
         return [apply_single("MaxPoolGrad", [op.inputs[0], g], _pool_attrs(op))]

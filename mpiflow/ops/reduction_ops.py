@@ -309,7 +309,7 @@ class _ArgReduce(OpDef):
     gradient = None
 
     def infer(self, b):
-        require_dtype(b, 0, is_numeric)
+        # Any dtype, bool too (True is the larger), as TensorFlow's.
         s = b.shape(0)
         if s.ndims is None:
             return [(b.attrs["output_type"], TensorShape(None))]

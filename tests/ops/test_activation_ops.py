@@ -107,6 +107,15 @@ def test_relu_keeps_integer_dtype():
     check_forward(mf.nn.relu, [x], np.array([0, 0, 4], dtype=np.int32))
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64])
+def test_leaky_relu_of_integers_is_float32_as_tensorflow(dtype):
+    # TensorFlow's leaky_relu casts integer features to float32 (it was refused).
+    x = np.array([-5, 3, 0, 7] if dtype != np.uint8 else [5, 3, 0, 7], dtype)
+    want = np.where(x > 0, x, 0.5 * x.astype(np.float32)).astype(np.float32)
+    check_forward(lambda a: mf.nn.leaky_relu(a, alpha=0.5), [x], want)
+    assert mf.nn.leaky_relu(mf.constant(x)).dtype is mf.float32
+
+
 def test_activations_are_stable_at_large_magnitudes():
     x = np.array([-1000.0, -50.0, 0.0, 50.0, 1000.0], dtype=np.float32)
     check_forward(mf.nn.sigmoid, [x], [0.0, 1.9287499e-22, 0.5, 1.0, 1.0], rtol=1e-6, atol=0)

@@ -64,6 +64,27 @@ def test_conv2d_float32_keeps_its_dtype():
                   ref_conv2d(x, f, (1, 1), "SAME").astype(np.float32), rtol=1e-5, atol=1e-6)
 
 
+def test_conv2d_of_int32_computes_in_int32_as_tensorflow():
+    # TensorFlow's CPU kernel takes int32 (these are its results); it was refused.
+    x = mf.constant(np.arange(-12, 13, dtype=np.int32).reshape(1, 5, 5, 1))
+    f = mf.constant(np.array([[1, -2], [3, 4]], np.int32).reshape(2, 2, 1, 1))
+    y = mf.nn.conv2d(x, f, [1, 2, 2, 1], "SAME")
+    with mf.Session() as sess:
+        got = sess.run(y)
+    assert got.dtype == np.int32 and y.dtype is mf.int32
+    np.testing.assert_array_equal(got[0, :, :, 0],
+                                  [[-35, -23, -17], [25, 37, 23], [-10, -12, 12]])
+
+
+@pytest.mark.parametrize("dtype", [mf.int8, mf.uint8, mf.int16, mf.int64])
+def test_conv2d_of_other_integers_is_refused_when_built_as_in_tensorflow(dtype):
+    x = mf.placeholder(dtype, [1, 3, 3, 1])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"input 0 in op 'Conv2D' \(Conv2D\): expected a floating dtype "
+                             rf"or int32 .*got {dtype.name}"):
+        mf.nn.conv2d(x, mf.ones([2, 2, 1, 1], dtype), [1, 1, 1, 1], "VALID")
+
+
 def test_conv2d_backprop_ops_are_the_adjoints_of_conv2d():
     x, f, dy = arr(2, 6, 5, 3), arr(3, 2, 3, 4), arr(2, 3, 3, 4)
     dx = mf.nn.conv2d_backprop_input(list(x.shape), mf.constant(f), mf.constant(dy),

@@ -212,6 +212,68 @@ def test_argmax_argmin_and_comparisons():
     check_forward(lambda a: mf.logical_not(a > 0.0), [x], ~(x > 0))
 
 
+def _run(build, *values):
+    phs = [mf.placeholder(mf.as_dtype(np.asarray(v).dtype), np.shape(v)) for v in values]
+    out = build(*phs)
+    with mf.Session() as sess:
+        got = sess.run(out, dict(zip(phs, values)))
+    assert got.dtype == out.dtype.np_dtype
+    return got
+
+
+def test_argmax_and_argmin_of_bools_as_tensorflow():
+    # True is the larger; the first of equals wins (TensorFlow: 1 and 1 here).
+    assert _run(mf.argmax, np.array([False, True, True])) == 1
+    assert _run(lambda a: mf.argmin(a, 0), np.array([True, False, False])) == 1
+    np.testing.assert_array_equal(
+        _run(lambda a: mf.argmax(a, 1, output_type=mf.int32),
+             np.array([[False, False], [False, True]])), [0, 1])
+
+
+@pytest.mark.parametrize("compare", [mf.less, mf.less_equal, mf.greater, mf.greater_equal,
+                                     lambda a, b: a < b, lambda a, b: a >= b],
+                         ids=["less", "less_equal", "greater", "greater_equal", "<", ">="])
+def test_bools_have_no_order_comparing_them_is_refused_when_built(compare):
+    # TensorFlow refuses them when the graph is built; numpy ordered False < True.
+    a, b = mf.constant([False, True]), mf.constant([True, True])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"Unsupported dtype for input 0 in op '\w+' \((Less|Greater)"
+                             r"(Equal)?\): expected a numeric \(non-bool\) dtype, got bool"):
+        compare(a, b)
+    np.testing.assert_array_equal(_run(mf.equal, np.array([False, True]),
+                                       np.array([True, True])), [False, True])
+
+
+def test_negative_of_uint8_is_refused_when_built_as_in_tensorflow():
+    # numpy wrapped it around (-200 was 56); TensorFlow's Neg has no unsigned dtype.
+    x = mf.constant(np.array([1, 200], np.uint8))
+    for negate in (mf.negative, lambda t: -t):
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"input 0 in op 'Neg' \(Neg\): expected a signed numeric "
+                                 r"dtype \(not bool or uint8\), got uint8"):
+            negate(x)
+    np.testing.assert_array_equal(_run(mf.negative, np.array([1, -128], np.int8)), [-1, -128])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64])
+def test_realdiv_of_integers_is_refused_when_built_as_tensorflow_has_no_kernel(dtype):
+    # It gave float64 true division; TensorFlow builds it and fails when it runs ("No
+    # OpKernel was registered to support Op 'RealDiv' ... T=DT_INT32").
+    a, b = mf.constant(np.array([7, 6], dtype)), mf.constant(np.array([2, 4], dtype))
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"input 0 in op 'RealDiv' \(RealDiv\): expected a floating dtype "
+                             r"\(divide and truediv cast integers to float64, floordiv keeps "
+                             rf"them\), got {np.dtype(dtype).name}"):
+        mf.realdiv(a, b)
+    with mf.Session() as sess:         # tf.divide, tf.truediv and / still divide them
+        for divide in (mf.divide, mf.truediv, lambda x, y: x / y):
+            got = sess.run(divide(a, b))
+            assert got.dtype == np.float64
+            np.testing.assert_array_equal(got, [3.5, 1.5])
+        np.testing.assert_array_equal(sess.run(mf.realdiv(mf.cast(a, mf.float32), 2.0)),
+                                      [3.5, 3.0])
+
+
 def test_python_scalars_take_the_tensor_dtype():
     x = mf.placeholder(mf.float32, [2])
     y = 2 * x + 1

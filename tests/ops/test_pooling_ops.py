@@ -66,6 +66,33 @@ def test_max_pool_gradient_goes_to_the_first_maximum_only():
         np.testing.assert_array_equal(sess.run(grad).reshape(2, 2), [[0.0, 1.0], [0.0, 0.0]])
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64])
+def test_max_pool_of_integers_keeps_their_dtype_as_tensorflow(dtype):
+    # TensorFlow's CPU kernel (these are its results); SAME padding must not win a max
+    # of negative integers. It was refused as not floating.
+    sign = 1 if dtype == np.uint8 else -1
+    x = mf.constant((np.arange(25).reshape(1, 5, 5, 1) * sign).astype(dtype))
+    y = mf.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    with mf.Session() as sess:
+        got = sess.run(y)
+    assert got.dtype == dtype and y.dtype.np_dtype == dtype
+    want = [[6, 8, 9], [16, 18, 19], [21, 23, 24]] if sign > 0 else \
+        [[0, -2, -4], [-10, -12, -14], [-20, -22, -24]]
+    np.testing.assert_array_equal(got[0, :, :, 0], want)
+
+
+@pytest.mark.parametrize("dtype", [mf.int32, mf.bool])
+def test_avg_pool_of_integers_and_max_pool_of_bools_are_refused_as_in_tensorflow(dtype):
+    x = mf.placeholder(dtype, [1, 2, 2, 1])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=rf"input 0 in op 'AvgPool' \(AvgPool\).*got {dtype.name}"):
+        mf.nn.avg_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+    if dtype is mf.bool:
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"input 0 in op 'MaxPool' \(MaxPool\).*got bool"):
+            mf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+
+
 def test_pooling_bad_ksize_and_padding_name_the_op():
     x = mf.placeholder(mf.float32, [1, 4, 4, 2])
     with pytest.raises(mf.errors.InvalidArgumentError, match=r"Bad ksize in op 'MaxPool'"):
