@@ -15,6 +15,7 @@ from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import init_ops
+from mpiflow.ops.constant_ops import python_dtype
 from mpiflow.ops.variables import Variable, check_constraint
 
 
@@ -67,9 +68,10 @@ class _VariableStore:
                      constraint=None):
         full = f"{scope.name}/{name}" if scope.name else name
         custom_getter = custom_getter or scope.custom_getter
+        initializer = initializer if initializer is not None else scope.initializer
         kwargs = dict(
-            shape=shape, dtype=dtypes.as_dtype(dtype or scope.dtype or dtypes.float32),
-            initializer=initializer if initializer is not None else scope.initializer,
+            shape=shape, dtype=_variable_dtype(full, dtype, scope.dtype, initializer),
+            initializer=initializer,
             regularizer=regularizer if regularizer is not None else scope.regularizer,
             trainable=trainable, collections=collections, validate_shape=validate_shape,
             reuse=scope.reuse,
@@ -144,6 +146,24 @@ class _VariableStore:
             if loss is not None:
                 graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
         return var
+
+
+def _variable_dtype(name, dtype, scope_dtype, initializer) -> dtypes.DType:
+    """The dtype of variable ``name``: an initializer that is a value (a number, an array,
+    a Tensor) gives its own, as in TensorFlow (``initializer=0`` makes an int32 variable,
+    whatever the scope's dtype), and an explicit ``dtype`` must be it; an initializer
+    function makes ``dtype``, else the scope's, else float32."""
+    if initializer is None or callable(initializer):
+        return dtypes.as_dtype(dtype or scope_dtype or dtypes.float32)
+    own = getattr(initializer, "dtype", None)
+    value_dtype = own if isinstance(own, dtypes.DType) else python_dtype(initializer)
+    if dtype is not None and dtypes.as_dtype(dtype) is not value_dtype:
+        raise errors.InvalidArgumentError(
+            f"get_variable('{name}'): the initializer's type {value_dtype.name} and the "
+            f"explicit dtype {dtypes.as_dtype(dtype).name} don't match (a value initializer "
+            f"gives the variable its dtype, as in TensorFlow; convert the value, e.g. "
+            f"np.asarray(value, {dtypes.as_dtype(dtype).name}), or leave dtype out)")
+    return value_dtype
 
 
 def _initial_value(name, shape, dtype, initializer):

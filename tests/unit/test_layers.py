@@ -146,29 +146,48 @@ def test_activity_regularizer_adds_its_loss_per_example():
     np.testing.assert_allclose(_run(loss), 4 * 3 * 2 / 4)
 
 
-def test_constraints_go_to_the_layers_variables_and_project_them_after_each_update():
+def _constrained_layers(constrained: bool):
+    """Three steps of a small model whose layers' variables have constraints (or none);
+    returns the dense kernel, dense bias and batch-norm gamma after them."""
     def nonneg(v):
         return mf.maximum(v, 0.0)
 
     def unit(v):
         return mf.clip_by_norm(v, 1.0)
-    x = mf.constant(np.arange(-6.0, 6.0, dtype=np.float32).reshape(2, 2, 3, 1))
-    dense = mf.layers.Dense(2, kernel_constraint=nonneg, bias_constraint=unit)
-    conv = mf.layers.Conv2D(1, 2, kernel_constraint=unit, bias_constraint=nonneg)
-    norm = mf.layers.BatchNormalization(beta_constraint=nonneg, gamma_constraint=unit)
-    y = dense(mf.layers.flatten(norm(conv(x), training=True)))
-    assert (dense.kernel.constraint, dense.bias.constraint) == (nonneg, unit)
-    assert (conv.kernel.constraint, conv.bias.constraint) == (unit, nonneg)
-    assert (norm.beta.constraint, norm.gamma.constraint) == (nonneg, unit)
-    assert norm.moving_mean.constraint is None
-    train = mf.train.GradientDescentOptimizer(0.5).minimize(mf.reduce_sum(mf.square(y - 3.0)))
-    with mf.Session() as sess:
-        sess.run(mf.global_variables_initializer())
-        for _ in range(3):
-            sess.run(train)
-        kernel, bias, gamma = sess.run([dense.kernel, dense.bias, norm.gamma])
-    assert kernel.min() == 0.0 and np.isclose(np.linalg.norm(bias), 1.0)
-    assert np.linalg.norm(gamma) <= 1.0 + 1e-6
+
+    def given(constraint):
+        return constraint if constrained else None
+    with mf.Graph().as_default():
+        mf.set_random_seed(3)
+        x = mf.constant(np.arange(-6.0, 6.0, dtype=np.float32).reshape(2, 2, 3, 1))
+        dense = mf.layers.Dense(2, kernel_constraint=given(nonneg), bias_constraint=given(unit))
+        conv = mf.layers.Conv2D(1, 2, kernel_constraint=given(unit),
+                                bias_constraint=given(nonneg))
+        norm = mf.layers.BatchNormalization(beta_constraint=given(nonneg),
+                                            gamma_constraint=given(unit))
+        y = dense(mf.layers.flatten(norm(conv(x), training=True)))
+        if constrained:
+            assert (dense.kernel.constraint, dense.bias.constraint) == (nonneg, unit)
+            assert (conv.kernel.constraint, conv.bias.constraint) == (unit, nonneg)
+            assert (norm.beta.constraint, norm.gamma.constraint) == (nonneg, unit)
+            assert norm.moving_mean.constraint is None
+        train = mf.train.GradientDescentOptimizer(0.5).minimize(
+            mf.reduce_sum(mf.square(y - 3.0)))
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            for _ in range(3):
+                sess.run(train)
+            return sess.run([dense.kernel, dense.bias, norm.gamma])
+
+
+def test_constraints_go_to_the_layers_variables_and_project_them_after_each_update():
+    free_kernel, free_bias, free_gamma = _constrained_layers(False)
+    # the same seed without constraints leaves every projection something to do
+    assert free_kernel.min() < 0.0 and np.linalg.norm(free_bias) > 1.0 and \
+        np.linalg.norm(free_gamma) > 1.0
+    kernel, bias, gamma = _constrained_layers(True)
+    assert kernel.min() >= 0.0
+    assert np.linalg.norm(bias) <= 1.0 + 1e-6 and np.linalg.norm(gamma) <= 1.0 + 1e-6
 
 
 # -- conv2d and pooling ------------------------------------------------------------------------

@@ -279,7 +279,8 @@ def test_optimizer_slots_and_accumulators_round_trip(tmp_path):
         """Build with ``parts``, start from a checkpoint (or init), train, save."""
         with mf.Graph().as_default():
             emb = _emb(parts)
-            w = mf.get_variable("w", initializer=np.linspace(-1, 1, 10).reshape(5, 2))
+            w = mf.get_variable(
+                "w", initializer=np.linspace(-1, 1, 10, dtype=np.float32).reshape(5, 2))
             logits = mf.matmul(mf.convert_to_tensor(emb), w)
             step = mf.train.get_or_create_global_step()
             train = mf.train.AdamOptimizer(0.01).minimize(mf.reduce_sum(mf.square(logits)),

@@ -218,3 +218,31 @@ def test_variable_load_and_is_initialized():
         v.load([3.0, 4.0], sess)
         assert sess.run(ready)
         np.testing.assert_allclose(sess.run(v), [3.0, 4.0])
+
+
+@pytest.mark.parametrize("value, dtype", [
+    (0, mf.int32), (False, mf.bool), (0.5, mf.float32), (np.arange(3), mf.int64),
+    (np.zeros(2), mf.float64), (np.zeros(2, np.float16), mf.float16), ([1, 2], mf.int32),
+])
+def test_a_value_initializer_gives_get_variable_its_own_dtype_as_in_tensorflow(value, dtype):
+    """``get_variable("step", initializer=0)`` is an int32 variable in TensorFlow, whatever
+    the scope's dtype: it was float32 here (a float global step, a float64 array narrowed)."""
+    with mf.variable_scope("half", dtype=mf.float16):
+        v = mf.get_variable("v", initializer=value)
+    assert v.dtype is dtype
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        np.testing.assert_array_equal(sess.run(v), np.asarray(value))
+    assert mf.get_variable("c", initializer=mf.constant(3)).dtype is mf.int32
+
+
+@pytest.mark.parametrize("value, dtype", [(0, mf.float32), (0.5, mf.float64),
+                                          (np.zeros(2), mf.float32)])
+def test_a_value_initializer_of_another_dtype_than_the_explicit_one_is_refused(value, dtype):
+    with pytest.raises(mf.errors.InvalidArgumentError, match="don't match"):
+        mf.get_variable("v", initializer=value, dtype=dtype)
+
+
+def test_a_function_initializer_still_takes_the_scopes_dtype():
+    with mf.variable_scope("half", dtype=mf.float16):
+        assert mf.get_variable("v", [2]).dtype is mf.float16
