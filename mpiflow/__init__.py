@@ -51,7 +51,7 @@ from mpiflow.ops.random_ops import (
 from mpiflow.ops.reduction_ops import (
     argmax, argmin, count_nonzero, reduce_max, reduce_mean, reduce_min, reduce_prod,
     reduce_sum)
-from mpiflow.ops.sparse_ops import gather, unsorted_segment_sum
+from mpiflow.ops.sparse_ops import gather, unique, unsorted_segment_sum
 from mpiflow.ops.state_ops import (
     assign, assign_add, assign_sub, is_variable_initialized, scatter_add, scatter_sub,
     scatter_update)

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from mpiflow import errors
+from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.tensor_shape import TensorShape
@@ -115,6 +116,52 @@ def gather(params, indices, axis=0, name=None, validate_indices=None, batch_dims
     i = convert_to_tensor(indices)
     return apply_op("GatherV2", [p, i], {"axis": array_ops.static_axis(axis, "gather axis")},
                     name=name).outputs[0]
+
+
+@register_op("Unique", attrs={"out_idx": dtypes.int32})
+class UniqueOp(OpDef):
+    """y = the distinct values of the vector x in the order they first appear;
+    idx[i] = the position of x[i] in y (TensorFlow's Unique)."""
+
+    tuple_outputs = True
+    gradient = None
+
+    def infer(self, b):
+        if b.shape(0).ndims not in (None, 1):
+            raise b.error("unique needs a vector", expected="rank 1", got=b.shape(0))
+        out_idx = b.attrs["out_idx"]
+        if not is_index(out_idx):
+            raise b.error("Invalid out_idx", expected="int32 or int64", got=out_idx.name)
+        return [(b.dtype(0), [None]), (out_idx, b.shape(0))]
+
+    def forward(self, xp, ctx, x):
+        if x.ndim != 1:
+            raise array_ops.kernel_error(ctx, "unique needs a vector", expected="rank 1",
+                                         got=x.shape)
+        _, first, inverse = xp.unique(x, return_index=True, return_inverse=True)
+        order = xp.argsort(first)                # sorted values -> first-appearance order
+        position = xp.empty_like(order)
+        position[order] = xp.arange(order.size)
+        idx = position[inverse.reshape(-1)].astype(ctx.attrs["out_idx"].np_dtype)
+        return x[first[order]], idx
+
+
+def unique(x, out_idx=dtypes.int32, name=None):
+    """Return (y, idx): the distinct values of the vector ``x`` in the order they first
+    appear, and for each element of ``x`` its position in ``y``."""
+    op = apply_op("Unique", [convert_to_tensor(x)], {"out_idx": dtypes.as_dtype(out_idx)},
+                  name=name)
+    return op.outputs[0], op.outputs[1]
+
+
+def deduplicate_indexed_slices(slices: IndexedSlices) -> IndexedSlices:
+    """``slices`` with the values of each repeated index summed into one row, each index
+    once (in the order it first appears): what an optimizer's own sparse update is given
+    in TensorFlow, so a ``scatter_update`` of a slot sees each row once."""
+    indices, positions = unique(slices.indices)
+    rows = apply_op("GatherFirst", [math_ops.shape(indices)]).outputs[0]
+    return IndexedSlices(unsorted_segment_sum(slices.values, positions, rows), indices,
+                         slices.dense_shape)
 
 
 @register_op("UnsortedSegmentSum")

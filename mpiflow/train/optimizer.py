@@ -18,7 +18,7 @@ from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.per_graph import PerGraph
 from mpiflow.gradients import gradients
-from mpiflow.ops import control_ops, math_ops, random_ops, state_ops, training_ops
+from mpiflow.ops import control_ops, math_ops, random_ops, sparse_ops, state_ops, training_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.variables import Variable
 
@@ -28,7 +28,8 @@ MINIMIZED_LOSSES = PerGraph(dict)
 _VALID_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
 # Which hook applies which kind of gradient.
-_UPDATE_FOR_GRAD_TYPE = {Tensor: "_apply_dense", IndexedSlices: "_apply_sparse"}
+_UPDATE_FOR_GRAD_TYPE = {Tensor: "_apply_dense",
+                         IndexedSlices: "_apply_sparse_duplicate_indices"}
 
 
 class Optimizer:
@@ -246,6 +247,15 @@ class Optimizer:
 
     def _apply_dense(self, grad, var):
         return self._apply_fused("dense", var, [grad])
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        """Apply the IndexedSlices ``grad``, whose indices may repeat (two lookups of one
+        row): TF1's hook. An ``_apply_sparse`` of a subclass gets each index once, the
+        values of a repeated one summed, as in TF1 (a ``scatter_update`` of a slot would
+        otherwise keep one of the rows); the fused sparse ops sum repeats themselves."""
+        if type(self)._apply_sparse is not Optimizer._apply_sparse:
+            grad = sparse_ops.deduplicate_indexed_slices(grad)
+        return self._apply_sparse(grad, var)
 
     def _apply_sparse(self, grad, var):
         return self._apply_fused("sparse", var, [grad.values, grad.indices])

@@ -680,3 +680,22 @@ def test_concat_of_scalars_and_negative_reshape_dims_are_build_errors():
         mf.concat([mf.constant(1.0), mf.constant(2.0)], 0)
     with _raises(r"op 'Reshape' \(Reshape\): expected dimensions >= 0 and at most one -1"):
         mf.reshape(mf.placeholder(mf.float32, [2, 3]), [-2, -3])
+
+
+def test_unique_keeps_the_first_appearance_order_and_gives_each_position():
+    # TensorFlow's values: y in the order the values first appear (not sorted).
+    x = mf.placeholder(mf.float32, [None])
+    y, idx = mf.unique(x)
+    y64, idx64 = mf.unique(mf.constant([5, 5, 2], mf.int64), out_idx=mf.int64)
+    assert (y.dtype, idx.dtype, idx64.dtype) == (mf.float32, mf.int32, mf.int64)
+    with mf.Session() as sess:
+        got_y, got_idx = sess.run([y, idx], {x: [4.0, 1.0, 4.0, 7.0, 1.0]})
+        np.testing.assert_array_equal(got_y, [4.0, 1.0, 7.0])
+        np.testing.assert_array_equal(got_idx, [0, 1, 0, 2, 1])
+        got_y64, got_idx64 = sess.run([y64, idx64])
+        np.testing.assert_array_equal(got_y64, [5, 2])
+        np.testing.assert_array_equal(got_idx64, [0, 0, 1])
+        empty = sess.run(y, {x: np.zeros(0)})
+        assert empty.shape == (0,)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="unique needs a vector"):
+        mf.unique(mf.ones([2, 2]))

@@ -324,6 +324,42 @@ def test_two_lookups_of_one_table_still_apply_sparsely():
         np.testing.assert_allclose(sess.run(table)[:, 0], [1, 0.5, 1, 0, 1])
 
 
+class _RowMomentum(mf.train.Optimizer):
+    """An optimizer a TF1 user writes: m = beta * m + grad; var -= lr * m. Its sparse
+    update gathers and scatters the rows of its slot, right only if each row comes once
+    (TF1's ``_apply_sparse`` contract)."""
+
+    def __init__(self, lr, beta):
+        super().__init__(False, "RowMomentum")
+        self._lr, self._beta = lr, beta
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._zeros_slot(v, "m", self._name)
+
+    def _apply_sparse(self, grad, var):
+        m = self.get_slot(var, "m")
+        rows = self._beta * mf.gather(m, grad.indices) + grad.values
+        with mf.control_dependencies([mf.scatter_update(m, grad.indices, rows)]):
+            return mf.scatter_sub(var, grad.indices, self._lr * rows)
+
+
+def test_a_subclass_apply_sparse_gets_each_index_once_with_its_values_summed():
+    # TF1 sums the values of a repeated index before its optimizers' _apply_sparse:
+    # without it the scatter_update of the slot keeps one of row 1's three values.
+    table = mf.Variable(np.zeros((4, 2)), name="table")
+    loss = mf.reduce_sum(mf.gather(table, [1, 3, 1, 1]) * np.array([[1.0, 2.0]]))
+    opt = _RowMomentum(0.1, 0.5)
+    train = opt.minimize(loss)
+    dense = np.array([[0, 0], [3, 6], [0, 0], [1, 2]], dtype=np.float64)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for _ in range(2):
+            sess.run(train)
+        np.testing.assert_allclose(sess.run(opt.get_slot(table, "m")), 1.5 * dense)
+        np.testing.assert_allclose(sess.run(table), -0.25 * dense)
+
+
 # -- slots, names, colocation -----------------------------------------------------------------
 
 def test_slots_are_named_like_tf_colocated_and_not_trainable():
