@@ -1,10 +1,10 @@
-"""Gradient clipping by norm (TF1's ``tf.clip_by_norm``, ``tf.global_norm``,
+"""Gradient clipping (TF1's ``tf.clip_by_value``, ``tf.clip_by_norm``, ``tf.global_norm``,
 ``tf.clip_by_global_norm``), composed from registered ops so their gradients come from
 the ops' own.
 
 Sparse gradients (``IndexedSlices``) are clipped through their values and stay sparse: a
-clipped embedding gradient still touches only the rows the batch used. ``clip_by_value``
-lives with the elementwise ops in ``math_ops``.
+clipped embedding gradient still touches only the rows the batch used (densified, it
+would move every row of a momentum or RMSProp slot).
 """
 
 from __future__ import annotations
@@ -121,4 +121,28 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
         safe = math_ops.where(positive, sum_sq, math_ops.ones_like(sum_sq))
         norm = math_ops.where(positive, math_ops.sqrt(safe), sum_sq)
         out = math_ops.divide(values * clip_norm, math_ops.maximum(norm, clip_norm))
+        return _with_values(t, out)
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """Return ``t`` with every element clipped into [clip_value_min, clip_value_max]:
+    maximum(minimum(t, clip_value_max), clip_value_min), TF1's order (where min > max
+    every element is clip_value_min).
+
+    The gradient passes where ``t`` is inside the range and is zero where it was
+    clipped. IndexedSlices are clipped through their values and stay sparse.
+
+    Raises:
+        InvalidArgumentError: the bounds would broadcast ``t`` to a larger shape.
+    """
+    with get_default_graph().name_scope(name or "clip_by_value"):
+        values = t.values if isinstance(t, IndexedSlices) else convert_to_tensor(t)
+        high = convert_to_tensor(clip_value_max, dtype=values.dtype)
+        low = convert_to_tensor(clip_value_min, dtype=values.dtype)
+        out = math_ops.maximum(math_ops.minimum(values, high), low)
+        if not out.shape.is_compatible_with(values.shape):
+            raise errors.InvalidArgumentError(
+                f"clip_by_value: the bounds (shapes {low.shape} and {high.shape}) would "
+                f"broadcast '{values.name}' of shape {values.shape} to {out.shape}; "
+                "TensorFlow refuses it too")
         return _with_values(t, out)

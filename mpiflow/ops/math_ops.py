@@ -770,20 +770,6 @@ Tensor.__abs__ = lambda self: abs(self)
 Tensor.__invert__ = lambda self: logical_not(self)
 
 
-def clip_by_value(t, clip_value_min, clip_value_max, name=None):
-    """Return ``t`` with every element clipped into [clip_value_min, clip_value_max].
-
-    Built from Maximum and Minimum, so the gradient passes where ``t`` is inside the
-    range and is zero where it was clipped, as in TensorFlow.
-    """
-    from mpiflow.framework.scopes import name_scope
-    with name_scope(name, "clip_by_value", [t, clip_value_min, clip_value_max]):
-        t = convert_to_tensor(t)
-        low = convert_to_tensor(clip_value_min, dtype=t.dtype)
-        high = convert_to_tensor(clip_value_max, dtype=t.dtype)
-        return minimum(maximum(t, low), high)
-
-
 def div_no_nan(x, y, name=None) -> Tensor:
     """Return x / y, and 0 where y is 0 (TensorFlow's ``div_no_nan``).
 

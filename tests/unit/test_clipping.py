@@ -1,4 +1,5 @@
-"""tf.global_norm, tf.clip_by_global_norm and tf.clip_by_norm: values against numpy,
+"""tf.global_norm, tf.clip_by_global_norm, tf.clip_by_norm and tf.clip_by_value: values
+against numpy and TensorFlow,
 None and IndexedSlices entries, a non-finite norm, and gradients against finite
 differences."""
 
@@ -116,3 +117,35 @@ def test_the_gradient_of_clip_by_norm_at_zero_is_finite():
 def test_bad_inputs_are_refused_naming_the_function(call, match):
     with pytest.raises(mf.errors.InvalidArgumentError, match=match):
         call()
+
+
+def test_clip_by_value_keeps_a_sparse_gradient_sparse_so_momentum_moves_only_its_rows():
+    # TensorFlow's values: the clipped embedding gradient stays IndexedSlices (each
+    # looked-up row's value clipped), so the second step, which looks up row 2 only,
+    # leaves rows 1 and 3 where the first left them. Densified, their momentum moved them.
+    table = mf.Variable(np.arange(12.0).reshape(6, 2) / 10, name="table")
+    ids = mf.placeholder(mf.int32, [None])
+    opt = mf.train.MomentumOptimizer(0.1, 0.9)
+    grads = opt.compute_gradients(mf.reduce_sum(mf.square(mf.gather(table, ids))))
+    clipped = [(mf.clip_by_value(g, -0.5, 0.5), v) for g, v in grads]
+    assert isinstance(clipped[0][0], mf.IndexedSlices)
+    train = opt.apply_gradients(clipped)
+    with mf.Session() as sess:
+        sess.run(table.initializer)
+        sess.run(mf.variables_initializer(opt.variables()))
+        sess.run(train, {ids: [1, 3, 1]})
+        sess.run(train, {ids: [2]})
+        np.testing.assert_allclose(
+            sess.run(table), [[0.0, 0.1], [0.12, 0.2], [0.35, 0.45], [0.55, 0.65],
+                              [0.8, 0.9], [1.0, 1.1]], rtol=1e-12)
+
+
+def test_clip_by_value_takes_the_minimum_first_as_tensorflow():
+    # With min > max every element is clip_value_min in TensorFlow (numpy's clip gives max).
+    np.testing.assert_array_equal(run(mf.clip_by_value(mf.constant([0.0, 2.0, 9.0]), 3.5, 0.5)),
+                                  [3.5, 3.5, 3.5])
+
+
+def test_clip_by_value_refuses_bounds_that_would_broadcast_the_tensor():
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"clip_by_value: the bounds"):
+        mf.clip_by_value(mf.constant([1.0, 2.0]), mf.constant([[0.0], [1.0]]), 3.0)
