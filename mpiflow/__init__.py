@@ -16,7 +16,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.framework.scopes import (
     add_to_collection, colocate_with, control_dependencies, device, get_collection,
     get_collection_ref, name_scope)
-from mpiflow.gradients import UnconnectedGradients, gradients
+from mpiflow.gradients import AggregationMethod, UnconnectedGradients, gradients
 from mpiflow.ops.activation_ops import sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)

@@ -42,6 +42,21 @@ class UnconnectedGradients(enum.Enum):
     ZERO = "zero"
 
 
+class AggregationMethod:
+    """How ``gradients`` sums the gradients a tensor gets from its consumers (TF1's
+    names). mpiflow sums them with one AddN whichever is asked: the choice only changed
+    memory use and summation order in TensorFlow, not the result."""
+
+    ADD_N = 0
+    DEFAULT = ADD_N
+    EXPERIMENTAL_TREE = 1
+    EXPERIMENTAL_ACCUMULATE_N = 2
+
+
+_AGGREGATION_METHODS = (AggregationMethod.ADD_N, AggregationMethod.EXPERIMENTAL_TREE,
+                        AggregationMethod.EXPERIMENTAL_ACCUMULATE_N)
+
+
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
               colocate_gradients_with_ops=False, gate_gradients=False,
               aggregation_method=None, unconnected_gradients=UnconnectedGradients.NONE):
@@ -52,14 +67,21 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         xs: Tensors or Variables to differentiate against.
         grad_ys: initial gradients for ``ys`` (default: ones).
         stop_gradients: tensors treated as constants.
+        aggregation_method: None or an ``AggregationMethod`` (all sum alike).
         unconnected_gradients: for an x the ys do not depend on, None ("none") or zeros
             shaped as x ("zero"), an ``UnconnectedGradients`` or its value.
 
     Raises:
         UnimplementedError: an op on the path has no gradient written.
         InvalidArgumentError: ``grad_ys`` do not match ``ys``; an unknown
-            ``unconnected_gradients``.
+            ``unconnected_gradients`` or ``aggregation_method``.
     """
+    if aggregation_method is not None and (isinstance(aggregation_method, bool) or
+                                           aggregation_method not in _AGGREGATION_METHODS):
+        raise errors.InvalidArgumentError(
+            f"gradients: invalid aggregation_method {aggregation_method!r}: expected None or "
+            f"an AggregationMethod (ADD_N, EXPERIMENTAL_TREE, EXPERIMENTAL_ACCUMULATE_N: "
+            f"{list(_AGGREGATION_METHODS)})")
     try:
         unconnected = UnconnectedGradients(unconnected_gradients)
     except ValueError:
@@ -73,7 +95,8 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None,
         raise errors.InvalidArgumentError(
             f"gradients: got {len(grad_ys)} grad_ys for {len(ys)} ys")
     graph = ys[0].graph
-    stops = {t.op for t in _as_list(stop_gradients or [])}
+    # One tensor or a list, as TF takes it (``or []`` would ask a tensor for its truth).
+    stops = {t.op for t in (_as_list(stop_gradients) if stop_gradients is not None else [])}
     with graph.as_default(), graph.name_scope(name):
         between = _ops_between(ys, xs)
         pending = _pending_counts(between)

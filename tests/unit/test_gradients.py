@@ -99,3 +99,30 @@ def test_a_deep_chain_does_not_hit_the_recursion_limit():
         y = y * 1.0
     g, = _run(*mf.gradients(y, x))
     assert g == 1.0
+
+
+def test_stop_gradients_takes_one_tensor_as_tensorflow():
+    x = mf.constant(3.0)
+    h = x * 2.0
+    g, = mf.gradients(h * x, x, stop_gradients=h)       # not in a list
+    assert _run(g) == [6.0]
+
+
+@pytest.mark.parametrize("method", [None, mf.AggregationMethod.ADD_N,
+                                    mf.AggregationMethod.DEFAULT,
+                                    mf.AggregationMethod.EXPERIMENTAL_TREE,
+                                    mf.AggregationMethod.EXPERIMENTAL_ACCUMULATE_N])
+def test_every_aggregation_method_sums_the_paths(method):
+    x = mf.constant([1.0, 2.0])
+    v = mf.Variable([1.0, 2.0])
+    g, = mf.gradients(x * x + 3.0 * x, x, aggregation_method=method)
+    (opt_g, _), = mf.train.GradientDescentOptimizer(0.1).compute_gradients(
+        mf.reduce_sum(v * v + v), aggregation_method=method)
+    got = _run(g, opt_g)
+    np.testing.assert_array_equal(got, [[5.0, 7.0], [3.0, 5.0]])
+
+
+def test_an_unknown_aggregation_method_is_refused_as_in_tensorflow():
+    x = mf.constant([1.0, 2.0])
+    with pytest.raises(mf.errors.InvalidArgumentError, match="invalid aggregation_method 7"):
+        mf.gradients(x * x, x, aggregation_method=7)
