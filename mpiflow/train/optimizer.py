@@ -17,6 +17,7 @@ from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.per_graph import PerGraph
+from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.gradients import gradients
 from mpiflow.ops import control_ops, math_ops, random_ops, sparse_ops, state_ops, training_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
@@ -294,15 +295,28 @@ class Optimizer:
 
     def _zeros_slot(self, var, slot_name, op_name):
         """Return the slot ``slot_name`` of ``var``, created as zeros if new."""
-        return self._get_or_make_slot_with_initializer(
-            var, lambda: random_ops.zeros(var.shape.as_list(), var.dtype), slot_name,
-            op_name)
+        return self._slot(var, lambda: random_ops.zeros(var.shape.as_list(), var.dtype),
+                          slot_name, op_name)
 
     def _get_or_make_slot(self, var, val, slot_name, op_name):
         """Return the slot ``slot_name`` of ``var``, created with initial value ``val``."""
-        return self._get_or_make_slot_with_initializer(var, val, slot_name, op_name)
+        return self._slot(var, val, slot_name, op_name)
 
-    def _get_or_make_slot_with_initializer(self, var, initial_value, slot_name, op_name):
+    def _get_or_make_slot_with_initializer(self, var, initializer, shape, dtype, slot_name,
+                                           op_name):
+        """Return the slot ``slot_name`` of ``var``, created as ``initializer(shape,
+        dtype=dtype)`` if new (TF1's signature, for optimizers users write)."""
+        shape = TensorShape(shape).as_list()
+        return self._slot(var, lambda: initializer(shape, dtype=dtypes.as_dtype(dtype)),
+                          slot_name, op_name)
+
+    @staticmethod
+    def _call_if_callable(param):
+        """``param()`` if it is callable (a hyperparameter given as a function), else
+        ``param``: TF1's helper for ``_prepare``."""
+        return param() if callable(param) and not hasattr(param, "_as_tensor") else param
+
+    def _slot(self, var, initial_value, slot_name, op_name):
         per_var = self._slots.setdefault(slot_name, {})
         key = _var_key(var)
         if key not in per_var:

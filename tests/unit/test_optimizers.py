@@ -360,6 +360,39 @@ def test_a_subclass_apply_sparse_gets_each_index_once_with_its_values_summed():
         np.testing.assert_allclose(sess.run(table), -0.25 * dense)
 
 
+class _Accumulating(mf.train.Optimizer):
+    """Adagrad as a TF1 user writes it with the base class's helpers: the slot from an
+    initializer (TF1's six-argument signature), the rate through _call_if_callable."""
+
+    def __init__(self, lr):
+        super().__init__(False, "Accumulating")
+        self._lr = lr
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._get_or_make_slot_with_initializer(
+                v, mf.constant_initializer(0.5), v.shape, v.dtype, "acc", self._name)
+
+    def _prepare(self):
+        self._lr_t = mf.convert_to_tensor(self._call_if_callable(self._lr), name="lr")
+
+    def _apply_dense(self, grad, var):
+        acc = mf.assign_add(self.get_slot(var, "acc"), grad * grad)
+        return mf.assign_sub(var, mf.cast(self._lr_t, var.dtype) * grad / mf.sqrt(acc))
+
+
+def test_a_subclass_uses_tf1s_slot_initializer_and_callable_helpers():
+    w = mf.Variable([1.0, -2.0], dtype=mf.float64)
+    opt = _Accumulating(lambda: 0.1)
+    train = opt.minimize(mf.reduce_sum(w * w))
+    assert opt.get_slot(w, "acc").name == "Variable/Accumulating:0"
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        sess.run(train)
+        grad = np.array([2.0, -4.0])
+        np.testing.assert_allclose(sess.run(w), [1.0, -2.0] - 0.1 * grad / np.sqrt(0.5 + grad ** 2))
+
+
 # -- slots, names, colocation -----------------------------------------------------------------
 
 def test_slots_are_named_like_tf_colocated_and_not_trainable():
