@@ -50,6 +50,8 @@ FORWARD_CASES = {
     "one_hot": (lambda k: mf.one_hot(k, 5, on_value=2.0, off_value=-1.0), [_labels()]),
     "where_coordinates": (lambda a: [mf.where(a > 0.0), mf.where(mf.greater(a, 0.5))],
                           [_floats(3, 4)]),
+    "unique": (lambda k: list(mf.unique(mf.reshape(k, [-1]), out_idx=mf.int64)),
+               [_labels()]),
     "random_seeded": (lambda a: [mf.random_normal([3, 4], dtype=mf.float64, seed=3) + a,
                                  mf.random_uniform([3, 4], dtype=mf.float64, seed=4) + a,
                                  mf.truncated_normal([3, 4], dtype=mf.float64, seed=5) + a],
