@@ -6,8 +6,9 @@ unnamed layer takes the next free default name of the enclosing scope (``dense``
 ``reuse`` then fails, as in TF1), and ``reuse`` shares an existing scope's variables. The
 variables are made at the first call, when the input shape is known; later calls build
 only ops, under the layer's name scope. Updates a layer makes (batch norm's moving
-averages) go to ``UPDATE_OPS`` and its losses to ``REGULARIZATION_LOSSES``, so TF1 training
-code that reads those collections works unchanged.
+averages) go to ``UPDATE_OPS`` unless the layer is frozen (``trainable=False``), and its
+losses to ``REGULARIZATION_LOSSES``, so TF1 training code that reads those collections
+works unchanged.
 
 Subclasses write ``build`` (variables, through ``add_weight``) and ``call`` (the ops).
 Uses only the framework and ops layers.
@@ -133,7 +134,9 @@ class Layer:
 
     @property
     def updates(self) -> list:
-        return list(self._updates)
+        """The layer's update ops; none while it is frozen (``trainable=False``), as TF1,
+        so a frozen batch norm keeps its moving statistics."""
+        return list(self._updates) if self.trainable else []
 
     @property
     def losses(self) -> list:
@@ -198,7 +201,7 @@ class Layer:
             if self.activity_regularizer is not None:
                 self._regularize_activity(outputs)
         collected = graph.get_collection_ref(GraphKeys.UPDATE_OPS)
-        for update in self._updates[first_update:]:
+        for update in self._updates[first_update:] if self.trainable else []:
             if not any(update is u for u in collected):
                 collected.append(update)
         return outputs

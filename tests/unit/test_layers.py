@@ -379,6 +379,20 @@ def test_batch_norm_with_a_training_tensor_switches_stats_and_updates_at_run_tim
         np.testing.assert_allclose(sess.run(layer.moving_mean), 0.5 * xs.mean(0), rtol=1e-5)
 
 
+def test_a_frozen_batch_norm_normalizes_with_the_batch_but_keeps_its_moving_stats(rng):
+    """TF1: a layer made with trainable=False has no updates, so UPDATE_OPS (what the
+    train op depends on) leaves a frozen batch norm's moving statistics as they are."""
+    xs = (3 + rng.standard_normal((6, 2))).astype(np.float32)
+    layer = mf.layers.BatchNormalization(trainable=False, momentum=0.5, epsilon=0.0)
+    out = layer(mf.constant(xs), training=True)
+    assert layer.updates == []
+    assert mf.get_collection(mf.GraphKeys.UPDATE_OPS) == []
+    np.testing.assert_allclose(_run(out), (xs - xs.mean(0)) / xs.std(0), rtol=1e-4,
+                               atol=1e-5)
+    layer.trainable = True
+    assert len(layer.updates) == 2, "the updates were made, and count once unfrozen"
+
+
 def test_batch_norm_over_channels_first_keeps_per_channel_parameters(rng):
     xs = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
     layer = mf.layers.BatchNormalization(axis=1, epsilon=0.0)
