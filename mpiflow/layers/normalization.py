@@ -11,12 +11,17 @@ TF1 takes its fused kernel for 4-D inputs normalized over axis 1 or 3 unless
 ``fused=False``; that kernel feeds the moving variance the unbiased (n / (n - 1)) batch
 variance and raises epsilon to at least 1.001e-5. Those two differences are kept, so
 moving statistics match TF1 for the same inputs in both paths.
+
+As in TF1, 16-bit inputs (float16, bfloat16) get float32 variables and are normalized in
+float32, the output cast back: moving averages kept in float16 would round away most
+momentum updates.
 """
 
 from __future__ import annotations
 
 import numbers
 
+from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.layers.base import Layer, layer_error, needs_defined, reject_unimplemented
 from mpiflow.layers.utils import smart_select, training_value
@@ -29,6 +34,8 @@ from mpiflow.ops.state_ops import assign_sub
 # The smallest epsilon of TF's fused batch norm kernel (a cuDNN requirement it applies on
 # every device).
 _FUSED_MIN_EPSILON = 1.001e-5
+
+_HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
 class BatchNormalization(Layer):
@@ -73,6 +80,7 @@ class BatchNormalization(Layer):
         self._broadcast_shape = [sizes.get(i, 1) for i in range(ndims)]
         self._param_shape = [sizes[axes[0]]] if len(axes) == 1 else self._broadcast_shape
         self._fused = self.fused is not False and ndims == 4 and axes in ([1], [3])
+        self._param_dtype = dtypes.float32 if self.dtype in _HALF_FLOATS else self.dtype
         if self.scale:
             self.gamma = self._param("gamma")
         if self.center:
@@ -93,12 +101,16 @@ class BatchNormalization(Layer):
         return sorted(axes)
 
     def _param(self, name, trainable=True):
-        return self.add_weight(name, self._param_shape, initializer=self.initializers[name],
+        return self.add_weight(name, self._param_shape, dtype=self._param_dtype,
+                               initializer=self.initializers[name],
                                regularizer=self.regularizers.get(name),
                                constraint=getattr(self, f"{name}_constraint", None),
                                trainable=trainable)
 
     def call(self, inputs, training=False):
+        if inputs.dtype in _HALF_FLOATS:
+            return math_ops.cast(self.call(math_ops.cast(inputs, self._param_dtype),
+                                           training), inputs.dtype)
         training = training_value(self, training)
         if training is False:
             return self._normalize(inputs, self._broadcast(self.moving_mean),

@@ -393,6 +393,28 @@ def test_a_frozen_batch_norm_normalizes_with_the_batch_but_keeps_its_moving_stat
     assert len(layer.updates) == 2, "the updates were made, and count once unfrozen"
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_batch_norm_of_16_bit_inputs_keeps_float32_variables_and_moving_stats(rng, half):
+    """TF1 makes a batch norm's variables float32 for 16-bit inputs and normalizes in
+    float32: a float16 moving variance of 1 cannot take a 0.01 * 0.05 step."""
+    xs = rng.standard_normal((64, 3))
+    xs = (xs - xs.mean(0)) / xs.std(0) * np.sqrt(1.05) + 0.5
+    inputs = mf.cast(mf.constant(xs.astype(np.float32)), half)
+    layer = mf.layers.BatchNormalization(fused=False)
+    out = layer(inputs, training=True)
+    assert out.dtype == mf.as_dtype(half)
+    assert [v.dtype for v in layer.variables] == [mf.float32] * 4
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        normalized, _ = sess.run([out, mf.get_collection(mf.GraphKeys.UPDATE_OPS)])
+        variance = sess.run(layer.moving_variance)
+    seen = xs.astype(np.float32).astype(mf.as_dtype(half).as_numpy_dtype).astype(np.float64)
+    np.testing.assert_allclose(variance, 0.99 + 0.01 * seen.var(0), rtol=1e-6)
+    np.testing.assert_allclose(normalized.astype(np.float64),
+                               (seen - seen.mean(0)) / np.sqrt(seen.var(0) + 1e-3),
+                               atol=0.05)
+
+
 def test_batch_norm_over_channels_first_keeps_per_channel_parameters(rng):
     xs = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
     layer = mf.layers.BatchNormalization(axis=1, epsilon=0.0)
