@@ -22,7 +22,7 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
 from mpiflow.framework.per_graph import PerGraph
-from mpiflow.ops import math_ops
+from mpiflow.ops import activation_ops, init_ops, math_ops
 from mpiflow.ops import variable_scope as vs
 from mpiflow.ops.constant_ops import convert_to_tensor
 
@@ -61,6 +61,50 @@ def reject_unimplemented(layer, **settings) -> None:
         if given is not default and given != default:
             raise layer_error(layer, f"Unsupported argument '{arg}'", expected=repr(default),
                               got=repr(given), cls=errors.UnimplementedError)
+
+
+# Keras names TF1's layers take for ``activation=`` (``None`` and 'linear': none).
+ACTIVATIONS = {"relu": activation_ops.relu, "relu6": activation_ops.relu6,
+               "elu": activation_ops.elu, "sigmoid": activation_ops.sigmoid,
+               "tanh": activation_ops.tanh, "softplus": activation_ops.softplus,
+               "softmax": activation_ops.softmax, "leaky_relu": activation_ops.leaky_relu,
+               "linear": None}
+
+# Keras names TF1's layers take for ``*_initializer=``; Keras' random ones default to a
+# 0.05 spread, not the 1.0 of tf.random_normal_initializer.
+INITIALIZERS = {
+    "zeros": init_ops.Zeros, "zero": init_ops.Zeros, "ones": init_ops.Ones,
+    "one": init_ops.Ones, "constant": init_ops.Constant,
+    "glorot_uniform": init_ops.GlorotUniform, "glorot_normal": init_ops.GlorotNormal,
+    "he_normal": init_ops.he_normal, "he_uniform": init_ops.he_uniform,
+    "lecun_normal": init_ops.lecun_normal, "lecun_uniform": init_ops.lecun_uniform,
+    "variance_scaling": init_ops.VarianceScaling,
+    "random_normal": lambda: init_ops.RandomNormal(0.0, 0.05),
+    "normal": lambda: init_ops.RandomNormal(0.0, 0.05),
+    "random_uniform": lambda: init_ops.RandomUniform(-0.05, 0.05),
+    "uniform": lambda: init_ops.RandomUniform(-0.05, 0.05),
+    "truncated_normal": lambda: init_ops.TruncatedNormal(0.0, 0.05),
+}
+
+
+def get_activation(layer, activation):
+    """Return ``activation`` as a function (or None): a callable as is, or a Keras name."""
+    if activation is None or callable(activation):
+        return activation
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        return ACTIVATIONS[activation]
+    raise layer_error(layer, "Unknown activation", expected="a function of a tensor or one "
+                      f"of {sorted(ACTIVATIONS)}", got=repr(activation))
+
+
+def get_initializer(layer, initializer, arg: str):
+    """Return ``initializer`` (None: get_variable's default), taking Keras names too."""
+    if initializer is None or callable(initializer):
+        return initializer
+    if isinstance(initializer, str) and initializer in INITIALIZERS:
+        return INITIALIZERS[initializer]()
+    raise layer_error(layer, f"Unknown {arg}", expected="an initializer or one of "
+                      f"{sorted(INITIALIZERS)}", got=repr(initializer))
 
 
 class Layer:
@@ -265,10 +309,19 @@ class KernelLayer(Layer):
     def _keep_kernel_options(self, activation, use_bias, kernel_initializer,
                              bias_initializer, kernel_regularizer, bias_regularizer,
                              kernel_constraint, bias_constraint) -> None:
-        self.activation = activation
+        self.activation = get_activation(self, activation)
         self.use_bias = use_bias
-        self.kernel_initializer = kernel_initializer
-        self.bias_initializer = bias_initializer
+        self.kernel_initializer = get_initializer(self, kernel_initializer,
+                                                  "kernel_initializer")
+        self.bias_initializer = get_initializer(self, bias_initializer, "bias_initializer")
+        for arg, value in (("kernel_regularizer", kernel_regularizer),
+                           ("bias_regularizer", bias_regularizer),
+                           ("kernel_constraint", kernel_constraint),
+                           ("bias_constraint", bias_constraint)):
+            if value is not None and not callable(value):
+                raise layer_error(self, f"Bad {arg}", expected="None or a function of the "
+                                  "weights (mf.layers.l2_regularizer(scale) for a "
+                                  "regularizer)", got=repr(value))
         self.kernel_regularizer = kernel_regularizer
         self.bias_regularizer = bias_regularizer
         self.kernel_constraint = kernel_constraint

@@ -23,7 +23,13 @@ import numbers
 
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
-from mpiflow.layers.base import Layer, layer_error, needs_defined, reject_unimplemented
+from mpiflow.layers.base import (
+    Layer,
+    get_initializer,
+    layer_error,
+    needs_defined,
+    reject_unimplemented,
+)
 from mpiflow.layers.utils import smart_select, training_value
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import reshape, size
@@ -60,9 +66,11 @@ class BatchNormalization(Layer):
         self.center = center
         self.scale = scale
         self.fused = fused
-        self.initializers = {"gamma": gamma_initializer, "beta": beta_initializer,
-                             "moving_mean": moving_mean_initializer,
-                             "moving_variance": moving_variance_initializer}
+        initializers = {"gamma": gamma_initializer, "beta": beta_initializer,
+                        "moving_mean": moving_mean_initializer,
+                        "moving_variance": moving_variance_initializer}
+        self.initializers = {name: get_initializer(self, init, f"{name}_initializer")
+                             for name, init in initializers.items()}
         self.regularizers = {"gamma": gamma_regularizer, "beta": beta_regularizer}
         self.gamma_constraint = gamma_constraint
         self.beta_constraint = beta_constraint

@@ -168,3 +168,11 @@ def he_normal(seed=None):
 
 def he_uniform(seed=None):
     return VarianceScaling(2.0, "fan_in", "uniform", seed)
+
+
+def lecun_normal(seed=None):
+    return VarianceScaling(1.0, "fan_in", "truncated_normal", seed)
+
+
+def lecun_uniform(seed=None):
+    return VarianceScaling(1.0, "fan_in", "uniform", seed)

@@ -65,6 +65,35 @@ def test_dense_defaults_are_glorot_uniform_kernel_and_zero_bias():
     assert np.all(bias == 0)
 
 
+def test_layers_take_keras_names_of_activations_and_initializers(rng):
+    """TF1's layers look strings up as Keras does: activation='relu',
+    kernel_initializer='he_normal' (Keras' 'random_normal' has stddev 0.05)."""
+    xs = rng.standard_normal((4, 3)).astype(np.float32)
+    mf.set_random_seed(0)
+    x = mf.constant(xs)
+    relu = mf.layers.dense(x, 2, activation="relu", kernel_initializer="ones",
+                           bias_initializer="zeros")
+    softmax = mf.layers.dense(x, 2, activation="softmax", kernel_initializer="ones")
+    he = mf.layers.Dense(400, kernel_initializer="he_normal")
+    he(mf.zeros([1, 300]))
+    small = mf.layers.Dense(400, kernel_initializer="random_normal")
+    small(mf.zeros([1, 300]))
+    normalized = mf.layers.batch_normalization(x, gamma_initializer="zeros",
+                                               beta_initializer="ones")
+    got = _run([relu, softmax, he.kernel, small.kernel, normalized])
+    np.testing.assert_allclose(got[0], np.maximum(xs.sum(1, keepdims=True), 0).repeat(2, 1),
+                               rtol=1e-6)
+    np.testing.assert_allclose(got[1], np.full((4, 2), 0.5), rtol=1e-6)
+    assert abs(got[2].std() - np.sqrt(2 / 300)) < 0.002
+    assert abs(got[3].std() - 0.05) < 0.001
+    np.testing.assert_array_equal(got[4], np.ones((4, 3)))
+    for bad, message in (({"activation": "selu"}, "Unknown activation in layer 'dense_4'"),
+                         ({"kernel_initializer": "xavier"}, "Unknown kernel_initializer"),
+                         ({"kernel_regularizer": "l2"}, "Bad kernel_regularizer")):
+        with pytest.raises(errors.InvalidArgumentError, match=message):
+            mf.layers.Dense(2, **bad)
+
+
 def test_a_named_functional_layer_needs_reuse_to_share_its_variables():
     x = mf.placeholder(mf.float32, [None, 3])
     first = mf.layers.dense(x, 4, name="fc")
