@@ -214,6 +214,8 @@ class Layer:
             self._variables.append(variable)
         return variable
 
+    add_variable = add_weight  # TF1's name for it
+
     def add_update(self, updates, inputs=None) -> None:
         self._updates.extend(updates if isinstance(updates, (list, tuple)) else [updates])
 

@@ -86,12 +86,13 @@ def training_value(layer, training):
     """
     if training is None:
         return False
-    if isinstance(training, (bool, np.bool_)):
-        return bool(training)
+    if isinstance(training, (bool, np.bool_)) or (
+            isinstance(training, numbers.Integral) and training in (0, 1)):
+        return bool(training)  # TF1's smart_cond takes the ints 0 and 1 as bools too
     tensor = convert_to_tensor(training)
     if tensor.dtype is not dtypes.bool_ or tensor.shape.ndims not in (None, 0):
-        raise layer_error(layer, "Bad training argument", expected="a Python bool or a "
-                          "scalar bool tensor", got=f"{tensor.dtype.name} of shape "
+        raise layer_error(layer, "Bad training argument", expected="a Python bool (or "
+                          "0 or 1) or a scalar bool tensor", got=f"{tensor.dtype.name} of shape "
                           f"{tensor.shape}")
     known = const_value(tensor)
     return bool(known) if known is not None else tensor

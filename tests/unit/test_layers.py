@@ -219,6 +219,21 @@ def test_constraints_go_to_the_layers_variables_and_project_them_after_each_upda
     assert np.linalg.norm(bias) <= 1.0 + 1e-6 and np.linalg.norm(gamma) <= 1.0 + 1e-6
 
 
+def test_a_layer_subclass_makes_its_variables_with_tf1s_add_variable():
+    class Scale(mf.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_variable("w", [int(input_shape[-1])],
+                                       initializer=mf.constant_initializer(2.0))
+
+        def call(self, inputs):
+            return inputs * self.w
+
+    layer = Scale()
+    out = layer(mf.ones([2, 3]))
+    assert _names(layer.trainable_weights) == ["scale/w"]
+    np.testing.assert_array_equal(_run(out), np.full((2, 3), 2.0))
+
+
 # -- conv2d and pooling ------------------------------------------------------------------------
 
 def _conv_reference(x, k, stride, padding):
@@ -339,6 +354,20 @@ def test_dropout_follows_a_bool_tensor_at_run_time():
         np.testing.assert_array_equal(sess.run(out, {training: False}), np.ones((50, 50)))
     with pytest.raises(errors.InvalidArgumentError, match="Bad rate.*\\[0, 1\\)"):
         mf.layers.Dropout(rate=1.0)
+
+
+def test_training_takes_the_ints_0_and_1_as_tf1_does():
+    """TF1's layers pass ``training`` to smart_cond, which takes 0 and 1 for False and
+    True (scripts written with an ``is_training = 1`` flag)."""
+    dropped = mf.layers.dropout(mf.ones([50, 50]), 0.5, training=1)
+    kept = mf.layers.dropout(mf.ones([50, 50]), 0.5, training=0)
+    mf.layers.batch_normalization(mf.ones([4, 3]), training=1)
+    assert len(mf.get_collection(mf.GraphKeys.UPDATE_OPS)) == 2
+    got_dropped, got_kept = _run([dropped, kept])
+    assert (got_dropped == 0).any()
+    np.testing.assert_array_equal(got_kept, np.ones((50, 50)))
+    with pytest.raises(errors.InvalidArgumentError, match="Bad training argument"):
+        mf.layers.dropout(mf.ones([2]), training=2)
 
 
 # -- batch normalization -----------------------------------------------------------------------
