@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -42,15 +43,25 @@ class Ones(Initializer):
 
 
 class Constant(Initializer):
-    """Fill with a scalar, or take a value of exactly the requested shape."""
+    """Fill with a scalar, or take a value of as many elements as the shape (reshaped).
+
+    As TF1's ``tf.constant_initializer``, a value with fewer elements is completed with
+    its last one (``[1, 2]`` for shape [4] is [1, 2, 2, 2]); ``verify_shape=True`` takes
+    only a value of exactly the requested shape.
+    """
 
     def __init__(self, value=0, dtype=dtypes.float32, verify_shape=False):
         self.value = value
         self.dtype = dtypes.as_dtype(dtype)
+        self.verify_shape = verify_shape
 
     def __call__(self, shape, dtype=None, partition_info=None):
         dtype = self._dtype(dtype)
         value = np.asarray(self.value)
+        if self.verify_shape and list(value.shape) != TensorShape(shape).as_list():
+            raise errors.InvalidArgumentError(
+                f"constant_initializer(verify_shape=True): value of shape "
+                f"{list(value.shape)} is not the variable shape {TensorShape(shape).as_list()}")
         if value.size == 1:
             return random_ops.filled(shape, value.reshape(()), dtype, "Const")
         if partition_info is not None and \
@@ -60,10 +71,14 @@ class Constant(Initializer):
                 slice(o, o + n) for o, n in zip(partition_info.var_offset,
                                                 TensorShape(shape).as_list()))]
         if list(value.shape) != TensorShape(shape).as_list():
-            if value.size != TensorShape(shape).num_elements():
+            count = TensorShape(shape).num_elements()
+            if not 0 < value.size <= count:
                 raise errors.InvalidArgumentError(
                     f"constant_initializer: value of shape {list(value.shape)} does not fit "
-                    f"the variable shape {TensorShape(shape).as_list()}")
+                    f"the variable shape {TensorShape(shape).as_list()}: expected at most "
+                    f"{count} elements (fewer are completed with the last one)")
+            flat = value.reshape(-1)
+            value = np.concatenate([flat, np.repeat(flat[-1:], count - flat.size)])
             value = value.reshape(TensorShape(shape).as_list())
         return constant(value, dtype=dtype)
 
@@ -116,6 +131,9 @@ class VarianceScaling(Initializer):
         if mode not in ("fan_in", "fan_out", "fan_avg"):
             raise errors.InvalidArgumentError(
                 f"VarianceScaling mode must be fan_in, fan_out or fan_avg, got {mode!r}")
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0:
+            raise errors.InvalidArgumentError(
+                f"VarianceScaling scale must be a positive number, got {scale!r}")
         if distribution == "normal":
             distribution = "truncated_normal"
         if distribution not in ("truncated_normal", "untruncated_normal", "uniform"):
