@@ -116,12 +116,18 @@ def _random(type_name, shape, dtype, seed, name):
     return apply_op(type_name, [_shape_tensor(shape)], attrs, name=name).outputs[0]
 
 
+def _is_tensor(value) -> bool:
+    return hasattr(value, "op") or hasattr(value, "_as_tensor")
+
+
 def _scale(x, scale, shift, dtype):
+    """``x * scale + shift``; a scale or shift may be a tensor (a fed noise level), as in
+    TensorFlow, of the samples' dtype."""
     from mpiflow.ops import math_ops
-    if scale != 1:
-        x = math_ops.multiply(x, constant(scale, dtype=dtype))
-    if shift != 0:
-        x = math_ops.add(x, constant(shift, dtype=dtype))
+    if _is_tensor(scale) or scale != 1:
+        x = math_ops.multiply(x, convert_to_tensor(scale, dtype=dtype))
+    if _is_tensor(shift) or shift != 0:
+        x = math_ops.add(x, convert_to_tensor(shift, dtype=dtype))
     return x
 
 
@@ -139,8 +145,14 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=Non
 
 def random_uniform(shape, minval=0.0, maxval=1.0, dtype=dtypes.float32, seed=None, name=None):
     """Return samples of U[minval, maxval)."""
+    dtype = dtypes.as_dtype(dtype)
     x = _random("RandomUniform", shape, dtype, seed, name)
-    return _scale(x, maxval - minval, minval, dtypes.as_dtype(dtype))
+    if _is_tensor(minval) or _is_tensor(maxval):
+        from mpiflow.ops import math_ops
+        minval = convert_to_tensor(minval, dtype=dtype)
+        return _scale(x, math_ops.subtract(convert_to_tensor(maxval, dtype=dtype), minval),
+                      minval, dtype)
+    return _scale(x, maxval - minval, minval, dtype)
 
 
 def fill(dims, value, name=None):
