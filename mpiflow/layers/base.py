@@ -286,6 +286,10 @@ class Layer:
             raise layer_error(self, "Input 0 has the wrong rank",
                               expected=f"rank >= {self.min_ndim}",
                               got=f"rank {ndims} (shape {shape}, '{inputs.name}')")
+        if self._variables and inputs.dtype != self._dtype:
+            raise layer_error(self, "Input 0 has the wrong dtype",
+                              expected=f"{self._dtype.name}, the dtype the layer was built "
+                              "for", got=f"{inputs.dtype.name} ('{inputs.name}')")
         for axis, size in self._input_axes.items():
             if shape[axis] is not None and shape[axis] != size:
                 raise layer_error(self, "Input 0 has the wrong shape",

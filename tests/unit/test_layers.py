@@ -219,6 +219,15 @@ def test_constraints_go_to_the_layers_variables_and_project_them_after_each_upda
     assert np.linalg.norm(bias) <= 1.0 + 1e-6 and np.linalg.norm(gamma) <= 1.0 + 1e-6
 
 
+def test_a_built_layer_refuses_inputs_of_another_dtype_naming_itself():
+    layer = mf.layers.Dense(2)
+    layer(mf.placeholder(mf.float32, [None, 3]))
+    with pytest.raises(errors.InvalidArgumentError, match="Input 0 has the wrong dtype in "
+                       "layer 'dense' \\(Dense\\): expected float32, the dtype the layer was "
+                       "built for, got float64"):
+        layer(mf.placeholder(mf.float64, [None, 3]))
+
+
 def test_a_layer_subclass_makes_its_variables_with_tf1s_add_variable():
     class Scale(mf.layers.Layer):
         def build(self, input_shape):
