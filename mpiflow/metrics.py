@@ -14,7 +14,7 @@ from mpiflow import errors, unsupported
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.ops import math_ops
-from mpiflow.ops.array_ops import expand_dims, size, squeeze
+from mpiflow.ops.array_ops import size
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.control_ops import identity
 from mpiflow.ops.random_ops import zeros
@@ -22,7 +22,11 @@ from mpiflow.ops.reduction_ops import reduce_sum
 from mpiflow.ops.state_ops import assign_add
 from mpiflow.ops.variable_scope import variable_scope
 from mpiflow.ops.variables import Variable
-from mpiflow.ops.weights_broadcast import broadcast_weights, remove_squeezable_dimensions
+from mpiflow.ops.weights_broadcast import (
+    align_weights,
+    broadcast_weights,
+    remove_squeezable_dimensions,
+)
 
 
 def metric_variable(shape, dtype, validate_shape=True, name=None) -> Variable:
@@ -45,14 +49,7 @@ def _prepare(predictions, labels, weights):
                                                            predictions)
     if weights is None:
         return predictions, labels, None
-    weights = convert_to_tensor(weights)
-    w, p = weights.shape.ndims, predictions.shape.ndims
-    if w and p is not None:
-        if w - p == 1 and weights.shape[-1] in (1, None):
-            weights = squeeze(weights, [-1])
-        elif p - w == 1:
-            weights = expand_dims(weights, -1)
-    return predictions, labels, weights
+    return predictions, labels, align_weights(convert_to_tensor(weights), predictions)
 
 
 def _check_same_shape(metric: str, labels, predictions) -> None:

@@ -24,7 +24,7 @@ from mpiflow.ops.nn_ops import (
     sparse_softmax_cross_entropy_with_logits,
 )
 from mpiflow.ops.reduction_ops import reduce_sum
-from mpiflow.ops.weights_broadcast import remove_squeezable_dimensions
+from mpiflow.ops.weights_broadcast import align_rank, remove_squeezable_dimensions
 
 _DEFAULT = Reduction.SUM_BY_NONZERO_WEIGHTS
 
@@ -54,7 +54,11 @@ def _squeeze_weights(weights, labels):
     weights = convert_to_tensor(weights, dtype=None if is_tensor_like(weights) else
                                 dtypes.float32)
     w, y = weights.shape.ndims, labels.shape.ndims
-    if w is not None and y is not None and w - y == 1 and weights.shape[-1] in (1, None):
+    if w is None or y is None:
+        if w == 0 or w is not None and weights.shape[-1] not in (1, None):
+            return weights
+        return align_rank(weights, labels, "sparse_softmax_cross_entropy", squeeze_if=1)
+    if w - y == 1 and weights.shape[-1] in (1, None):
         return squeeze(weights, [-1])
     return weights
 

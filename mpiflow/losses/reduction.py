@@ -16,7 +16,7 @@ from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import size
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.reduction_ops import reduce_sum
-from mpiflow.ops.weights_broadcast import broadcast_weights, check_broadcastable
+from mpiflow.ops.weights_broadcast import broadcast_weights, checked_weights
 
 
 class Reduction:
@@ -96,7 +96,7 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
         losses = math_ops.cast(losses, wide)
         weights = math_ops.cast(
             convert_to_tensor(weights, dtype=None if is_tensor_like(weights) else wide), wide)
-        check_broadcastable(weights, losses, f"'{where.rstrip('/')}'")
+        weights = checked_weights(weights, losses, f"'{where.rstrip('/')}'")
         weighted = math_ops.multiply(losses, weights)
         loss = math_ops.cast(REDUCERS[reduction](weighted, losses, weights), input_dtype)
         add_loss(loss, loss_collection)

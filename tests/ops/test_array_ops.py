@@ -8,6 +8,7 @@ import pytest
 
 import mpiflow as mf
 from mpiflow.gradients import densify
+from mpiflow.ops.weights_broadcast import align_rank
 from tests.ops.gradcheck import GradCase, check_forward, check_gradient
 
 R = np.random.default_rng(11)
@@ -97,6 +98,13 @@ GRAD_CASES = [
     GradCase("getitem_all_ints", lambda a: a[1, -2] * a[0, 0], [arr(2, 3)]),
     GradCase("strided_slice_grad_second_order", _second_order(lambda a: a[1:, ::2]),
              [arr(3, 5)]),
+    # AlignRank (weights and labels of a rank known only at run time): each branch
+    GradCase("align_rank_expands_weights",
+             lambda w, v: align_rank(w, v, "test", squeeze_if=1, expand_if=-1) * v,
+             [arr(3), arr(3, 2)], wrt=[0, 1]),
+    GradCase("align_rank_squeezes_weights",
+             lambda w, v: align_rank(w, v, "test", squeeze_if=1, check=True) * v,
+             [arr(3, 1), arr(3)], wrt=[0, 1]),
 ]
 
 

@@ -159,6 +159,26 @@ def test_a_weighted_loss_has_the_gradient_of_its_formula(rng):
                              np.array([[1.0], [0.5], [2.0]])], wrt=[0, 1, 2]))
 
 
+
+def test_weights_of_unknown_rank_are_checked_when_the_step_runs_as_tf1():
+    # [batch] weights against [batch, d] losses broadcast along the wrong axis in numpy.
+    weights = mf.placeholder(mf.float32)
+    loss = mf.losses.mean_squared_error(LOSSES, 0 * LOSSES, weights=weights)
+    with pytest.raises(errors.InvalidArgumentError, match=r"weights can not be broadcast to "
+                       r"values in 'mean_squared_error'.*AlignRank.*got weights of shape "
+                       r"\(3,\)"):
+        _run(loss, {weights: np.ones(3, np.float32)})
+    np.testing.assert_allclose(_run(loss, {weights: [[1.0], [0.0]]}), (LOSSES[0] ** 2).mean(),
+                               rtol=1e-6)
+
+
+def test_sparse_softmax_cross_entropy_squeezes_column_weights_of_unknown_rank():
+    labels, weights = mf.placeholder(mf.int64), mf.placeholder(mf.float32)
+    loss = mf.losses.sparse_softmax_cross_entropy(labels, LOGITS, weights=weights)
+    got = _run(loss, {labels: [[0], [2], [1]], weights: [[1.0], [0.0], [3.0]]})
+    picked = -_log_softmax(LOGITS)[np.arange(3), [0, 2, 1]]
+    np.testing.assert_allclose(got, (picked * [1.0, 0.0, 3.0]).sum() / 2, rtol=1e-6)
+
 def test_div_no_nan_divides_and_gives_zero_for_a_zero_divisor():
     np.testing.assert_array_equal(_run(mf.div_no_nan([1.0, 2.0], [0.0, 4.0])), [0.0, 0.5])
 

@@ -124,3 +124,33 @@ def test_mismatched_shapes_and_weights_name_the_metric():
     with pytest.raises(errors.InvalidArgumentError, match="weights can not be broadcast to "
                        "values in metric 'mean'"):
         mf.metrics.mean(np.zeros((3, 2)), weights=np.ones((2, 3)))
+
+
+# -- ranks known only at run time ---------------------------------------------------------------
+
+VALUES = np.arange(16, dtype=np.float32).reshape(4, 4)
+ROW_WEIGHTS = np.array([1.0, 0.0, 2.0, 3.0], np.float32)
+
+
+def test_per_example_weights_of_unknown_rank_weight_rows_as_tf1():
+    # TF1 adds the missing trailing 1 when the step runs: one weight per row, not per column.
+    values, weights = mf.placeholder(mf.float32), mf.placeholder(mf.float32)
+    value, update = mf.metrics.mean(values, weights)
+    _, final = _stream(value, update, [{values: VALUES, weights: ROW_WEIGHTS}])
+    expected = (VALUES * ROW_WEIGHTS[:, None]).sum() / (4 * ROW_WEIGHTS.sum())
+    np.testing.assert_allclose(final, expected, rtol=1e-6)
+
+
+def test_column_labels_of_unknown_rank_are_squeezed_as_tf1():
+    labels, predictions = mf.placeholder(mf.int64), mf.placeholder(mf.int64)
+    value, update = mf.metrics.accuracy(labels, predictions)
+    _, final = _stream(value, update, [{labels: LABELS[:, None], predictions: PREDICTIONS}])
+    np.testing.assert_allclose(final, (LABELS == PREDICTIONS).mean(), rtol=1e-6)
+
+
+def test_weights_of_unknown_rank_that_do_not_broadcast_are_refused_when_the_step_runs():
+    values, weights = mf.placeholder(mf.float32, [None, None]), mf.placeholder(mf.float32)
+    value, update = mf.metrics.mean(values, weights)
+    with pytest.raises(errors.InvalidArgumentError, match=r"weights can not be broadcast to "
+                       r"values in metric 'mean'.*AlignRank.*got weights of shape \(3, 4\)"):
+        _stream(value, update, [{values: VALUES, weights: np.ones((3, 4), np.float32)}])
