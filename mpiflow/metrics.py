@@ -202,4 +202,15 @@ precision = _ratio_metric("precision", "false_positives")
 recall = _ratio_metric("recall", "false_negatives")
 
 
+# Last: they use the helpers above; re-exported as tf.metrics names.
+from mpiflow.metrics_at_thresholds import (  # noqa: F401
+    auc,
+    false_negatives_at_thresholds,
+    false_positives_at_thresholds,
+    precision_at_thresholds,
+    recall_at_thresholds,
+    true_negatives_at_thresholds,
+    true_positives_at_thresholds,
+)
+
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.metrics")
