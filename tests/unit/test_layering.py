@@ -32,7 +32,7 @@ ALLOWED = {
     "mpiflow.losses": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors", "mpiflow.losses",
                        "mpiflow.unsupported"),
     "mpiflow.metrics": ("mpiflow.framework", "mpiflow.ops", "mpiflow.errors",
-                        "mpiflow.unsupported"),
+                        "mpiflow.metrics", "mpiflow.unsupported"),
 }
 
 

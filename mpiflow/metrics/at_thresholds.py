@@ -12,6 +12,7 @@ import numpy as np
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
+from mpiflow.metrics.streaming import _check_same_shape, _collect, _prepare, metric_variable
 from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import reshape
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
@@ -32,7 +33,6 @@ _SUMMATIONS = ("trapezoidal", "careful_interpolation", "minoring", "majoring")
 def _counts_at_thresholds(metric, labels, predictions, thresholds, weights, kinds):
     """Return ({kind: count per threshold}, {kind: the op adding a batch}) for ``kinds``
     (a subset of tp, fn, tn, fp, made in that order), inside the caller's scope."""
-    from mpiflow.metrics import _check_same_shape, _prepare, metric_variable
     predictions = math_ops.cast(convert_to_tensor(predictions), dtypes.float32)
     known = const_value(predictions)
     if known is not None and known.size and not (known.min() >= 0 and known.max() <= 1):
@@ -66,7 +66,6 @@ def _counts_at_thresholds(metric, labels, predictions, thresholds, weights, kind
 
 
 def _finish(value, update_op, metrics_collections, updates_collections):
-    from mpiflow.metrics import _collect
     _collect(metrics_collections, value)
     _collect(updates_collections, update_op)
     return value, update_op

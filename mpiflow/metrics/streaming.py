@@ -1,4 +1,4 @@
-"""``mf.metrics``: TF1's streaming metrics, as ``(value, update_op)`` pairs.
+"""TF1's streaming metrics (``mf.metrics``), as ``(value, update_op)`` pairs.
 
 A metric keeps running sums in local variables (collections ``LOCAL_VARIABLES`` and
 ``METRIC_VARIABLES``, zeroed by ``local_variables_initializer()``): each run of
@@ -10,7 +10,7 @@ are counted in float32, as TF1.
 
 from __future__ import annotations
 
-from mpiflow import errors, unsupported
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.ops import math_ops
@@ -200,17 +200,3 @@ def _ratio_metric(default_name, other_kind):
 
 precision = _ratio_metric("precision", "false_positives")
 recall = _ratio_metric("recall", "false_negatives")
-
-
-# Last: they use the helpers above; re-exported as tf.metrics names.
-from mpiflow.metrics_at_thresholds import (  # noqa: F401
-    auc,
-    false_negatives_at_thresholds,
-    false_positives_at_thresholds,
-    precision_at_thresholds,
-    recall_at_thresholds,
-    true_negatives_at_thresholds,
-    true_positives_at_thresholds,
-)
-
-__getattr__ = unsupported.namespace_getattr(__name__, "tf.metrics")

@@ -1,0 +1,38 @@
+"""``mf.metrics``: TF1's streaming metrics, as ``(value, update_op)`` pairs: the running
+means, counts and ratios (``streaming``) and the counts at a list of thresholds with the
+curves made of them (``at_thresholds``: ``auc``)."""
+
+from mpiflow import unsupported
+from mpiflow.metrics.at_thresholds import (
+    auc,
+    false_negatives_at_thresholds,
+    false_positives_at_thresholds,
+    precision_at_thresholds,
+    recall_at_thresholds,
+    true_negatives_at_thresholds,
+    true_positives_at_thresholds,
+)
+from mpiflow.metrics.streaming import (
+    accuracy,
+    false_negatives,
+    false_positives,
+    mean,
+    mean_absolute_error,
+    mean_squared_error,
+    metric_variable,
+    precision,
+    recall,
+    root_mean_squared_error,
+    true_negatives,
+    true_positives,
+)
+
+__all__ = [
+    "accuracy", "auc", "false_negatives", "false_negatives_at_thresholds", "false_positives",
+    "false_positives_at_thresholds", "mean", "mean_absolute_error", "mean_squared_error",
+    "metric_variable", "precision", "precision_at_thresholds", "recall",
+    "recall_at_thresholds", "root_mean_squared_error", "true_negatives",
+    "true_negatives_at_thresholds", "true_positives", "true_positives_at_thresholds",
+]
+
+__getattr__ = unsupported.namespace_getattr(__name__, "tf.metrics")
