@@ -91,15 +91,21 @@ def as_graph_def(graph: Graph, ops=None) -> dict:
 
 
 def import_graph_def(graph_def: dict, name: str = "import", graph: Graph = None,
-                     input_map=None, return_elements=None, known_op_types=None):
+                     input_map=None, return_elements=None, known_op_types=None,
+                     infer=None):
     """Add the nodes of ``graph_def`` to ``graph`` (default graph) under prefix ``name``.
 
     Args:
         graph_def: a dict from ``as_graph_def`` (or msgpack/JSON of one).
         name: prefix for imported names; "" imports names unchanged.
-        input_map: {"name:0": Tensor} replacing imported tensors by existing ones.
+        input_map: {"name:0": Tensor} replacing imported tensors by existing ones ("name"
+            stands for "name:0"); each key must name an output of a node of ``graph_def``
+            and each Tensor have that output's dtype.
         return_elements: names of imported tensors/ops to return.
         known_op_types: if given, a container of registered op types; unknown types fail.
+        infer: if given, ``infer(op_type, name, inputs, attrs)`` returns the output specs
+            of a node that reads a mapped tensor, directly or not (its stored shapes were
+            those of the tensors it read before); otherwise they are taken as stored.
 
     Returns:
         The list of elements named in ``return_elements`` (or None).
@@ -108,8 +114,9 @@ def import_graph_def(graph_def: dict, name: str = "import", graph: Graph = None,
     _check_graph_def(graph_def)
     nodes = {n["name"]: n for n in graph_def["node"]}
     prefix = (name + "/") if name else ""
-    input_map = dict(input_map or {})
+    input_map = _checked_input_map(input_map, nodes)
     created = {}
+    reinferred = set()          # nodes whose outputs' shapes follow a mapped tensor
 
     def resolve_tensor(ref, node_name):
         if ref in input_map:
@@ -139,10 +146,15 @@ def import_graph_def(graph_def: dict, name: str = "import", graph: Graph = None,
             attrs["_class"] = [g.replace("loc:@", "loc:@" + prefix, 1) for g in attrs["_class"]]
         specs = [(dtypes.as_dtype(o["dtype"]), TensorShape(o["shape"])) for o in node["output"]]
         full_name = prefix + node["name"]
-        if full_name in graph._ops_by_name:
-            full_name = graph.unique_name(full_name)
-        else:
-            graph.unique_name(full_name)
+        if infer is not None and any(i in input_map or i.rpartition(":")[0] in reinferred
+                                     for i in data_inputs):
+            specs = infer(node["op"], full_name, inputs, attrs)
+            reinferred.add(node["name"])
+        with graph.name_scope(None):    # names are full names, whatever scope is open
+            if full_name in graph._ops_by_name:
+                full_name = graph.unique_name(full_name)
+            else:
+                graph.unique_name(full_name)
         with graph.device(None), graph.colocate_with(None, ignore_existing=True), \
                 graph.control_dependencies(None):
             op = graph.create_op(node["op"], inputs, attrs, specs, full_name,
@@ -153,13 +165,39 @@ def import_graph_def(graph_def: dict, name: str = "import", graph: Graph = None,
     result = []
     for ref in return_elements:
         op_name, sep, index = ref.rpartition(":")
-        if sep and index.isdigit():
+        if sep and index.isdigit() and (ref in input_map or op_name in created):
             result.append(resolve_tensor(ref, "return_elements"))
         elif ref in created:
             result.append(created[ref])
         else:
             raise errors.NotFoundError(f"return_elements names '{ref}', which was not imported")
     return result
+
+
+def _checked_input_map(input_map, nodes: dict) -> dict:
+    """``input_map`` with "name" keys as "name:0", each key checked to name an output of
+    a node of the GraphDef, and each Tensor to have that output's dtype."""
+    checked = {}
+    for key, tensor in (input_map or {}).items():
+        ref = key if ":" in key else key + ":0"
+        op_name, _, index = ref.rpartition(":")
+        node = nodes.get(op_name)
+        if node is None or not index.isdigit() or int(index) >= len(node["output"]):
+            raise errors.InvalidArgumentError(
+                f"import_graph_def: input_map key '{key}' names no output of a node in the "
+                f"GraphDef: expected 'node_name:index' of one of its "
+                f"{len(nodes)} nodes")
+        expected = dtypes.as_dtype(node["output"][int(index)]["dtype"])
+        if tensor.dtype is not expected:
+            raise errors.InvalidArgumentError(
+                f"import_graph_def: input_map maps '{ref}' ({expected.name}) to tensor "
+                f"'{tensor.name}' of dtype {tensor.dtype.name}: expected a {expected.name} "
+                "tensor")
+        if ref in checked:
+            raise errors.InvalidArgumentError(
+                f"import_graph_def: input_map maps '{ref}' twice")
+        checked[ref] = tensor
+    return checked
 
 
 def _check_graph_def(graph_def) -> None:

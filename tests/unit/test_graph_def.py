@@ -86,3 +86,53 @@ def test_scalar_constants_keep_their_shape_through_a_round_trip():
     with g2.as_default():
         c, = mf.import_graph_def(gd, return_elements=["scalar:0"], name="")
         assert c.op.get_attr("value").shape == ()
+
+
+def _identity_graph_def():
+    with mf.Graph().as_default() as g:
+        a = mf.placeholder(mf.float32, [2], name="a")
+        mf.identity(a * 2.0, name="b")
+    return g.as_graph_def()
+
+
+def test_input_map_keys_must_name_an_output_of_the_graph_def():
+    gd = _identity_graph_def()
+    with pytest.raises(mf.errors.InvalidArgumentError, match="'nosuch:0' names no output"):
+        mf.import_graph_def(gd, input_map={"nosuch:0": mf.constant([1.0, 2.0])})
+    with pytest.raises(mf.errors.InvalidArgumentError, match="'a:1' names no output"):
+        mf.import_graph_def(gd, input_map={"a:1": mf.constant([1.0, 2.0])})
+
+
+def test_input_map_refuses_a_tensor_of_another_dtype():
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"maps 'a:0' \(float32\) to tensor 'Const:0' of dtype int32"):
+        mf.import_graph_def(_identity_graph_def(), input_map={"a:0": mf.constant([1, 2])})
+
+
+def test_input_map_key_without_index_means_output_0_and_values_are_converted():
+    b, = mf.import_graph_def(_identity_graph_def(), input_map={"a": [1.0, 5.0]},
+                             return_elements=["b:0"])
+    with mf.Session() as sess:
+        np.testing.assert_allclose(sess.run(b), [2.0, 10.0])
+
+
+def test_input_map_re_infers_the_shapes_downstream_of_a_mapped_tensor():
+    b, = mf.import_graph_def(_identity_graph_def(),
+                             input_map={"a:0": mf.constant([1.0, 2.0, 3.0])},
+                             return_elements=["b:0"])
+    assert b.shape.as_list() == [3]
+    with mf.Session() as sess:
+        assert sess.run(b).shape == (3,)
+
+
+def test_import_prefix_is_a_unique_name_scope_inside_the_current_one():
+    gd = _identity_graph_def()
+    mf.constant(0.0, name="import")
+    assert mf.import_graph_def(gd, return_elements=["b:0"])[0].name == "import_1/b:0"
+    assert mf.import_graph_def(gd, name="p", return_elements=["b:0"])[0].name == "p/b:0"
+    assert mf.import_graph_def(gd, name="p", return_elements=["b:0"])[0].name == "p_1/b:0"
+    with mf.name_scope("outer"):
+        assert mf.import_graph_def(gd, return_elements=["b:0"])[0].name == \
+            "outer/import/b:0"
+        assert mf.import_graph_def(gd, name="", return_elements=["b:0"])[0].name == "b:0"
+    assert mf.import_graph_def(gd, name="p/", return_elements=["b:0"])[0].name == "p/b_1:0"
