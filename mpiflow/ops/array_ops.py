@@ -16,7 +16,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops, reduction_ops
-from mpiflow.ops.constant_ops import constant, convert_to_tensor
+from mpiflow.ops.constant_ops import constant, convert_to_tensor, holds_tensor
 from mpiflow.ops.registry import (
     REQUIRED, OpDef, apply_op, const_value, normalize_axis, register_op, require_dtype,
     same_dtype)
@@ -36,6 +36,8 @@ def static_ints(value, what: str) -> np.ndarray:
                 f"{what} must be known when the graph is built: expected a Python value or a "
                 f"constant, got the computed tensor '{tensor.name}'")
         value = known
+    elif isinstance(value, (list, tuple)):
+        value = _constant_items(value, what)
     try:
         array = np.asarray(value)
     except ValueError:      # ragged nesting
@@ -43,6 +45,15 @@ def static_ints(value, what: str) -> np.ndarray:
     if array.size and array.dtype.kind not in "iu":
         raise errors.InvalidArgumentError(f"{what}: expected integers, got {value!r}")
     return array.astype(np.int64)
+
+
+def _constant_items(value, what: str):
+    """Nested lists ``value`` with each constant tensor in them replaced by its value."""
+    if isinstance(value, (list, tuple)):
+        return [_constant_items(v, what) for v in value]
+    if isinstance(value, Tensor) or callable(getattr(value, "_as_tensor", None)):
+        return static_ints(value, what)
+    return value
 
 
 def static_scalar(value, what: str):
@@ -119,8 +130,10 @@ class ReshapeOp(OpDef):
 def reshape(tensor, shape, name=None) -> Tensor:
     """Return ``tensor`` with a new shape (one dim may be -1); a view, no copy."""
     x = convert_to_tensor(tensor)
-    s = shape if isinstance(shape, Tensor) else constant(np.asarray(shape, dtype=np.int32),
-                                                         name="shape")
+    if isinstance(shape, Tensor) or holds_tensor(shape):
+        s = convert_to_tensor(shape)        # [tf.shape(x)[0], -1] packs, as in TF
+    else:
+        s = constant(np.asarray(shape, dtype=np.int32), name="shape")
     return apply_op("Reshape", [x, s], name=name).outputs[0]
 
 

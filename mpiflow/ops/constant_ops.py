@@ -130,12 +130,58 @@ def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Ten
                 f"Tensor '{value.name}' has dtype {value.dtype.name}, expected "
                 f"{dtypes.as_dtype(dtype).name}")
         return value
+    if isinstance(value, (list, tuple)) and holds_tensor(value):
+        return _packed(value, dtype, name or "packed")
     if dtype is None and preferred_dtype is not None:
         try:
             return constant(value, dtype=preferred_dtype, name=name or "Const")
         except errors.InvalidArgumentError:
             pass
     return constant(value, dtype=dtype, name=name or "Const")
+
+
+def holds_tensor(value) -> bool:
+    """Whether nested lists or tuples ``value`` hold a Tensor (or a Variable) anywhere."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif is_tensor_like(item):
+            return True
+    return False
+
+
+def _first_tensor_dtype(value):
+    stack = [value]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, (list, tuple)):
+            stack[:0] = list(item)
+        elif is_tensor_like(item):
+            return convert_to_tensor(item).dtype
+    return None
+
+
+def _packed(value, dtype, name) -> Tensor:
+    """Stack nested lists of tensors and numbers into one tensor, as TensorFlow converts
+    ``[t, 2.0]`` or ``[[a, b], [c, d]]``: the numbers take the tensors' dtype (the first
+    one's, or ``dtype``), and every tensor must have it."""
+    target = dtypes.as_dtype(dtype) if dtype is not None else _first_tensor_dtype(value)
+    parts = []
+    for i, item in enumerate(value):
+        if isinstance(item, (list, tuple)) and holds_tensor(item):
+            part = _packed(item, target, "packed")
+        elif is_tensor_like(item):
+            part = convert_to_tensor(item)
+        else:
+            part = constant(item, dtype=target)
+        if part.dtype is not target:
+            raise errors.InvalidArgumentError(
+                f"Cannot pack a list into a tensor of dtype {target.name}: item {i}, tensor "
+                f"'{part.name}', has dtype {part.dtype.name}; cast it first")
+        parts.append(part)
+    return apply_op("Pack", parts, {"axis": 0}, name=name).outputs[0]
 
 
 def placeholder(dtype, shape=None, name=None) -> Tensor:

@@ -13,10 +13,10 @@ from mpiflow import errors, half_floats
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops.constant_ops import constant, convert_to_tensor, is_tensor_like
+from mpiflow.ops.constant_ops import constant, convert_to_tensor, holds_tensor, is_tensor_like
 from mpiflow.ops.registry import (
-    OpDef, apply_op, broadcast_shapes, donated_out, is_float, is_numeric, register_op, require_dtype,
-    same_dtype)
+    OpDef, apply_op, broadcast_shapes, const_value, donated_out, is_float, is_numeric, register_op,
+    require_dtype, same_dtype)
 
 
 # -- broadcasting helpers -------------------------------------------------------------
@@ -92,6 +92,11 @@ def shape_from_tensor(shape_tensor: Tensor) -> TensorShape:
         return TensorShape(shape_tensor.op.get_attr("value").tolist())
     if shape_tensor.op.type == "Shape":
         return shape_tensor.op.inputs[0].shape
+    if shape_tensor.op.type == "Pack" and shape_tensor.shape.ndims == 1:
+        # [tf.shape(x)[0], 4]: the constant dimensions are known (-1 is not a size)
+        dims = [const_value(t) if t.shape.ndims == 0 else None
+                for t in shape_tensor.op.inputs]
+        return TensorShape([int(d) if d is not None and d >= 0 else None for d in dims])
     n = shape_tensor.shape[0] if shape_tensor.shape.ndims == 1 else None
     return TensorShape(None if n is None else [None] * n)
 
@@ -107,7 +112,8 @@ def sum_to_shape(grad, like: Tensor):
 
 def broadcast_to(input, shape_value, name=None) -> Tensor:
     x = convert_to_tensor(input)
-    s = shape_value if isinstance(shape_value, Tensor) else \
+    s = convert_to_tensor(shape_value) \
+        if isinstance(shape_value, Tensor) or holds_tensor(shape_value) else \
         constant(np.asarray(shape_value, dtype=np.int32))
     return apply_op("BroadcastTo", [x, s], name=name).outputs[0]
 

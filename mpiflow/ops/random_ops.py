@@ -12,7 +12,7 @@ import numpy as np
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops.constant_ops import constant, convert_to_tensor
+from mpiflow.ops.constant_ops import constant, convert_to_tensor, holds_tensor
 from mpiflow.ops.math_ops import shape_from_tensor
 from mpiflow.ops.registry import OpDef, apply_op, register_op, require_dtype
 
@@ -96,7 +96,7 @@ class FillOp(OpDef):
 
 
 def _shape_tensor(shape):
-    if hasattr(shape, "op"):
+    if hasattr(shape, "op") or holds_tensor(shape):     # [tf.shape(x)[0], 3] packs
         return convert_to_tensor(shape)
     dims = TensorShape(shape).as_list()
     # int32 as TensorFlow writes shapes, int64 where a dimension needs it (a table of 3e9
@@ -169,7 +169,7 @@ _CONST_FILL_LIMIT = 1024
 def filled(shape, value, dtype, name):
     """Return ``value`` broadcast to ``shape``: a Const when small, else a Fill op."""
     dtype = dtypes.as_dtype(dtype)
-    if not hasattr(shape, "op"):
+    if not hasattr(shape, "op") and not holds_tensor(shape):
         static = TensorShape(shape)
         if static.num_elements() <= _CONST_FILL_LIMIT:
             return constant(value, dtype=dtype, shape=static.as_list(), name=name)

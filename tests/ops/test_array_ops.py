@@ -105,6 +105,12 @@ GRAD_CASES = [
     GradCase("align_rank_squeezes_weights",
              lambda w, v: align_rank(w, v, "test", squeeze_if=1, check=True) * v,
              [arr(3, 1), arr(3)], wrt=[0, 1]),
+    # lists of tensors packed by convert_to_tensor; shapes packed from a computed size
+    GradCase("convert_packs_nested_lists",
+             lambda a, b: mf.convert_to_tensor([[a[0], b], [2.0, a[1] * b]]) * 1.0,
+             [arr(2), arr()]),
+    GradCase("reshape_to_a_packed_shape",
+             lambda a: mf.reshape(a, [mf.shape(a)[0], -1]) * 1.0, [arr(2, 3, 2)]),
 ]
 
 
@@ -707,3 +713,36 @@ def test_unique_keeps_the_first_appearance_order_and_gives_each_position():
         assert empty.shape == (0,)
     with pytest.raises(mf.errors.InvalidArgumentError, match="unique needs a vector"):
         mf.unique(mf.ones([2, 2]))
+
+
+def test_lists_holding_tensors_convert_to_one_packed_tensor_as_tensorflow():
+    a, b = mf.constant(1.0), mf.constant(2.0)
+    nested = mf.convert_to_tensor([[a, b], [3, a]])     # numbers take the tensors' dtype
+    vectors = mf.convert_to_tensor([mf.constant([1, 2]), [3, 4]])
+    x = mf.placeholder(mf.float32, [None])
+    assert nested.dtype == mf.float32 and nested.shape.as_list() == [2, 2]
+    assert mf.convert_to_tensor([x, x]).shape.as_list() == [2, None]
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(nested), [[1.0, 2.0], [3.0, 1.0]])
+        np.testing.assert_array_equal(sess.run(vectors), [[1, 2], [3, 4]])
+        assert sess.run(mf.reduce_sum([a, b, 4.0])) == 7.0
+        assert sess.run(mf.reduce_max([a, b])) == 2.0
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"item 1, tensor 'Const_\d+:0', "
+                       r"has dtype int32"):
+        mf.convert_to_tensor([a, mf.constant(1)])
+
+
+def test_shape_lists_holding_a_computed_size_pack_as_tensorflow():
+    x = mf.placeholder(mf.float32, [None, 2, 2])
+    batch = mf.shape(x)[0]
+    flat = mf.reshape(x, [batch, 4])
+    made = [mf.zeros([batch, 3]), mf.ones([batch, 3], mf.int32), mf.fill([batch, 3], 7.0),
+            mf.random_normal([batch, 3]), mf.broadcast_to(mf.constant(1.0), [batch, 3])]
+    assert flat.shape.as_list() == [None, 4]
+    assert [t.shape.as_list() for t in made] == [[None, 3]] * 5
+    with mf.Session() as sess:
+        got = sess.run([flat, mf.reshape(x, [batch, -1])] + made, {x: np.ones((5, 2, 2))})
+    assert [v.shape for v in got] == [(5, 4)] * 2 + [(5, 3)] * 5
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="tile multiples must be known .* tensor 'strided_slice"):
+        mf.tile(x, [1, batch, 1])
