@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from mpiflow import errors
+from mpiflow.framework.graph import Tensor
 
 
 def feed_tensor(graph, key):
@@ -54,6 +55,12 @@ def check_feed(tensor, value):
     go to unsigned tensors where they fit, and to bool ones where each is 0 or 1 (Python
     ints arrive as int64); an empty value takes any dtype. Floats never become integers.
     """
+    if isinstance(value, Tensor) or callable(getattr(value, "_as_tensor", None)):
+        raise errors.InvalidArgumentError(
+            f"The value fed for Tensor '{tensor.name}' is a graph element, "
+            f"{getattr(value, 'name', value)!r}: a feed value is a numpy array or a Python "
+            "value (evaluate the tensor with Session.run first, or build the graph on it "
+            "instead of a placeholder)", tensor.op)
     try:
         array = np.asarray(value)
     except ValueError as exc:       # nested lists of uneven lengths

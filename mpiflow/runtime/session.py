@@ -76,10 +76,17 @@ class BaseSession:
         self._check_open()
         mapper = FetchMapper(self._graph, fetches)
         feed_tensors, feed_values = sorted_feeds(self._graph, feed_dict)
-        trace = [] if options is not None and getattr(options, "trace_level", 0) else None
         with self._running():
             plan = self._plan(mapper.elements, feed_tensors)
-            values = plan.run(feed_values, self._timeout(options), trace)
+            values = self._run_plan(plan, feed_values, options, run_metadata)
+        per_element = values[:len(mapper.elements)]
+        return mapper.build(per_element)
+
+    def _run_plan(self, plan, feed_values, options, run_metadata):
+        """One step of ``plan``, traced and timed out as ``options`` say, recorded in
+        ``run_metadata``."""
+        trace = [] if options is not None and getattr(options, "trace_level", 0) else None
+        values = plan.run(feed_values, self._timeout(options), trace)
         whereabouts.NOW.steps += 1
         if trace is not None:
             tracing.TRACER.extend(trace)
@@ -89,8 +96,7 @@ class BaseSession:
             run_metadata.step_stats = list(trace or ())
             run_metadata.partition_graphs = list(plan.partition_graphs()) \
                 if getattr(options, "output_partition_graphs", False) else []
-        per_element = values[:len(mapper.elements)]
-        return mapper.build(per_element)
+        return values
 
     def _timeout(self, options):
         """Seconds this run may wait for other ranks: the call's option, else the
@@ -102,8 +108,12 @@ class BaseSession:
             self._config.operation_timeout_in_ms
         return ms / 1000.0 if ms and ms > 0 else None
 
-    def make_callable(self, fetches, feed_list=None):
-        """Return ``f(*feed_values)`` that runs ``fetches``: the same plan, less lookup."""
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        """Return ``f(*feed_values)`` that runs ``fetches``: the same plan, less lookup.
+
+        With ``accept_options=True`` it also takes the keyword arguments ``options`` (a
+        RunOptions) and ``run_metadata`` (a RunMetadata), as ``run`` does.
+        """
         self._check_open()
         mapper = FetchMapper(self._graph, fetches)
         feed_tensors = [feed_tensor(self._graph, k) for k in (feed_list or [])]
@@ -113,15 +123,23 @@ class BaseSession:
                 f"make_callable's feed_list names Tensor '{twice.name}' twice; each "
                 f"tensor takes one value")
         plan = self._plan(mapper.elements, feed_tensors)
-        timeout = self._timeout(None)
 
-        def call(*values):
+        def call(*values, **kwargs):
             if len(values) != len(feed_tensors):
                 raise errors.InvalidArgumentError(
                     f"Callable expects {len(feed_tensors)} feed values, got {len(values)}")
+            unknown = sorted(set(kwargs) - ({"options", "run_metadata"} if accept_options
+                                            else set()))
+            if unknown:
+                raise errors.InvalidArgumentError(
+                    f"Callable got unexpected keyword argument '{unknown[0]}': it takes "
+                    + ("options and run_metadata" if accept_options else
+                       "none (make_callable(..., accept_options=True) takes options and "
+                       "run_metadata)"))
             converted = [check_feed(t, v) for t, v in zip(feed_tensors, values)]
             with self._running():
-                return mapper.build(plan.run(converted, timeout))
+                return mapper.build(self._run_plan(plan, converted, kwargs.get("options"),
+                                                   kwargs.get("run_metadata")))
         return call
 
     def _plan(self, elements, feed_tensors):

@@ -443,3 +443,31 @@ def test_closing_while_another_thread_makes_a_plan_leaves_no_plan_behind(monkeyp
     thread.join(5)
     assert not sess._plans
     assert not errors_seen or isinstance(errors_seen[0], mf.errors.CancelledError)
+
+
+def test_make_callable_accepts_options_and_run_metadata_when_asked(graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess:
+        f = sess.make_callable(y, feed_list=[x], accept_options=True)
+        metadata = mf.RunMetadata()
+        out = f([[1.0, 2.0]], options=mf.RunOptions(trace_level=mf.RunOptions.FULL_TRACE),
+                run_metadata=metadata)
+        np.testing.assert_allclose(out, [6.0])
+        assert metadata.step_stats, "the traced step left no step stats"
+        np.testing.assert_allclose(f([[1.0, 1.0]]), [4.0])
+        with pytest.raises(mf.errors.InvalidArgumentError, match="options must be an "
+                           "mf.RunOptions"):
+            f([[1.0, 1.0]], options="fast")
+        plain = sess.make_callable(y, feed_list=[x])
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match="unexpected keyword argument 'options'.*accept_options=True"):
+            plain([[1.0, 1.0]], options=mf.RunOptions())
+
+
+def test_feeding_a_tensor_as_a_value_names_both(graph_xy):
+    x, y = graph_xy
+    value = mf.constant([[1.0, 2.0]], name="value")
+    with mf.Session() as sess, pytest.raises(
+            mf.errors.InvalidArgumentError,
+            match="value fed for Tensor 'x:0' is a graph element, 'value:0'"):
+        sess.run(y, {x: value})
