@@ -14,8 +14,8 @@ from mpiflow.framework.graph import (
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.framework.scopes import (
-    add_to_collection, colocate_with, control_dependencies, device, get_collection,
-    get_collection_ref, name_scope)
+    add_to_collection, add_to_collections, colocate_with, control_dependencies, device,
+    get_collection, get_collection_ref, name_scope)
 from mpiflow.gradients import AggregationMethod, UnconnectedGradients, gradients
 from mpiflow.ops.activation_ops import sigmoid, tanh
 from mpiflow.ops.array_ops import (
@@ -35,8 +35,8 @@ from mpiflow.ops.init_ops import (
 from mpiflow.ops.math_ops import (
     abs, add, add_n, broadcast_to, cast, div, divide, equal, exp, floor, floordiv, floormod,
     greater, greater_equal, is_finite, is_nan, less, less_equal, log, log1p, logical_and,
-    logical_not, logical_or, matmul, maximum, minimum, multiply, negative, not_equal, ones_like,
-    pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
+    logical_not, logical_or, logical_xor, matmul, maximum, minimum, multiply, negative,
+    not_equal, ones_like, pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
 from mpiflow.ops.math_ops import cos, sin
 from mpiflow.ops.clip_ops import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
@@ -85,6 +85,7 @@ def disable_v2_behavior():
     """Nothing to do: mpiflow only has TF1 behaviour (kept so scripts run)."""
 
 sub = subtract
+newaxis = None
 mul = multiply
 neg = negative
 __version__ = "0.1.0"

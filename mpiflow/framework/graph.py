@@ -587,7 +587,8 @@ class Graph:
         self._collections.setdefault(name, []).append(value)
 
     def add_to_collections(self, names, value) -> None:
-        for name in ([names] if isinstance(names, str) else names):
+        """Add ``value`` to each collection of ``names`` (once, if one is named twice)."""
+        for name in ([names] if isinstance(names, str) else dict.fromkeys(names)):
             self.add_to_collection(name, value)
 
     def get_collection(self, name, scope=None) -> list:

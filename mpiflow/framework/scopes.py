@@ -27,6 +27,10 @@ def add_to_collection(name, value):
     get_default_graph().add_to_collection(name, value)
 
 
+def add_to_collections(names, value):
+    get_default_graph().add_to_collections(names, value)
+
+
 def get_collection(key, scope=None):
     return get_default_graph().get_collection(key, scope)
 

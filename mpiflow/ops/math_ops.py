@@ -316,6 +316,16 @@ greater = _binary_fn("Greater", "Return x > y elementwise as bool.")
 greater_equal = _binary_fn("GreaterEqual", "Return x >= y elementwise as bool.")
 logical_and = _binary_fn("LogicalAnd", "Return x AND y elementwise.")
 logical_or = _binary_fn("LogicalOr", "Return x OR y elementwise.")
+
+
+def logical_xor(x, y, name="LogicalXor") -> Tensor:
+    """Return x XOR y elementwise, for bools: (x OR y) AND NOT (x AND y), as TensorFlow
+    writes it."""
+    from mpiflow.framework.scopes import name_scope
+    with name_scope(name):
+        return logical_and(logical_or(x, y), logical_not(logical_and(x, y)))
+
+
 realdiv = _binary_fn("RealDiv", "Return x / y elementwise, for floating dtypes only (as "
                                "TensorFlow's realdiv; ``divide`` casts integers to float64).")
 
@@ -769,7 +779,9 @@ for _name, _fn in {
         "__floordiv__": floordiv, "__rfloordiv__": _reverse(floordiv), "__mod__": floormod,
         "__rmod__": _reverse(floormod), "__lt__": less, "__le__": less_equal,
         "__gt__": greater, "__ge__": greater_equal, "__and__": logical_and,
-        "__or__": logical_or}.items():
+        "__rand__": _reverse(logical_and), "__or__": logical_or,
+        "__ror__": _reverse(logical_or), "__xor__": logical_xor,
+        "__rxor__": _reverse(logical_xor)}.items():
     setattr(Tensor, _name, _fn)
 Tensor.__neg__ = lambda self: negative(self)
 Tensor.__abs__ = lambda self: abs(self)

@@ -746,3 +746,11 @@ def test_shape_lists_holding_a_computed_size_pack_as_tensorflow():
     with pytest.raises(mf.errors.InvalidArgumentError,
                        match="tile multiples must be known .* tensor 'strided_slice"):
         mf.tile(x, [1, batch, 1])
+
+
+def test_newaxis_indexes_as_none():
+    x = mf.constant(X)
+    assert mf.newaxis is None
+    with mf.Session() as sess:
+        got = sess.run(x[mf.newaxis, :, mf.newaxis, 0])
+    np.testing.assert_array_equal(got, X[np.newaxis, :, np.newaxis, 0])

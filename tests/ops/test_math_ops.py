@@ -465,3 +465,19 @@ def test_clip_by_value_clips_into_the_range_and_keeps_the_dtype():
         got = sess.run(mf.clip_by_value(x, -1.0, 1.0))
     np.testing.assert_array_equal(got, np.array([-1.0, -0.5, 0.2, 1.0], np.float32))
     assert got.dtype == np.float32
+
+
+def test_bool_operators_and_logical_xor_match_numpy():
+    a = mf.constant([True, True, False, False])
+    b = mf.constant([True, False, True, False])
+    pairs = [(a ^ b, [False, True, True, False]),
+             (mf.logical_xor(a, b), [False, True, True, False]),
+             (True & b, [True, False, True, False]), (False | b, [True, False, True, False]),
+             (True ^ b, [False, True, False, True]), (~(a ^ b), [True, False, False, True])]
+    with mf.Session() as sess:
+        got = sess.run([t for t, _ in pairs])
+    for value, (tensor, expected) in zip(got, pairs):
+        assert value.dtype == np.bool_
+        np.testing.assert_array_equal(value, expected, err_msg=tensor.name)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="LogicalXor"):
+        mf.constant([1, 2]) ^ mf.constant([1, 0])

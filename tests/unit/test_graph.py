@@ -205,3 +205,10 @@ def test_unknown_op_type_suggests_close_names():
     from mpiflow.ops.registry import get_op_def
     with pytest.raises(mf.errors.NotFoundError, match="did you mean MatMul"):
         get_op_def("MatMull")
+
+
+def test_add_to_collections_adds_once_to_each_named_collection():
+    mf.add_to_collections(["a", "b", "a"], 1)
+    mf.add_to_collections("c", 2)
+    mf.get_default_graph().add_to_collections(("b",), 3)
+    assert [mf.get_collection(k) for k in "abc"] == [[1], [1, 3], [2]]
