@@ -21,6 +21,10 @@ from mpiflow.ops.activation_ops import sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
 from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
+from mpiflow.ops.check_ops import (
+    Assert, assert_equal, assert_greater, assert_greater_equal, assert_less, assert_less_equal,
+    assert_negative, assert_non_negative, assert_non_positive, assert_none_equal,
+    assert_positive, assert_rank, assert_type)
 from mpiflow.ops.collective_ops import all_gather, all_reduce, broadcast, fused_all_reduce
 from mpiflow.ops.constant_ops import (
     constant, convert_to_tensor, placeholder, placeholder_with_default)

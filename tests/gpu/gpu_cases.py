@@ -92,6 +92,7 @@ NOT_RUN_ON_GPU = {
     "IteratorGetNext": "host only (gpu_kernel = False)",
     "Print": "host only (gpu_kernel = False)",
     "PrintV2": "host only (gpu_kernel = False)",
+    "Assert": "host only (gpu_kernel = False)",
     **{op: "needs ranks: allreduce mode on GPU workers runs in tests/gpu/test_gpu_mpi.py"
        for op in ("CollectiveAllReduce", "CollectiveFusedAllReduce", "CollectiveFusedAdd",
                   "CollectiveFusedWait")},
