@@ -13,11 +13,7 @@ from typing import NamedTuple
 
 from mpiflow import errors
 from mpiflow.framework.graph import Graph, GraphKeys, Tensor, get_default_graph
-from mpiflow.framework.per_graph import PerGraph
 from mpiflow.ops.constant_ops import convert_to_tensor
-
-# The tags summaries of each graph already use (tags are unique per graph).
-_TAGS_IN_USE = PerGraph(set)
 
 
 class SummarySpec(NamedTuple):
@@ -80,27 +76,34 @@ def _make_summary(specs, values) -> Summary:
 KINDS = ("scalar", "histogram")
 
 
-def _unique_tag(graph: Graph, name: str) -> str:
-    """Return ``name`` under the name scope, suffixed ``_N`` if a summary already has it.
+# Characters a tag may not hold (TensorFlow's rule): each becomes "_".
+_INVALID_TAG_CHARACTERS = re.compile(r"[^-/\w.]")
 
-    Tags are unique among summaries only (TensorFlow also avoids op names, so a summary
-    "w" of a variable "w" gets the tag "w_1").
+
+def _clean_tag(name: str) -> str:
+    """Return ``name`` with characters a tag may not hold replaced by "_" and no leading
+    "/", as TensorFlow cleans the names of its summaries."""
+    return _INVALID_TAG_CHARACTERS.sub("_", str(name)).lstrip("/")
+
+
+def _summary_tag(graph: Graph, name: str, family) -> str:
+    """Return the tag of a summary ``name``, as TensorFlow names it.
+
+    ``[family/]name`` is made a unique name under the name scope (suffixed ``_N`` where an
+    op or another summary already has it, and reserved, so a later op "loss" becomes
+    "loss_1", as next to TensorFlow's summary op); ``family`` is prefixed once more, so
+    that TensorBoard groups the tag under it: "family/scope/family/name".
     """
-    scope = graph.get_name_scope()
-    base = f"{scope}/{name}" if scope else name
-    used = _TAGS_IN_USE.of(graph)
-    tag, count = base, 0
-    while tag in used:
-        count += 1
-        tag = f"{base}_{count}"
-    used.add(tag)
-    return tag
+    name = _clean_tag(name)
+    family = _clean_tag(family) if family else None
+    base = graph.unique_name(f"{family}/{name}" if family else name)
+    return f"{family}/{base}" if family else base
 
 
-def _add(kind: str, name: str, tensor, collections, check) -> Summary:
+def _add(kind: str, name: str, family, tensor, collections, check) -> Summary:
     tensor = convert_to_tensor(tensor)
     graph = tensor.graph
-    tag = _unique_tag(graph, name)
+    tag = _summary_tag(graph, name, family)
     if not (tensor.dtype.is_floating or tensor.dtype.is_integer or tensor.dtype.is_bool):
         raise errors.InvalidArgumentError(
             f"mf.summary.{kind}('{tag}') needs a numeric tensor, got '{tensor.name}' of "
@@ -123,10 +126,13 @@ def scalar(name: str, tensor, collections=None, family=None) -> Summary:
     """Record the scalar ``tensor`` under tag ``name`` (prefixed by the name scope).
 
     Args:
-        name: the tag, under the name scope; a second "loss" gets "loss_1".
+        name: the tag, under the name scope; a second "loss", or one beside an op named
+            "loss", gets "loss_1"; characters other than letters, digits, "_", "-", "."
+            and "/" become "_".
         tensor: a numeric scalar Tensor or Variable.
         collections: graph collections to add the summary to (default [SUMMARIES]).
-        family: optional tag prefix (TensorBoard groups tags by it).
+        family: optional tag prefix (TensorBoard groups tags by it), put before the
+            name scope: "family/scope/family/name", as TensorFlow's.
 
     Returns:
         a ``Summary`` to fetch with ``Session.run`` or merge.
@@ -134,14 +140,12 @@ def scalar(name: str, tensor, collections=None, family=None) -> Summary:
     Raises:
         InvalidArgumentError: the tensor is not numeric or not a scalar.
     """
-    return _add("scalar", f"{family}/{name}" if family else name, tensor, collections,
-                _check_scalar)
+    return _add("scalar", name, family, tensor, collections, _check_scalar)
 
 
 def histogram(name: str, values, collections=None, family=None) -> Summary:
     """Record the distribution of ``values`` (any numeric shape) under tag ``name``."""
-    return _add("histogram", f"{family}/{name}" if family else name, values, collections,
-                lambda tag, tensor: None)
+    return _add("histogram", name, family, values, collections, lambda tag, tensor: None)
 
 
 def merge(inputs, collections=None, name=None) -> Summary:

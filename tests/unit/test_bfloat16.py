@@ -345,13 +345,13 @@ def test_bfloat16_checkpoint_does_not_restore_into_float16(tmp_path):
 def test_summaries_of_bfloat16_tensors_are_written(tmp_path):
     pytest.importorskip("tensorboardX")
     x = mf.constant(np.array([0.5, 1.5, 2.5], BF16))
-    mf.summary.scalar("mean", mf.reduce_mean(x))
+    mf.summary.scalar("average", mf.reduce_mean(x))
     mf.summary.histogram("values", x)
     with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
         writer.add_summary(sess.run(mf.summary.merge_all()), global_step=1)
     path, = tmp_path.glob("events.out.tfevents.*")
     values = {v.tag: v for e in mf.summary.summary_iterator(str(path)) for v in e.summary.value}
-    assert values["mean"].simple_value == 1.5
+    assert values["average"].simple_value == 1.5
     assert (values["values"].histo.num, values["values"].histo.sum) == (3, 4.5)
 
 

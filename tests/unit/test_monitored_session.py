@@ -215,13 +215,14 @@ def test_a_second_session_on_the_checkpoint_dir_resumes_from_the_saved_step(tmp_
 
 def test_summaries_of_a_training_run_reach_tensorboard(tmp_path):
     m = regression_model()
-    mf.summary.scalar("loss", m.loss)
+    # "loss_1": the op "loss" has the name, as TensorFlow's tag would be.
+    tag, = mf.summary.scalar("loss", m.loss).tags
     with mf.train.MonitoredTrainingSession(
             checkpoint_dir=str(tmp_path), save_summaries_steps=2, log_step_count_steps=2,
             save_checkpoint_secs=None, hooks=[mf.train.StopAtStepHook(last_step=6)]) as sess:
         train_until_stop(sess, m.train_op, m.feed)
     scalars = event_scalars(tmp_path)
-    losses = scalars["loss"]
+    losses = scalars[tag]
     assert [s for s, _ in losses] == [1, 3, 5]
     assert losses[0][1] > losses[-1][1] > 0
     assert [s for s, _ in scalars["global_step/sec"]] == [3, 5]

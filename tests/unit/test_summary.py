@@ -46,14 +46,32 @@ def test_scalar_and_histogram_join_the_summaries_collection_with_scoped_unique_t
     h = mf.summary.histogram("w", w)
     other = mf.summary.scalar("aside", x, collections=["mine"])
     assert a.tags == ("train/loss",) and b.tags == ("train/loss_1",)
-    # Tags avoid other summaries' tags only, not op names: "w" stays "w".
-    assert h.tags == ("w",) and h.specs[0].kind == "histogram"
+    # As TensorFlow's, tags avoid op names too: beside the variable "w", "w_1".
+    assert h.tags == ("w_1",) and h.specs[0].kind == "histogram"
     assert mf.get_collection(mf.GraphKeys.SUMMARIES) == [a, b, h]
     assert mf.get_collection("mine") == [other]
 
 
+def test_tags_are_named_as_tensorflow_names_them():
+    # Recorded from TensorFlow 2's tf.compat.v1.summary, read back from its event file.
+    x = mf.constant(1.0, name="loss")
+    tags = [mf.summary.scalar("loss", x).tags[0],           # beside the op "loss"
+            mf.summary.scalar("loss (train)", x).tags[0],   # cleaned
+            mf.summary.scalar("/lead", x).tags[0],
+            mf.summary.scalar("a:b", x, family="my fam").tags[0]]
+    with mf.name_scope("sc"):
+        tags += [mf.summary.histogram("h", x, family="f").tags[0],
+                 mf.summary.histogram("h", x, family="f").tags[0]]
+    # The summary's name is reserved, as TensorFlow's summary op's: a later op moves on.
+    later = mf.identity(x, name="loss")
+    tags.append(mf.summary.scalar("Loss", x).tags[0])
+    assert tags == ["loss_1", "loss__train_", "lead", "my_fam/my_fam/a_b", "f/sc/f/h",
+                    "f/sc/f/h_1", "Loss_3"]
+    assert later.name == "loss_2:0"
+
+
 def test_running_a_merged_summary_returns_its_values_with_their_tags():
-    x = mf.placeholder(mf.float32, [], name="x")
+    x = mf.placeholder(mf.float32, [], name="value")
     mf.summary.scalar("x", x)
     mf.summary.histogram("xs", mf.stack([x, x + 1.0]))
     merged = mf.summary.merge_all()
@@ -85,7 +103,7 @@ def test_scalar_of_a_vector_is_rejected_with_its_shape():
 
 def test_file_writer_writes_scalars_histograms_and_the_graph_readably(tmp_path):
     step_in = mf.placeholder(mf.float32, [], name="s")
-    loss = mf.multiply(step_in, 0.5, name="loss")
+    loss = mf.multiply(step_in, 0.5, name="half")
     mf.summary.scalar("loss", loss)
     mf.summary.histogram("spread", mf.stack([loss, loss + 1.0, loss + 2.0]))
     merged = mf.summary.merge_all()
