@@ -35,14 +35,17 @@ def _tensorboardx():
 
 
 @functools.lru_cache(maxsize=1)
-def _histogram_bins() -> tuple:
-    """TensorFlow's default histogram buckets: +-1e-12 growing by 10% up to 1e20, and 0."""
+def _bucket_limits() -> np.ndarray:
+    """TensorFlow's default histogram buckets, by their right edges: the largest negative
+    float, then +-1e-12 growing by 10% up to 1e20 and 0, then the largest float (so a
+    value beyond +-1e20, a diverging model's, is counted in the first or last bucket)."""
     edges = []
     edge = 1e-12
     while edge < 1e20:
         edges.append(edge)
         edge *= 1.1
-    return tuple([-e for e in reversed(edges)] + [0.0] + edges)
+    largest = float(np.finfo(np.float64).max)
+    return np.array([-largest] + [-e for e in reversed(edges)] + [0.0] + edges + [largest])
 
 
 def _scalar_proto(tag, value):
@@ -55,12 +58,17 @@ def _scalar_proto(tag, value):
 
 
 def _histogram_proto(tag, value):
-    """The histogram of ``value``. NaN or infinite values are refused with TensorFlow's
-    error (its histogram op raises it): their bins, minimum, maximum and sum would be
-    NaN, which TensorBoard cannot draw, so a diverged model would go unnoticed."""
+    """The histogram of ``value`` as TensorFlow's histogram op records it.
+
+    A value goes to the first bucket whose limit (right edge) is above it. As in
+    TensorFlow's records, only the buckets that hold values are listed, each run of empty
+    buckets as one empty bucket at the run's last limit, so a record holds a few dozen
+    buckets, not the 1,500 of the default range. An empty ``value`` gives TensorFlow's
+    empty histogram (no values, one empty bucket, min and max the largest floats).
+    NaN or infinite values are refused with TensorFlow's error (its histogram op raises
+    it): their bins, minimum, maximum and sum would be NaN, which TensorBoard cannot
+    draw, so a diverged model would go unnoticed."""
     array = np.asarray(value, dtype=np.float64).reshape(-1)
-    if array.size == 0:
-        return None  # TensorBoard cannot draw an empty histogram; TF writes none either
     finite = np.isfinite(array)
     if not finite.all():
         what = "Nan in summary histogram" if np.isnan(array).any() else \
@@ -68,7 +76,25 @@ def _histogram_proto(tag, value):
         raise errors.InvalidArgumentError(
             f"{what} for: {tag} ({int(array.size - finite.sum())} of its {array.size} "
             "values are not finite)")
-    return _tensorboardx().summary.histogram(tag, array, list(_histogram_bins()))
+    limits = _bucket_limits()
+    index = np.minimum(np.searchsorted(limits, array, side="right"), limits.size - 1)
+    counts = np.bincount(index, minlength=limits.size).astype(np.float64)
+    # A bucket is listed if it holds values or ends a run of empty ones.
+    holds = counts > 0
+    keep = holds.copy()
+    keep[:-1] |= holds[1:]
+    keep[-1] = True
+    largest = float(limits[-1])
+    pb = _tensorboardx().proto.summary_pb2
+    with np.errstate(over="ignore"):     # values near the largest float: inf, as in TF
+        sum_squares = float(np.dot(array, array))
+    histo = pb.HistogramProto(
+        min=float(array.min()) if array.size else largest,
+        max=float(array.max()) if array.size else -largest,
+        num=float(array.size), sum=float(array.sum()),
+        sum_squares=sum_squares,
+        bucket_limit=limits[keep].tolist(), bucket=counts[keep].tolist())
+    return pb.Summary(value=[pb.Summary.Value(tag=tag, histo=histo)])
 
 
 _PROTOS = {"scalar": _scalar_proto, "histogram": _histogram_proto}
@@ -171,8 +197,6 @@ class FileWriter:
                     f"Summary '{spec.tag}' has kind {spec.kind!r}: expected one of "
                     f"{sorted(_PROTOS)}")
             part = make(spec.tag, value)
-            if part is None:
-                continue
             if proto is None:
                 proto = part
             else:
@@ -186,9 +210,7 @@ class FileWriter:
 
     def add_histogram(self, tag: str, values, global_step=None, walltime=None) -> None:
         """Write the distribution of ``values`` under ``tag``."""
-        proto = _histogram_proto(tag, values)
-        if proto is not None:
-            self.add_summary(proto, global_step, walltime)
+        self.add_summary(_histogram_proto(tag, values), global_step, walltime)
 
     def add_graph(self, graph: Graph, global_step=None) -> None:
         """Write ``graph``'s ops (name, type, inputs, device) as a GraphDef for TensorBoard."""

@@ -171,6 +171,42 @@ def test_tf1_event_protocol_buffers_write_values_computed_in_python(tmp_path):
     assert [(e.step, e.session_log.status) for e in logs] == [(3, 1)]
 
 
+def _histograms_written(tmp_path, cases):
+    summaries = {name: mf.summary.histogram(name, mf.constant(values, mf.float64))
+                 for name, values in cases.items()}
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        for summary in summaries.values():
+            writer.add_summary(sess.run(summary), global_step=1)
+    return {v.tag: v.histo for e in read_events(tmp_path) for v in e.summary.value}
+
+
+def test_histograms_list_tensorflows_buckets_as_its_histogram_op_does(tmp_path):
+    # Recorded from TensorFlow 2's tf.compat.v1.summary.histogram: only buckets that hold
+    # values, each run of empty ones as one empty bucket at its last limit; values past
+    # +-1e20 in the first and last buckets (whose limits are the largest floats).
+    largest = np.finfo(np.float64).max
+    got = _histograms_written(tmp_path, {
+        "mixed": [0.5, 0.5, 1e-13, -1e-13, 0.0, 1.0, 2.0, 2.0, 7.0],
+        "huge": [1e25, -1e25, 1.0, 1e20, -3e22],
+        "empty": np.zeros([0])})
+    mixed = got["mixed"]
+    assert list(mixed.bucket) == [0, 1, 2, 0, 2, 0, 1, 0, 2, 0, 1, 0]
+    assert list(mixed.bucket_limit) == pytest.approx(
+        [-1e-12, 0.0, 1e-12, 0.47069243095356195, 0.51776167404891815, 0.917246389039776,
+         1.0089710279437536, 1.9661990955585713, 2.1628190051144287, 6.7878525393626115,
+         7.4666377932988732, largest], rel=1e-15)
+    assert (mixed.min, mixed.max, mixed.num, mixed.sum, mixed.sum_squares) == \
+        (-1e-13, 7.0, 9, 13.0, 58.5)
+    huge = got["huge"]
+    assert list(huge.bucket) == [0, 2, 0, 1, 0, 2] and huge.num == 5
+    assert list(huge.bucket_limit) == pytest.approx(
+        [-largest, -9.920775621859783e+19, 0.917246389039776, 1.0089710279437536,
+         9.920775621859783e+19, largest], rel=1e-15)
+    empty = got["empty"]
+    assert (list(empty.bucket), list(empty.bucket_limit)) == ([0], [largest])
+    assert (empty.min, empty.max, empty.num) == (largest, -largest, 0)
+
+
 def test_a_histogram_of_nan_or_infinite_values_is_refused_naming_its_tag(tmp_path):
     # As TensorFlow's histogram op: such a histogram has NaN bounds TensorBoard cannot
     # draw. A scalar may be NaN (TensorBoard shows it).
