@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import socket
 import struct
 import threading
 import time
@@ -124,8 +125,9 @@ class FileWriter:
     pending or ``flush_secs`` have passed since the last flush, and at exit.
 
     Args:
-        logdir: the directory (created if needed); each writer makes a new event file,
-            ``events.out.tfevents.<seconds>.<host>.<pid><suffix>``.
+        logdir: the directory (created if needed); each writer, and each ``reopen``,
+            makes a new event file, ``events.out.tfevents.<seconds>.<host>.<pid><suffix>``
+            (``<pid>.<n>`` for a second one of this process in the same second).
         graph: optional ``mf.Graph`` to write, so TensorBoard shows it.
         max_queue, flush_secs, filename_suffix: as in TensorFlow's FileWriter.
     """
@@ -133,14 +135,10 @@ class FileWriter:
     def __init__(self, logdir, graph: Graph | None = None, max_queue: int = 10,
                  flush_secs: float = 120, filename_suffix: str = ""):
         tbx = _tensorboardx()
-        from tensorboardX.event_file_writer import EventsWriter
         self._event_pb2 = tbx.proto.event_pb2
         self._logdir = str(logdir)
-        os.makedirs(self._logdir, exist_ok=True)
-        # The process id after the host name: ranks of one host that open writers on one
-        # directory in the same second (a chief and its elastic successor) get two files.
-        self._events = EventsWriter(os.path.join(self._logdir, "events"),
-                                    f".{os.getpid()}{filename_suffix}")
+        self._filename_suffix = filename_suffix or ""
+        self._events = self._open_events_file()
         self._max_queue = max_queue
         self._flush_secs = flush_secs
         self._pending = 0
@@ -151,8 +149,42 @@ class FileWriter:
         if graph is not None:
             self.add_graph(graph)
 
+    def _open_events_file(self):
+        """Open a new event file, ``events.out.tfevents.<seconds>.<host>.<pid>[.<n>]
+        <suffix>``. The process id after the host name: ranks of one host that open
+        writers on one directory in the same second (a chief and its elastic successor)
+        get two files. ``.<n>`` where this process already has a file of that name (a
+        second writer of the directory, or ``reopen``, in the same second), which
+        opening the name again would empty."""
+        from tensorboardX.event_file_writer import EventsWriter
+        os.makedirs(self._logdir, exist_ok=True)
+        prefix = os.path.join(self._logdir, "events")
+        with _FILE_NAMES_LOCK:
+            # tensorboardX names the file from these, as TensorFlow does.
+            stem = f"{prefix}.out.tfevents.{str(time.time())[:10]}.{socket.gethostname()}"
+            count = 0
+            while True:
+                suffix = f".{os.getpid()}{f'.{count}' if count else ''}" \
+                    f"{self._filename_suffix}"
+                if not os.path.exists(stem + suffix):
+                    break
+                count += 1
+            return EventsWriter(prefix, suffix)
+
     def get_logdir(self) -> str:
         return self._logdir
+
+    def reopen(self) -> None:
+        """Open a new event file in the log directory after ``close``, for more events;
+        does nothing if the writer is open."""
+        with self._lock:
+            if not self._closed:
+                return
+            self._events = self._open_events_file()
+            self._closed = False
+            self._pending = 0
+            self._last_flush = time.monotonic()
+        _OPEN_WRITERS.add(self)
 
     def add_event(self, event, global_step=None, walltime=None) -> None:
         """Write an ``Event`` protocol buffer, stamped with the step and the time."""
@@ -162,7 +194,8 @@ class FileWriter:
         with self._lock:
             if self._closed:
                 raise errors.FailedPreconditionError(
-                    f"FileWriter for {self._logdir} is closed")
+                    f"FileWriter for {self._logdir} is closed: call reopen() to write "
+                    "to a new event file there")
             self._events.write_event(event)
             self._pending += 1
             if self._pending >= self._max_queue or \
@@ -274,6 +307,7 @@ class FileWriter:
 
 
 _OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
+_FILE_NAMES_LOCK = threading.Lock()
 
 
 @atexit.register

@@ -102,6 +102,7 @@ class Supervisor:
             summary_writer = FileWriter(logdir) if (logdir and self._is_chief) else None
         self._summary_writer = summary_writer
         self._writer_closed = False          # by ``stop``
+        self._graph_written = False          # to the writer, since it was opened
         self._session_manager = session_manager or SessionManager(
             local_init_op=self._local_init_op, ready_op=self._ready_op,
             ready_for_local_init_op=self._ready_for_local_init_op, graph=self._graph,
@@ -127,12 +128,17 @@ class Supervisor:
         """Return a session: on the chief restored or initialized (and its services
         started), on the others once the chief has made the model ready."""
         self._coord.clear_stop()
+        if self._summary_writer is not None and self._writer_closed:
+            # A session after one that ``stop`` ended writes to a new event file.
+            self._summary_writer.reopen()
+            self._writer_closed = False
         if self._is_chief:
             sess = self._session_manager.prepare_session(
                 master, init_op=self._init_op, saver=self._saver,
                 checkpoint_dir=self._logdir, wait_for_checkpoint=wait_for_checkpoint,
                 max_wait_secs=max_wait_secs, config=config,
                 init_feed_dict=self._init_feed_dict, init_fn=self._init_fn)
+            self._write_graph()
             if start_standard_services:
                 self.start_standard_services(sess)
         else:
@@ -162,6 +168,13 @@ class Supervisor:
             finally:
                 if sess is not None:
                     sess.close()
+
+    def _write_graph(self):
+        """Write the graph to the event file once per writer opening, as TensorFlow's
+        chief does, so that TensorBoard shows it."""
+        if self._summary_writer is not None and not self._graph_written:
+            self._summary_writer.add_graph(self._graph)
+            self._graph_written = True
 
     # -- services ----------------------------------------------------------------------------
     def start_standard_services(self, sess):
@@ -277,6 +290,7 @@ class Supervisor:
             if close_summary_writer and self._summary_writer is not None and \
                     not self._writer_closed:
                 self._writer_closed = True
+                self._graph_written = False
                 self._summary_writer.add_session_log("stop")
                 self._summary_writer.close()
 
@@ -307,15 +321,17 @@ class Supervisor:
 
 
 class _StepRate:
-    """Writes ``global_step/sec`` between calls (the Supervisor's step counter)."""
+    """Writes ``<global step>/sec`` between calls (the Supervisor's step counter)."""
 
     def __init__(self, supervisor, sess):
         self._sv, self._sess = supervisor, sess
         self._last = None
+        # As TensorFlow's: the global step's op name, "global_step/sec" by default.
+        self._tag = f"{supervisor.global_step.op.name}/sec"
 
     def record(self):
         step, now = self._sv._current_step(self._sess), time.monotonic()
         if self._last is not None and now > self._last[1]:
             rate = (step - self._last[0]) / (now - self._last[1])
-            self._sv.summary_writer.add_scalar("global_step/sec", rate, step)
+            self._sv.summary_writer.add_scalar(self._tag, rate, step)
         self._last = (step, now)

@@ -226,6 +226,26 @@ def test_a_histogram_of_nan_or_infinite_values_is_refused_naming_its_tag(tmp_pat
     assert found["first"] == [(2, 1.0)] and np.isnan(found["nan"][0][1]), found
 
 
+def test_each_writer_and_each_reopen_writes_its_own_event_file(tmp_path):
+    # In one second, one process: a second writer of the directory, and a writer
+    # reopened after close, each get a file of their own instead of emptying the first.
+    first, second = mf.summary.FileWriter(tmp_path), mf.summary.FileWriter(tmp_path)
+    first.add_scalar("a", 1.0, 1)
+    second.add_scalar("b", 2.0, 1)
+    first.close()
+    second.close()
+    first.reopen()
+    first.add_scalar("c", 3.0, 2)
+    first.reopen()                       # open already: nothing happens
+    first.close()
+    with pytest.raises(mf.errors.FailedPreconditionError, match="closed: call reopen"):
+        first.add_scalar("d", 4.0, 3)
+    files = sorted(glob.glob(f"{tmp_path}/events.out.tfevents.*"))
+    tags = sorted(tuple(v.tag for e in mf.summary.summary_iterator(path)
+                        for v in e.summary.value) for path in files)
+    assert tags == [("a",), ("b",), ("c",)]
+
+
 def test_file_writer_cache_keeps_one_writer_per_directory(tmp_path):
     first = mf.summary.FileWriterCache.get(tmp_path / "a")
     assert mf.summary.FileWriterCache.get(tmp_path / "a") is first

@@ -247,6 +247,31 @@ def test_supervisor_stop_inside_managed_session_ends_cleanly(tmp_path):
     assert len(stops) == 1
 
 
+def test_supervisor_writes_the_graph_and_a_second_session_writes_a_new_event_file(tmp_path):
+    # As TensorFlow's chief: the graph goes to the event file once the session is made
+    # (TensorBoard's graph tab), a session after one that stopped reopens the writer, and
+    # the step rate is tagged with the global step's op name.
+    step = mf.Variable(0, name="iterations", trainable=False)
+    inc = mf.assign_add(step, 1)
+    sv = mf.train.Supervisor(logdir=str(tmp_path), global_step=step, save_model_secs=0,
+                             save_summaries_secs=0.05)
+    for _ in range(2):
+        with sv.managed_session() as sess:
+            for _ in range(3):
+                sess.run(inc)
+                time.sleep(0.06)
+    files = sorted(tmp_path.glob("events.out.tfevents.*"))
+    assert len(files) == 2
+    for path in files:
+        events = list(mf.summary.summary_iterator(str(path)))
+        kinds = [e.WhichOneof("what") for e in events]
+        assert kinds[:3] == ["file_version", "graph_def", "session_log"], kinds
+        assert kinds.count("graph_def") == 1
+    tags = {v.tag for path in files for e in mf.summary.summary_iterator(str(path))
+            for v in e.summary.value}
+    assert tags == {"iterations/sec"}
+
+
 def test_a_sync_step_nobody_releases_in_process_times_out_saying_what_it_waits_for():
     x, step, opt, train = _sync_replicas_model()
     with mf.Session() as sess:
