@@ -1,8 +1,10 @@
-"""Event files for TensorBoard: ``FileWriter`` writes summaries' values, the graph and
-session logs; ``summary_iterator`` reads the records back, checking their checksums.
+"""Event files for TensorBoard: ``FileWriter`` writes summaries' values, the graph, run
+metadata and session logs; ``summary_iterator`` reads the records back, checking their
+checksums.
 
-Records are built with tensorboardX's summary functions and framed by its ``EventsWriter``
-in the calling thread. tensorboardX is imported only when a writer or reader is made.
+Records are tensorboardX's protocol buffers (scalars built by its summary functions,
+histograms here with TensorFlow's buckets), framed by its ``EventsWriter`` in the calling
+thread. tensorboardX is imported only when a writer or reader is made.
 """
 
 from __future__ import annotations
@@ -118,8 +120,7 @@ def event_proto(name: str):
 class FileWriter:
     """Write summaries (and the graph) to an event file in ``logdir`` for TensorBoard.
 
-    Records are built with tensorboardX's summary functions and written in this thread
-    with its ``EventsWriter``. (tensorboardX's ``SummaryWriter`` hands them to a thread
+    Records are written in this thread with tensorboardX's ``EventsWriter``. (tensorboardX's ``SummaryWriter`` hands them to a thread
     through a queue, so its ``flush`` does not guarantee they are on disk.) Writes are
     buffered and reach the file on ``flush``/``close``, when ``max_queue`` records are
     pending or ``flush_secs`` have passed since the last flush, and at exit.
@@ -205,12 +206,24 @@ class FileWriter:
     def add_summary(self, summary, global_step=None, walltime=None) -> None:
         """Write the value of a summary, i.e. what ``Session.run(summary)`` returned.
 
-        Also accepts a TensorBoard ``Summary`` protocol buffer (e.g. from tensorboardX).
+        Also accepts a TensorBoard ``Summary`` protocol buffer (e.g. from tensorboardX),
+        or one serialized to bytes (``tf.Summary(...).SerializeToString()``).
 
         Raises:
             InvalidArgumentError: ``summary`` is the unevaluated Summary (tensors), or not
                 a summary at all, or an entry has a kind with no writer.
         """
+        if isinstance(summary, (bytes, bytearray)):
+            # A serialized Summary, as TensorFlow's writer takes one.
+            from google.protobuf.message import DecodeError
+            parsed = _tensorboardx().proto.summary_pb2.Summary()
+            try:
+                parsed.ParseFromString(bytes(summary))
+            except DecodeError as exc:
+                raise errors.InvalidArgumentError(
+                    f"FileWriter.add_summary: the {len(summary)} bytes given are not a "
+                    f"serialized Summary protocol buffer ({exc})") from None
+            summary = parsed
         if hasattr(summary, "SerializeToString"):
             self.add_event(self._event_pb2.Event(summary=summary), global_step, walltime)
             return
@@ -253,6 +266,26 @@ class FileWriter:
                  for n in graph.as_graph_def()["node"]]
         graph_def = graph_pb2.GraphDef(node=nodes).SerializeToString()
         self.add_event(self._event_pb2.Event(graph_def=graph_def), global_step)
+
+    def add_run_metadata(self, run_metadata, tag: str, global_step=None) -> None:
+        """Write the step statistics of a traced ``Session.run`` (its ``RunMetadata``,
+        ``RunOptions(trace_level=FULL_TRACE)``) under ``tag``, for TensorBoard's graph tab
+        (compute time per node of the session run ``tag``).
+
+        Raises:
+            InvalidArgumentError: ``run_metadata`` is not a ``RunMetadata``, or
+                ``tag`` is not a string.
+        """
+        if not hasattr(run_metadata, "step_stats"):
+            raise errors.InvalidArgumentError(
+                f"FileWriter.add_run_metadata expects the tf.RunMetadata a traced "
+                f"Session.run filled, got {type(run_metadata).__name__}")
+        if not isinstance(tag, str):
+            raise errors.InvalidArgumentError(
+                f"FileWriter.add_run_metadata: tag must be a string, got {tag!r}")
+        tagged = self._event_pb2.TaggedRunMetadata(
+            tag=tag, run_metadata=_run_metadata_bytes(run_metadata.step_stats))
+        self.add_event(self._event_pb2.Event(tagged_run_metadata=tagged), global_step)
 
     def add_session_log(self, status, global_step=None) -> None:
         """Write a SessionLog event: "start", "stop" or "checkpoint", or a
@@ -304,6 +337,47 @@ class FileWriter:
 
     def __repr__(self):
         return f"<mf.summary.FileWriter {self._logdir!r}>"
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1              # int64 fields: two's complement, as protobuf
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, value) -> bytes:
+    """One protobuf field: an integer (varint) or bytes/str (length-delimited)."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _run_metadata_bytes(step_stats) -> bytes:
+    """A serialized ``RunMetadata`` protocol buffer holding ``step_stats`` (mpiflow's
+    spans, see ``RunMetadata``) as ``StepStats``: one ``DeviceStepStats`` per device
+    (this rank's, "" where a span names none), a ``NodeExecStats`` per span (node name,
+    start and duration in microseconds). tensorboardX has no RunMetadata class, so the
+    few fields are encoded here."""
+    devices: dict = {}
+    for span in step_stats:
+        start = int(span.get("ts", 0)) // 1000
+        duration = int(span.get("dur", 0)) // 1000
+        name = str(span.get("name", ""))
+        args = span.get("args") or {}
+        label = f"{name} = {args.get('type', span.get('cat', ''))}()"
+        node = (_field(1, name) + _field(2, start) + _field(3, 0) + _field(4, duration) +
+                _field(5, duration) + _field(8, label))
+        device = str(args.get("device", ""))
+        devices.setdefault(device, []).append(node)
+    dev_stats = b"".join(
+        _field(1, _field(1, device) + b"".join(_field(2, node) for node in nodes))
+        for device, nodes in devices.items())
+    return _field(1, dev_stats)
 
 
 _OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()

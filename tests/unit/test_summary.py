@@ -246,6 +246,39 @@ def test_each_writer_and_each_reopen_writes_its_own_event_file(tmp_path):
     assert tags == [("a",), ("b",), ("c",)]
 
 
+def test_run_metadata_of_a_traced_step_is_written_for_tensorboards_graph_tab(tmp_path):
+    config_pb2 = pytest.importorskip("tensorboard.compat.proto.config_pb2")
+    x = mf.constant(2.0, name="x")
+    y = mf.square(x, name="y")
+    metadata = mf.RunMetadata()
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        sess.run(y, options=mf.RunOptions(trace_level=mf.RunOptions.FULL_TRACE),
+                 run_metadata=metadata)
+        writer.add_run_metadata(metadata, "step001", global_step=1)
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match="add_run_metadata expects the tf.RunMetadata"):
+            writer.add_run_metadata({"step_stats": []}, "step002")
+    (event,) = [e for e in read_events(tmp_path) if e.HasField("tagged_run_metadata")]
+    assert (event.step, event.tagged_run_metadata.tag) == (1, "step001")
+    parsed = config_pb2.RunMetadata.FromString(event.tagged_run_metadata.run_metadata)
+    nodes = [n for d in parsed.step_stats.dev_stats for n in d.node_stats]
+    assert [(n.node_name, n.timeline_label) for n in nodes] == \
+        [("x", "x = Const()"), ("y", "y = Square()")]
+    span = metadata.step_stats[1]
+    assert nodes[1].all_start_micros == span["ts"] // 1000
+    assert nodes[1].op_end_rel_micros == span["dur"] // 1000
+
+
+def test_add_summary_takes_a_serialized_summary_as_tensorflows_writer_does(tmp_path):
+    proto = mf.Summary(value=[mf.Summary.Value(tag="accuracy", simple_value=0.75)])
+    with mf.summary.FileWriter(tmp_path) as writer:
+        writer.add_summary(proto.SerializeToString(), 3)
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match="not a serialized Summary protocol buffer"):
+            writer.add_summary(b"\xff\xff", 4)
+    assert scalars(read_events(tmp_path)) == {"accuracy": [(3, 0.75)]}
+
+
 def test_file_writer_cache_keeps_one_writer_per_directory(tmp_path):
     first = mf.summary.FileWriterCache.get(tmp_path / "a")
     assert mf.summary.FileWriterCache.get(tmp_path / "a") is first
