@@ -88,7 +88,9 @@ class BiasAddGradOp(OpDef):
 
     def forward(self, xp, ctx, g):
         axis = 1 if ctx.attrs["data_format"] == "NCHW" else g.ndim - 1
-        return g.sum(axis=tuple(a for a in range(g.ndim) if a != axis))
+        wide = math_ops.accumulating_dtype(xp, g.dtype)     # half floats add in float32
+        return g.sum(axis=tuple(a for a in range(g.ndim) if a != axis),
+                     dtype=wide).astype(g.dtype, copy=False)
 
     def gpu_forward(self, xp, ctx, g):
         """NHWC on a GPU: the column sums of g as [rows, channels], by one matrix-vector
@@ -462,7 +464,9 @@ class L2LossOp(OpDef):
         return [(require_dtype(b, 0, is_float), [])]
 
     def forward(self, xp, ctx, x):
-        return xp.asarray((x * x).sum() / 2, dtype=x.dtype)
+        # Squares and their sum in float32 for half floats (rounded once), as TensorFlow's.
+        x = x.astype(math_ops.accumulating_dtype(xp, x.dtype), copy=False)
+        return xp.asarray((x * x).sum() / 2, dtype=ctx.op.outputs[0].dtype.np_dtype)
 
     def gradient(self, op, g):
         return [op.inputs[0] * g]

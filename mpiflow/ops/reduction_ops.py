@@ -55,9 +55,14 @@ class _Reduce(OpDef):
         ctx.reduce = _HOST_REDUCTIONS.get(self.method) if ctx.xp is np else None
         if ctx.reduce is None:
             ctx.reduce = getattr(ctx.xp, self.method)
+        # Sums of half floats add in float32 and round once, as TensorFlow's (ml_dtypes'
+        # bfloat16 adds in bfloat16: 5000 ones of 1.1 summed to 512).
+        wide = math_ops.accumulating_dtype(ctx.xp, ctx.dtype)
+        ctx.wide = {"dtype": wide} if self.method in ("sum", "mean") and \
+            wide != ctx.dtype else {}
 
     def forward(self, xp, ctx, x):
-        out = ctx.reduce(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"])
+        out = ctx.reduce(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"], **ctx.wide)
         return xp.asarray(out, dtype=ctx.dtype)
 
 

@@ -198,6 +198,28 @@ def test_the_mean_of_no_elements_is_nan_without_a_warning_as_tensorflow(recwarn)
     assert not [w for w in recwarn if "empty slice" in str(w.message)]
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_float_sums_and_means_add_in_float32_as_tensorflow(dtype):
+    # 5000 values of 1.1 (bfloat16 1.1015625): added in bfloat16 the sum sticks at 512.
+    dt = mf.as_dtype(dtype)
+    values = np.full((2, 5000), 1.1, np.float32).astype(dt.np_dtype)
+    exact = values.astype(np.float64).sum(axis=1)
+    x = mf.placeholder(dt, values.shape)
+    bias = mf.zeros([2], dt)
+    out = [mf.reduce_sum(x, axis=1), mf.reduce_mean(x), mf.nn.l2_loss(x),
+           mf.nn.moments(x, axes=[1])[1],
+           mf.gradients(mf.reduce_sum(mf.nn.bias_add(mf.transpose(x), bias)), [bias])[0]]
+    with mf.Session() as sess:
+        total, mean, half_squares, variance, bias_grad = sess.run(out, {x: values})
+    assert total.dtype == dt.np_dtype
+    np.testing.assert_allclose(total.astype(np.float64), exact, rtol=1e-2)
+    np.testing.assert_allclose(float(mean), exact[0] / 5000, rtol=1e-2)
+    np.testing.assert_allclose(float(half_squares),
+                               (values.astype(np.float64) ** 2).sum() / 2, rtol=1e-2)
+    np.testing.assert_array_equal(variance.astype(np.float32), [0, 0])    # a constant row
+    np.testing.assert_allclose(bias_grad.astype(np.float32), [5000, 5000], rtol=1e-2)
+
+
 def test_integer_sum_keeps_dtype():
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     check_forward(lambda a: mf.reduce_sum(a, axis=0), [x], x.sum(axis=0).astype(np.int32))
