@@ -93,7 +93,10 @@ class MeanOp(_Reduce):
                 #                 empty slice" on the script's stderr)
                 return xp.full(_result_shape(x.shape, ctx), np.nan, dtype=ctx.dtype)
             return super().forward(xp, ctx, x)
-        total = xp.sum(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"], dtype=ctx.dtype)
+        # Summed in 64 bits, as TensorFlow's: the mean of [127, 127, 1] as int8 is 85 (a
+        # sum in int8 wraps to -1, and the mean to 0).
+        wide = np.uint64 if ctx.dtype.kind == "u" else np.int64
+        total = xp.sum(x, axis=ctx.axis, keepdims=ctx.attrs["keepdims"], dtype=wide)
         count = x.size // max(int(xp.size(total)), 1)
         if count == 0:          # nothing to average (an empty axis): 0, as numpy's sum
             return xp.asarray(total, dtype=ctx.dtype)

@@ -322,6 +322,18 @@ def test_the_mean_of_integers_rounds_toward_zero_in_their_dtype_as_tensorflow():
     np.testing.assert_array_equal(kept, [[2, 3]])
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8])
+def test_the_mean_of_integers_does_not_wrap_around_as_tensorflow(dtype):
+    # TensorFlow sums in a wider type: the mean of [max, max, 1] is (2 max + 1) // 3.
+    top, bottom = np.iinfo(dtype).max, np.iinfo(dtype).min
+    values = np.array([[top, top, 1], [bottom, bottom, 0]], dtype)
+    x = mf.placeholder(mf.as_dtype(dtype), [2, 3])
+    with mf.Session() as sess:
+        rows = sess.run(mf.reduce_mean(x, axis=1), {x: values})
+    assert rows.dtype == dtype
+    np.testing.assert_array_equal(rows, [(2 * int(top) + 1) // 3, -(-2 * int(bottom) // 3)])
+
+
 def test_div_divides_integers_as_python_2_and_floats_as_divide():
     # TensorFlow 1's div: floor division for integers (dtype kept), true for floats;
     # divide, truediv and / are true division whatever the dtype.
