@@ -252,7 +252,23 @@ _ufunc_op("RealDiv", np.divide, _div_grad, allowed=_real_div_dtype)
 _ufunc_op("Pow", np.power, _pow_grad)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
-_ufunc_op("FloorDiv", np.floor_divide, divides=True)
+_FloorDivOp = _ufunc_op("FloorDiv", np.floor_divide, divides=True)
+
+
+def _floor_of_quotient(integer_forward):
+    """FloorDiv of floats as TensorFlow's, floor(x / y): numpy's floor_divide rounds
+    through fmod, so 7 // 0.1 is 69 (TensorFlow: 70), -5 // inf is -1 (-0) and
+    inf // 2 NaN (inf). Integers keep ``integer_forward``."""
+    def forward(self, xp, ctx, x, y):
+        if x.dtype.kind == "f":
+            return xp.floor(xp.divide(x, y))
+        return integer_forward(self, xp, ctx, x, y)
+    return forward
+
+
+_FloorDivOp.forward = _floor_of_quotient(_FloorDivOp.forward)
+_FloorDivOp.fusion_forward = _floor_of_quotient(_FloorDivOp.fusion_forward)
+_FloorDivOp.gpu_forward = _floor_of_quotient(_FloorDivOp.gpu_forward)
 _ufunc_op("FloorMod", np.remainder, _floormod_grad, divides=True)
 for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal)):
     _ufunc_op(_type, _fn, allowed=lambda dt: True, out_dtype=dtypes.bool_)

@@ -334,6 +334,26 @@ def test_the_mean_of_integers_does_not_wrap_around_as_tensorflow(dtype):
     np.testing.assert_array_equal(rows, [(2 * int(top) + 1) // 3, -(-2 * int(bottom) // 3)])
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_floordiv_of_floats_is_the_floor_of_the_quotient_as_tensorflow(dtype):
+    # numpy's floor_divide rounds through fmod: 7 // 0.1 is 69, -5 // inf is -1 and
+    # inf // 2 NaN; TensorFlow's FloorDiv is floor(x / y).
+    x = np.array([7, -5, 5, np.inf, -np.inf, 1, -1, 7, -7], dtype)
+    y = np.array([0.1, np.inf, np.inf, 2, 2, 0, 0, 2, 2], dtype)
+    a, b = mf.placeholder(mf.as_dtype(dtype), [9]), mf.placeholder(mf.as_dtype(dtype), [9])
+    d_mod = mf.gradients(mf.reduce_sum(mf.floormod(a, b)), [b])[0]
+    with mf.Session() as sess:
+        quotient, fused, d_y = sess.run([mf.floordiv(a, b), mf.floordiv(a * 1, b) + 1, d_mod],
+                                        {a: x, b: y})
+    with np.errstate(divide="ignore"):
+        expected = np.floor(x / y)                      # divided in the dtype, as TensorFlow
+    assert quotient.dtype == dtype
+    np.testing.assert_array_equal(quotient, expected)
+    assert np.signbit(quotient[1]) and not np.signbit(quotient[2])     # -0 and 0
+    np.testing.assert_array_equal(fused, expected + 1)
+    np.testing.assert_array_equal(d_y, -expected)          # d floormod / dy = -(x // y)
+
+
 def test_div_divides_integers_as_python_2_and_floats_as_divide():
     # TensorFlow 1's div: floor division for integers (dtype kept), true for floats;
     # divide, truediv and / are true division whatever the dtype.
