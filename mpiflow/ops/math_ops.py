@@ -653,7 +653,7 @@ def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
 # -- matmul --------------------------------------------------------------------------------
 
 _BFLOAT16 = dtypes.bfloat16.np_dtype
-_HALF_FLOATS = frozenset({dtypes.float16.np_dtype, _BFLOAT16})
+HALF_FLOATS = frozenset({dtypes.float16.np_dtype, _BFLOAT16})
 
 
 def accumulating_dtype(xp, dtype, batched: bool = False) -> np.dtype:
@@ -669,7 +669,7 @@ def accumulating_dtype(xp, dtype, batched: bool = False) -> np.dtype:
     tensordot) use this one rule.
     """
     dtype = np.dtype(dtype)
-    if dtype in _HALF_FLOATS and (xp is np or (batched and dtype == _BFLOAT16)):
+    if dtype in HALF_FLOATS and (xp is np or (batched and dtype == _BFLOAT16)):
         return np.dtype(np.float32)
     return dtype
 

@@ -17,7 +17,8 @@ from mpiflow.framework.graph import Tensor
 from mpiflow.framework.scopes import name_scope
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops, random_ops
-from mpiflow.ops.activation_ops import log_softmax, log_softmax_kernel, softmax
+from mpiflow.ops.activation_ops import (
+    in_float32_if_half, log_softmax, log_softmax_kernel, softmax)
 from mpiflow.ops.array_ops import static_axis, static_ints
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.control_ops import stop_gradient
@@ -267,11 +268,12 @@ class SoftmaxCrossEntropyWithLogitsOp(OpDef):
         return [(dt, [d for i, d in enumerate(full.as_list()) if i != axis]), (dt, full)]
 
     def forward(self, xp, ctx, logits, labels):
-        axis = ctx.attrs["axis"]
+        axis, dtype = ctx.attrs["axis"], logits.dtype
+        logits, labels = in_float32_if_half(logits), in_float32_if_half(labels)
         log_probs = log_softmax_kernel(xp, logits, axis)
         loss = -(labels * log_probs).sum(axis=axis)
         backprop = xp.exp(log_probs) * labels.sum(axis=axis, keepdims=True) - labels
-        return loss, backprop
+        return xp.asarray(loss).astype(dtype, copy=False), backprop.astype(dtype, copy=False)
 
     def gradient(self, op, grad_loss, grad_backprop):
         logits, labels = op.inputs
@@ -323,12 +325,13 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
             raise errors.op_error(
                 errors.InvalidArgumentError, f"Received a label value of {int(bad)} which is "
                 f"outside the valid range of [0, {classes})", ctx.op)
-        log_probs = log_softmax_kernel(xp, logits.reshape(-1, classes), 1)
+        log_probs = log_softmax_kernel(xp, in_float32_if_half(logits.reshape(-1, classes)), 1)
         rows = xp.arange(flat_labels.size)
         loss = -log_probs[rows, flat_labels]
         backprop = xp.exp(log_probs)
         backprop[rows, flat_labels] -= 1
-        return loss.reshape(labels.shape), backprop.reshape(logits.shape)
+        return (loss.reshape(labels.shape).astype(logits.dtype, copy=False),
+                backprop.reshape(logits.shape).astype(logits.dtype, copy=False))
 
     def gpu_forward(self, xp, ctx, logits, labels):
         """As TensorFlow's GPU kernel: no range check (reading the labels back would stall

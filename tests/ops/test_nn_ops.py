@@ -156,6 +156,33 @@ def test_cross_entropies_are_stable_at_logits_1000():
     np.testing.assert_allclose(gs, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_softmax_and_cross_entropies_of_half_floats_compute_in_float32(dtype):
+    # float16 logits 65504 and -65504: their difference overflows float16 (a NaN loss
+    # where TensorFlow gives log 2); bfloat16 rounded each exp and sum on the way.
+    dt = mf.as_dtype(dtype)
+    top = 65504.0 if dtype == "float16" else 1e38
+    z = np.array([[top, top, -top], [1.0, 2.0, 3.0]], np.float32)
+    one_hot = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    logits, labels = mf.placeholder(dt, [2, 3]), mf.placeholder(dt, [2, 3])
+    dense = mf.nn.softmax_cross_entropy_with_logits_v2(labels, logits)
+    sparse = mf.nn.sparse_softmax_cross_entropy_with_logits([0, 2], logits)
+    out = [mf.nn.softmax(logits), mf.nn.log_softmax(logits), dense, sparse,
+           mf.gradients(dense, logits)[0]]
+    with mf.Session() as sess:
+        got = sess.run(out, {logits: z.astype(dt.np_dtype), labels: one_hot.astype(dt.np_dtype)})
+    shifted = z.astype(np.float64) - z.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = -log_p[[0, 1], [0, 2]]
+    for value, exact in zip(got, [np.exp(log_p), log_p, loss, loss, np.exp(log_p) - one_hot]):
+        assert value.dtype == dt.np_dtype
+        # Rounded once from the exact value: the nearest half float to it (log_softmax's
+        # -131008 is -inf in float16).
+        with np.errstate(over="ignore"):
+            nearest = exact.astype(np.float32).astype(dt.np_dtype)
+        np.testing.assert_array_equal(value, nearest)
+
+
 def test_l2_loss_and_moments_forward():
     x = arr(3, 4, 5)
     mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
