@@ -325,7 +325,20 @@ class _ArgReduce(OpDef):
         return [(b.attrs["output_type"], [d for i, d in enumerate(s.as_list()) if i != axis])]
 
     def forward(self, xp, ctx, x):
-        out = getattr(xp, self.method)(x, axis=ctx.attrs["axis"])
+        axis = ctx.attrs["axis"]
+        dtype = ctx.op.inputs[0].dtype
+        if not dtype.is_floating:
+            out = getattr(xp, self.method)(x, axis=axis)
+        else:
+            # As TensorFlow's: NaN is skipped, and the first index of the best value wins
+            # only where that value is past the dtype's finite end, else index 0 (where
+            # numpy gives the first NaN's index). So [1, NaN, 3] gives 2 and all NaN 0.
+            worst = -np.inf if self.method == "argmax" else np.inf
+            filled = xp.where(xp.isnan(x), xp.asarray(worst, dtype=x.dtype), x)
+            out = getattr(xp, self.method)(filled, axis=axis)
+            best = xp.take_along_axis(filled, xp.expand_dims(out, axis), axis)
+            past_end = best > dtype.min if self.method == "argmax" else best < dtype.max
+            out = xp.where(xp.squeeze(past_end, axis), out, 0)
         return out.astype(ctx.attrs["output_type"].np_dtype, copy=False)
 
 

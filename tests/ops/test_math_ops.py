@@ -243,6 +243,23 @@ def _run(build, *values):
     return got
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_argmax_and_argmin_skip_nan_as_tensorflow(dtype):
+    # TensorFlow's CPU kernel (which these rows were checked against) skips NaN; numpy
+    # gives the first NaN's index. A row with no value above the dtype's lowest gives 0.
+    n, i = np.nan, np.inf
+    rows = np.array([[1, n, 3], [n, 1, n], [n, n, n], [n, -i, 5], [n, -i, -i], [-i, n, -i],
+                     [n, -1e38, n], [2, n, 2]], np.float32)
+    x = mf.placeholder(mf.as_dtype(dtype), rows.shape)
+    with mf.Session() as sess:
+        got = sess.run([mf.argmax(x, 1), mf.argmin(mf.negative(x), 1), mf.argmax(x, 0),
+                        mf.argmax(mf.transpose(x), 0)], {x: rows.astype(x.dtype.np_dtype)})
+    expected = [2, 1, 0, 2, 0, 0, 1, 0]
+    for value in (got[0], got[1], got[3]):
+        np.testing.assert_array_equal(value, expected)
+    np.testing.assert_array_equal(got[2], [7, 1, 3])
+
+
 def test_argmax_and_argmin_of_bools_as_tensorflow():
     # True is the larger; the first of equals wins (TensorFlow: 1 and 1 here).
     assert _run(mf.argmax, np.array([False, True, True])) == 1
