@@ -136,12 +136,13 @@ class EluOp(_Elementwise):
 
 @register_op("EluGrad")
 class EluGradOp(_Elementwise):
-    """``gradients`` where outputs > 0, else ``gradients * (outputs + 1)``."""
+    """``gradients * (outputs + 1)`` where outputs < 0, else ``gradients``: as TensorFlow's,
+    a NaN output passes the gradient through."""
     gpu_forward = fused_elementwise(
-        "mf_elu_grad", "T g, T y", "out = y > (T)0 ? g : g * (y + (T)1)")
+        "mf_elu_grad", "T g, T y", "out = y < (T)0 ? g * (y + (T)1) : g")
 
     def forward(self, xp, ctx, g, y):
-        return xp.where(y > 0, g, g * (y + 1))
+        return xp.where(y < 0, g * (y + 1), g)
 
     def gradient(self, op, gg):
         g, y = op.inputs

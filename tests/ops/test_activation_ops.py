@@ -134,6 +134,15 @@ def test_activation_gradients_are_finite_at_large_magnitudes():
     np.testing.assert_allclose(got, [0.0, 0.0, 2.0, 2.0], atol=1e-6)
 
 
+def test_elu_gradient_at_a_nan_input_passes_the_gradient_as_tensorflow():
+    # TensorFlow's EluGrad scales only where the output is negative; NaN is not.
+    x = mf.placeholder(mf.float32, [4])
+    grad = mf.gradients(mf.reduce_sum(mf.nn.elu(x) * 3.0), x)[0]
+    with mf.Session() as sess:
+        got = sess.run(grad, {x: np.array([np.nan, -1.0, 0.0, 2.0], np.float32)})
+    np.testing.assert_allclose(got, [3.0, 3.0 * np.exp(-1.0), 3.0, 3.0], rtol=1e-6)
+
+
 def test_softmax_and_log_softmax_are_stable_at_1000():
     x = np.array([[1000.0, 0.0, -1000.0], [1000.0, 1000.0, 1000.0]], dtype=np.float32)
     third = 1.0 / 3.0
