@@ -214,18 +214,24 @@ def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
     """Return (mean, variance) of ``x`` over ``axes`` (``shift`` is ignored, as in TF).
 
     The variance uses the mean under stop_gradient, as TensorFlow does: d var / d mean is
-    zero, so gradients are exact and the graph is smaller.
+    zero, so gradients are exact and the graph is smaller. float16 is computed in float32
+    and the results cast back, as TensorFlow's: squared deviations past 256 would overflow.
     """
     keep = bool(keepdims if keepdims is not None else (keep_dims or False))
     axes = static_ints(axes, "moments axes").reshape(-1).tolist()
     with name_scope(name, "moments"):
         x = convert_to_tensor(x)
+        dtype = x.dtype
+        if dtype == dtypes.float16:
+            x = math_ops.cast(x, dtypes.float32)
         mean = reduce_mean(x, axis=axes, keepdims=True)
         variance = reduce_mean(math_ops.squared_difference(x, stop_gradient(mean)),
                                axis=axes, keepdims=keep)
         if not keep:
             # Summing over the kept size-1 axes squeezes them without another pass over x.
             mean = reduce_sum(mean, axis=axes)
+        if dtype == dtypes.float16:
+            mean, variance = math_ops.cast(mean, dtype), math_ops.cast(variance, dtype)
         return mean, variance
 
 

@@ -183,6 +183,22 @@ def test_softmax_and_cross_entropies_of_half_floats_compute_in_float32(dtype):
         np.testing.assert_array_equal(value, nearest)
 
 
+def test_moments_of_float16_compute_in_float32_as_tensorflow():
+    # Squared deviations of +-300 are 90000, past float16's 65504: TensorFlow's moments
+    # casts float16 to float32 and back, so the variance is 18000, not inf.
+    values = np.zeros((2, 10), np.float16)
+    values[:, :2] = [-300, 300]
+    x = mf.placeholder(mf.float16, [2, 10])
+    mean, variance = mf.nn.moments(x, axes=[1])
+    grad = mf.gradients(mf.reduce_sum(variance), x)[0]
+    with mf.Session() as sess:
+        m, v, g = sess.run([mean, variance, grad], {x: values})
+    assert m.dtype == v.dtype == g.dtype == np.float16
+    np.testing.assert_array_equal(m, [0, 0])
+    np.testing.assert_array_equal(v, [18000, 18000])
+    np.testing.assert_array_equal(g[:, :3], [[-60, 60, 0]] * 2)     # 2 (x - mean) / 10
+
+
 def test_l2_loss_and_moments_forward():
     x = arr(3, 4, 5)
     mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
