@@ -358,7 +358,7 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
             return loss.reshape(labels.shape), backprop
         valid = (flat_labels >= 0) & (flat_labels < classes)
         safe = xp.where(valid, flat_labels, 0)
-        log_probs = log_softmax_kernel(xp, logits.reshape(-1, classes), 1)
+        log_probs = log_softmax_kernel(xp, in_float32_if_half(logits.reshape(-1, classes)), 1)
         rows = xp.arange(flat_labels.size)
         loss = -log_probs[rows, safe]
         backprop = xp.exp(log_probs)
@@ -366,7 +366,8 @@ class SparseSoftmaxCrossEntropyWithLogitsOp(OpDef):
         or_nan = elementwise_kernel(xp, "mf_or_nan", "T x, bool valid", "T out",
                                     'out = valid ? x : (T)nan("")')
         loss, backprop = or_nan(loss, valid), or_nan(backprop, valid[:, None])
-        return loss.reshape(labels.shape), backprop.reshape(logits.shape)
+        return (loss.reshape(labels.shape).astype(logits.dtype, copy=False),
+                backprop.reshape(logits.shape).astype(logits.dtype, copy=False))
 
     def gradient(self, op, grad_loss, grad_backprop):
         logits = op.inputs[0]
