@@ -178,7 +178,7 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
 
 
 def _real_div_dtype(dt):
-    """a floating dtype (divide and truediv cast integers to float64, floordiv keeps them)"""
+    """a floating dtype (divide and truediv cast integers to a float, floordiv keeps them)"""
     # TensorFlow's RealDiv has no integer kernel: refused when built, not when run.
     return dt.is_floating
 
@@ -343,14 +343,16 @@ def logical_xor(x, y, name="LogicalXor") -> Tensor:
 
 
 realdiv = _binary_fn("RealDiv", "Return x / y elementwise, for floating dtypes only (as "
-                               "TensorFlow's realdiv; ``divide`` casts integers to float64).")
+                               "TensorFlow's realdiv; ``divide`` casts integers to a float).")
 
 
 def divide(x, y, name=None) -> Tensor:
-    """Return x / y; integer operands are cast to float64 first, as TensorFlow's truediv."""
+    """Return x / y; integer operands are cast to a float first, as TensorFlow's truediv:
+    8- and 16-bit integers to float32, 32- and 64-bit ones to float64."""
     x, y = _binary_inputs(x, y)
     if x.dtype.is_integer:
-        x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
+        wide = dtypes.float32 if x.dtype.size <= 2 else dtypes.float64
+        x, y = cast(x, wide), cast(y, wide)
     return realdiv(x, y, name=name)
 
 
