@@ -399,13 +399,13 @@ class Graph:
         """Place ops created inside on a device string or by a device function.
 
         A string merges onto the enclosing device (inner fields win); a function receives
-        each new op (with the device so far) and returns its device; None clears.
+        each new op (with the device so far) and returns its device; None clears. An empty
+        string or DeviceSpec sets no field, so the enclosing scopes apply as they are (as in
+        TensorFlow; only None clears them).
         """
         entry = device_name_or_function
-        if isinstance(entry, str) and entry:
+        if isinstance(entry, (str, _device_spec.DeviceSpec)):
             entry = _device_spec.canonical(entry)   # parse now: errors at the with line
-        elif entry == "":
-            entry = None
         elif entry is not None and not isinstance(entry, _device_spec.DeviceSpec) \
                 and not callable(entry):
             raise errors.InvalidArgumentError(

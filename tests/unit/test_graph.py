@@ -45,6 +45,22 @@ def test_device_strings_merge_inner_over_outer():
     assert c.device == ""
 
 
+def test_empty_device_scope_keeps_the_enclosing_placement_as_tensorflow():
+    # TF: tf.device("") (or an empty DeviceSpec) merges nothing; only None clears. Under
+    # replica_device_setter the variable still goes to the ps, next in the round robin.
+    with mf.device(mf.train.replica_device_setter(ps_tasks=2)):
+        with mf.device(""):
+            v = mf.Variable(1.0, name="v")
+        with mf.device(mf.DeviceSpec()):
+            w = mf.Variable(1.0, name="w")
+        u = mf.Variable(1.0, name="u")
+    assert [x.device for x in (v, w, u)] == ["/job:ps/task:0", "/job:ps/task:1",
+                                             "/job:ps/task:0"]
+    with mf.device("/job:worker/task:2"), mf.device(""):
+        c = mf.constant(1.0)
+    assert c.device == "/job:worker/task:2"
+
+
 def test_device_scopes_apply_innermost_first_like_tensorflow():
     def to_ps(op):
         return "/job:ps/task:3" if op.type == "VariableV2" else op.device
