@@ -21,8 +21,8 @@ from mpiflow.runtime.resources import UNINITIALIZED_VALUE
 class ClusterContext:
     """What a distributed session needs to know: the cluster, its own task, the service.
 
-    ``cluster`` provides ``jobs``, ``num_tasks(job)``, ``as_dict()`` and
-    ``rank_of(job, task)`` (``mf.train.ClusterSpec`` does).
+    ``cluster`` provides ``jobs``, ``num_tasks(job)``, ``task_indices(job)``,
+    ``as_dict()`` and ``rank_of(job, task)`` (``mf.train.ClusterSpec`` does).
     """
 
     def __init__(self, service, cluster, job: str, task: int, config=None):

@@ -168,13 +168,17 @@ class Placer:
                 f"Cannot place op '{op.name}' ({op.type}) of the session on {self._who}: it "
                 f"asks for {op.device!r} but job '{job}' is not in the cluster "
                 f"{self._cluster.as_dict()}", op)
-        task = spec.task if spec.task is not None else (self._task if job == self._job else 0)
-        if not 0 <= task < self._cluster.num_tasks(job):
+        # A sparse job ({0: ..., 2: ...}) has exactly the tasks it lists, not 0..n-1.
+        tasks = self._cluster.task_indices(job)
+        if spec.task is not None:
+            task = spec.task
+        else:
+            task = self._task if job == self._job else (tasks[0] if tasks else 0)
+        if task not in tasks:
             raise errors.PlacementError(
                 f"Cannot place op '{op.name}' ({op.type}) of the session on {self._who}: it "
-                f"asks for /job:{job}/task:{task} but job '{job}' has "
-                f"{self._cluster.num_tasks(job)} task(s) in the cluster "
-                f"{self._cluster.as_dict()}", op)
+                f"asks for /job:{job}/task:{task} but job '{job}' has {len(tasks)} task(s), "
+                f"{tasks}, in the cluster {self._cluster.as_dict()}", op)
         kind, index = self._rules.processor(op, spec)
         placed = DeviceSpec(job, spec.replica or 0, task, kind, index)
         self._rules.check_filters(op, placed)

@@ -269,3 +269,29 @@ def test_a_variables_initializer_runs_where_the_variable_lives():
     assert {op.type for op in made} >= {"RandomStandardNormal"}
     assert {placer.device_of(op).to_string() for op in made} == \
         {"/job:ps/replica:0/task:1/device:CPU:0"} == {placer.device_of(table.op).to_string()}
+
+
+def test_placement_in_a_sparse_job_uses_the_tasks_it_lists():
+    # TF: ClusterSpec({"ps": {0: ..., 2: ...}}) has ps tasks 0 and 2 (no task 1).
+    from mpiflow.runtime.placement import Placer
+
+    cluster = mf.train.ClusterSpec({"ps": {0: "p:0", 2: "p:2"}, "worker": ["w:0"]})
+    with mf.device("/job:ps/task:2"):
+        on_two = mf.Variable(1.0, name="on_two")
+    with mf.device("/job:ps/task:1"):
+        on_one = mf.Variable(1.0, name="on_one")
+    placer = Placer(mf.get_default_graph(), cluster, "worker", 0)
+    assert placer.device_of(on_two.op).to_string() == "/job:ps/replica:0/task:2/device:CPU:0"
+    with pytest.raises(mf.errors.PlacementError, match=r"/job:ps/task:1 but job 'ps' has 2 "
+                                                       r"task\(s\), \[0, 2\]"):
+        placer.device_of(on_one.op)
+
+
+def test_a_job_without_a_task_goes_to_the_lowest_task_the_sparse_job_lists():
+    from mpiflow.runtime.placement import Placer
+
+    cluster = mf.train.ClusterSpec({"ps": {1: "p:1", 3: "p:3"}, "worker": ["w:0"]})
+    with mf.device("/job:ps"):
+        v = mf.Variable(1.0, name="v")
+    placer = Placer(mf.get_default_graph(), cluster, "worker", 0)
+    assert placer.device_of(v.op).to_string() == "/job:ps/replica:0/task:1/device:CPU:0"
