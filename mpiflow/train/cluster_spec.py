@@ -41,7 +41,8 @@ class ClusterSpec:
     __hash__ = None  # equal to dicts that describe the same cluster, as TensorFlow's
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any]):
-        """Build a ClusterSpec from a dict of jobs or from another ClusterSpec.
+        """Build a ClusterSpec from a dict of jobs (or the ``as_cluster_def()`` form of one)
+        or from another ClusterSpec.
 
         Raises:
             InvalidArgumentError: ``cluster`` is neither; a job name, task index or address
@@ -59,6 +60,8 @@ class ClusterSpec:
                 expected="a dict mapping job names to lists of addresses or to dicts "
                          "{task_index: address}, or a ClusterSpec",
                 got=f"{type(cluster).__name__} {cluster!r}")
+        if _is_cluster_def(cluster):     # as TensorFlow's ClusterSpec takes a ClusterDef
+            cluster = _jobs_of_cluster_def(cluster)
         self._jobs: dict[str, dict[int, str]] = {}
         for name, tasks in cluster.items():
             job = _job_name(name)
@@ -107,15 +110,7 @@ class ClusterSpec:
                 errors.InvalidArgumentError, "Bad cluster def",
                 expected='{"job": [{"name": NAME, "tasks": {INDEX: ADDRESS}}, ...]}',
                 got=repr(cluster_def))
-        jobs: dict[str, Any] = {}
-        for entry in entries:
-            job = _job_name(entry["name"])
-            if job in jobs:
-                raise errors.op_error(errors.InvalidArgumentError,
-                                      f"Duplicate job name {job!r} in cluster def",
-                                      expected="each job once", got=f"{job!r} twice")
-            jobs[job] = entry.get("tasks", {})
-        return cls(jobs)
+        return cls(_jobs_of_cluster_def(cluster_def))
 
     @classmethod
     def from_mpi(cls, ps: int | None = None, policy: str | None = None,
@@ -302,6 +297,26 @@ def set_launch_cluster(cluster: ClusterSpec | None) -> None:
 def _describe_shape(shape: dict[str, list[int]]) -> str:
     return ", ".join(f"{len(tasks)} {job}" for job, tasks in sorted(shape.items())) or \
         "no tasks"
+
+
+def _is_cluster_def(cluster: Mapping[str, Any]) -> bool:
+    """Whether ``cluster`` is a non-empty ``as_cluster_def()`` dict. A job named "job" of
+    a plain dict has addresses (strings), never dicts, so the two cannot be confused."""
+    entries = cluster.get("job") if len(cluster) == 1 else None
+    return isinstance(entries, (list, tuple)) and bool(entries) and all(
+        isinstance(e, Mapping) and "name" in e for e in entries)
+
+
+def _jobs_of_cluster_def(cluster_def: Mapping[str, Any]) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    for entry in cluster_def["job"]:
+        job = _job_name(entry["name"])
+        if job in jobs:
+            raise errors.op_error(errors.InvalidArgumentError,
+                                  f"Duplicate job name {job!r} in cluster def",
+                                  expected="each job once", got=f"{job!r} twice")
+        jobs[job] = entry.get("tasks", {})
+    return jobs
 
 
 def _job_name(name: Any) -> str:

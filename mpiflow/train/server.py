@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Mapping
 
 from mpiflow import errors, logger, supervise
 from mpiflow.comm import arrival, launch_link
@@ -79,15 +80,25 @@ class Server:
     """A TF1 ``tf.train.Server`` for the MPI rank this process is.
 
     Args:
-        server_or_cluster_def: a ClusterSpec (or a dict for one).
-        job_name, task_index: optional; when given they must match this rank's task.
+        server_or_cluster_def: a ClusterSpec, a dict for one (``{job: [address, ...]}`` or
+            the ``as_cluster_def()`` form), or another Server's ``server_def``.
+        job_name, task_index: optional; each one given must match this rank's task (the
+            launch decides it, so leaving ``task_index`` out is never ambiguous).
+        protocol: kept in ``server_def``; every task talks over MPI whatever it says.
         config: an ``mf.ConfigProto`` used as the default for sessions on ``target``.
     """
 
     def __init__(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None,
                  config=None, start=True):
-        cluster = server_or_cluster_def if isinstance(server_or_cluster_def, ClusterSpec) \
-            else ClusterSpec(server_or_cluster_def)
+        definition = server_or_cluster_def
+        if isinstance(definition, Mapping) and "cluster" in definition:   # a server_def
+            job_name = definition.get("job_name") if job_name is None else job_name
+            task_index = definition.get("task_index") if task_index is None else task_index
+            protocol = definition.get("protocol") if protocol is None else protocol
+            config = definition.get("default_session_config") if config is None else config
+            definition = definition["cluster"]
+        cluster = definition if isinstance(definition, ClusterSpec) \
+            else ClusterSpec(definition)
         service = rank_service()
         rank = service.rank
         if cluster.num_ranks != service.size:
@@ -96,16 +107,20 @@ class Server:
                 f"{service.size} ranks; one rank runs each task: {cluster.as_dict()}")
         _check_every_rank_agrees(service, cluster)
         job, task = cluster.task_of_rank(rank)
-        if job_name is not None and (job_name, task_index) != (job, task):
+        if (job_name is not None and job_name != job) or \
+                (task_index is not None and task_index != task):
+            asked = ", ".join(f"{k}={v!r}" for k, v in (("job_name", job_name),
+                                                         ("task_index", task_index))
+                              if v is not None)
             raise errors.InvalidArgumentError(
                 f"Rank {rank} runs /job:{job}/task:{task} in the launch layout, but the "
-                f"script asked for job_name={job_name!r}, task_index={task_index!r}: "
-                f"{cluster.as_dict()}")
+                f"script asked for {asked}: {cluster.as_dict()}")
         name_roles(service, cluster)
         _join_job_group(service, cluster, job)
-        self._setup(service, cluster, job, task, config)
+        self._setup(service, cluster, job, task, config, protocol)
 
-    def _setup(self, service, cluster, job, task, config):
+    def _setup(self, service, cluster, job, task, config, protocol=None):
+        self._protocol = protocol
         self._cluster = cluster
         self._job = job
         self._task = task
@@ -125,6 +140,15 @@ class Server:
         cluster = ClusterSpec({"localhost": [f"mpi://{socket.gethostname()}/{service.rank}"]})
         server._setup(service, cluster, "localhost", 0, config)
         return server
+
+    @property
+    def server_def(self) -> dict:
+        """Return this server's definition, TensorFlow's ``ServerDef`` as a dict:
+        ``cluster`` (``as_cluster_def()``), ``job_name``, ``task_index``, ``protocol``
+        and ``default_session_config``; ``Server(server_def)`` takes it."""
+        return {"cluster": self._cluster.as_cluster_def(), "job_name": self._job,
+                "task_index": self._task, "protocol": self._protocol,
+                "default_session_config": self._config}
 
     @property
     def target(self) -> str:

@@ -259,3 +259,12 @@ def test_a_traced_allreduce_is_a_collective_span(run_mpi):
 def test_pulled_arrays_dropped_by_the_caller_are_reused_by_the_next_pull(run_mpi):
     out = run_mpi(2, PROGS / "pulled_buffers.py", timeout=60).stdout
     assert "same buffers: True" in out, out
+
+
+def test_server_takes_a_tf1_scripts_arguments(run_mpi):
+    # TF: job_name alone picks the job's only task; Server(server_def) as well as a
+    # ClusterSpec; a task_index given alone is checked like job_name.
+    out = run_mpi(2, PROGS / "server_arguments.py", timeout=60).stdout
+    assert "ACCEPTED" not in out, out
+    assert out.count("REFUSED Rank") == 2 and "asked for task_index=1:" in out, out
+    assert "OK ps:0 ps:0 grpc" in out and "OK worker:0 worker:0 grpc" in out, out

@@ -307,3 +307,11 @@ def test_from_layout_default_is_one_ps_and_a_single_rank_is_one_worker():
 def test_from_layout_with_no_worker_left_names_the_layout():
     with pytest.raises(InvalidArgumentError, match="no worker left: 2 ranks, 2 ps"):
         ClusterSpec.from_layout(Layout(["a", "b"]), ps=2)
+
+
+def test_cluster_spec_takes_its_cluster_def_as_tensorflow_takes_a_cluster_def(cluster):
+    assert ClusterSpec(cluster.as_cluster_def()) == cluster
+    assert ClusterSpec(cluster.as_cluster_def()).as_dict() == SEED
+    # A job that is really named "job" (addresses, not dicts) stays a job.
+    assert ClusterSpec({"job": ["a:1"]}).as_dict() == {"job": ["a:1"]}
+    assert ClusterSpec({"job": []}).jobs == ["job"]
