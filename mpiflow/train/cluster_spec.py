@@ -60,7 +60,7 @@ class ClusterSpec:
                 expected="a dict mapping job names to lists of addresses or to dicts "
                          "{task_index: address}, or a ClusterSpec",
                 got=f"{type(cluster).__name__} {cluster!r}")
-        if _is_cluster_def(cluster):     # as TensorFlow's ClusterSpec takes a ClusterDef
+        if is_cluster_def(cluster):     # as TensorFlow's ClusterSpec takes a ClusterDef
             cluster = _jobs_of_cluster_def(cluster)
         self._jobs: dict[str, dict[int, str]] = {}
         for name, tasks in cluster.items():
@@ -299,10 +299,11 @@ def _describe_shape(shape: dict[str, list[int]]) -> str:
         "no tasks"
 
 
-def _is_cluster_def(cluster: Mapping[str, Any]) -> bool:
+def is_cluster_def(cluster: Any) -> bool:
     """Whether ``cluster`` is a non-empty ``as_cluster_def()`` dict. A job named "job" of
     a plain dict has addresses (strings), never dicts, so the two cannot be confused."""
-    entries = cluster.get("job") if len(cluster) == 1 else None
+    entries = cluster.get("job") if isinstance(cluster, Mapping) and len(cluster) == 1 \
+        else None
     return isinstance(entries, (list, tuple)) and bool(entries) and all(
         isinstance(e, Mapping) and "name" in e for e in entries)
 

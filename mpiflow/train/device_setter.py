@@ -19,6 +19,7 @@ import numpy as np
 from mpiflow import errors
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.framework.tensor_shape import TensorShape
+from mpiflow.train.cluster_spec import ClusterSpec, is_cluster_def
 
 _LOG = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ def replica_device_setter(ps_tasks: int = 0, ps_device: str | None = "/job:ps",
         merge_devices: merge the chosen device with the fields an op already has (True)
             or leave an op that already has a device alone (False).
         cluster: a ClusterSpec (anything with ``jobs`` and ``num_tasks(job)``, or
-            ``as_dict()``) or a dict job -> list of tasks; ``ps_tasks`` becomes the
+            ``as_dict()``), a dict job -> list of tasks, or the ``as_cluster_def()`` dict
+            of a ClusterSpec; ``ps_tasks`` becomes the
             number of tasks of the ps job, or 0 when the cluster has no such job.
         ps_ops: op types placed on the ps (default: ``STANDARD_PS_OPS``).
         ps_strategy: callable ``op -> ps task index`` (default: round-robin).
@@ -187,6 +189,8 @@ def _num_tasks(cluster, job) -> int:
         return cluster.num_tasks(job) if job in cluster.jobs else 0
     if callable(getattr(cluster, "as_dict", None)):
         cluster = cluster.as_dict()
+    if is_cluster_def(cluster):     # ClusterSpec.as_cluster_def(): TF takes a ClusterDef
+        return _num_tasks(ClusterSpec(cluster), job)
     if not isinstance(cluster, Mapping):
         raise errors.InvalidArgumentError(
             "replica_device_setter: cluster must be a ClusterSpec or a dict job -> list of "

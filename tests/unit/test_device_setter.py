@@ -295,3 +295,12 @@ def test_a_job_without_a_task_goes_to_the_lowest_task_the_sparse_job_lists():
         v = mf.Variable(1.0, name="v")
     placer = Placer(mf.get_default_graph(), cluster, "worker", 0)
     assert placer.device_of(v.op).to_string() == "/job:ps/replica:0/task:1/device:CPU:0"
+
+
+def test_cluster_given_as_a_cluster_def_spreads_the_variables_over_its_ps():
+    # TF's replica_device_setter takes a ClusterDef; mpiflow's is the as_cluster_def() dict.
+    cluster = mf.train.ClusterSpec({"ps": ["p:0", "p:1"], "worker": ["w:0"]})
+    with mf.device(mf.train.replica_device_setter(cluster=cluster.as_cluster_def())):
+        v = mf.Variable(1.0, name="v")
+        w = mf.Variable(1.0, name="w")
+    assert [v.device, w.device] == ["/job:ps/task:0", "/job:ps/task:1"]
