@@ -489,22 +489,40 @@ class Graph:
 
     @contextlib.contextmanager
     def colocate_with(self, op, ignore_existing: bool = False):
-        """Place ops created inside on the device of ``op`` and in its colocation group."""
+        """Place ops created inside on the device of ``op`` and in its colocation group.
+
+        ``colocate_with(None, ignore_existing=True)`` resets both the colocation and the
+        device scopes around it, as TensorFlow's does: ops made inside have no device
+        until a scope inside gives them one (they run on the session's own task).
+        """
         if op is None:
-            entry = None
-        else:
-            entry = self._as_op(op, "colocate_with")
+            if not ignore_existing:
+                raise errors.InvalidArgumentError(
+                    "colocate_with(None) resets colocation only with ignore_existing=True")
+            with self._colocation_reset(), self.device(None):
+                yield
+            return
+        entry = self._as_op(op, "colocate_with")
         if ignore_existing:
             self._colocation_stack.append(None)
-        if entry is not None:
-            self._colocation_stack.append(entry)
+        self._colocation_stack.append(entry)
         try:
             yield
         finally:
-            if entry is not None:
-                self._colocation_stack.pop()
+            self._colocation_stack.pop()
             if ignore_existing:
                 self._colocation_stack.pop()
+
+    @contextlib.contextmanager
+    def _colocation_reset(self):
+        """Ops created inside are colocated with nothing; device scopes still apply (what
+        a variable, the global step or a Saver is built under, unlike the public
+        ``colocate_with(None, ignore_existing=True)``, which resets devices too)."""
+        self._colocation_stack.append(None)
+        try:
+            yield
+        finally:
+            self._colocation_stack.pop()
 
     @contextlib.contextmanager
     def _colocate_with_future(self, name: str):

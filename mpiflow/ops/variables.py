@@ -98,7 +98,7 @@ class Variable:
             # An initializer (a callable: get_variable's) runs where its variable lives,
             # as in TensorFlow: a table on a ps is made there, never on the chief.
             where = graph._colocate_with_future(op_name) if callable(initial_value) else \
-                graph.colocate_with(None, ignore_existing=True)
+                graph._colocation_reset()
             with graph.name_scope("Initializer"), where:
                 value = initial_value() if callable(initial_value) else initial_value
                 if isinstance(value, Tensor) or hasattr(value, "_as_tensor"):

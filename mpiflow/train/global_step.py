@@ -56,7 +56,7 @@ def create_global_step(graph: Graph | None = None):
             f'"{GLOBAL_STEP_NAME}" already exists in this graph: use '
             "mf.train.get_or_create_global_step() to share it")
     with graph.as_default(), graph.name_scope(None), \
-            graph.control_dependencies(None), graph.colocate_with(None, ignore_existing=True):
+            graph.control_dependencies(None), graph._colocation_reset():
         # A root scope: the step is "global_step" whatever variable scope is open.
         return VariableScope(False).get_variable(
             GLOBAL_STEP_NAME, shape=[], dtype=dtypes.int64,

@@ -177,7 +177,7 @@ class Saver:
             return
         graph = get_default_graph()
         with graph.name_scope(self._name), graph.control_dependencies(None), \
-                graph.colocate_with(None, ignore_existing=True):
+                graph._colocation_reset():
             self._filename = io_ops.path_tensor("filename")
             self._save_id = io_ops.path_tensor("save_id")
             self._manifests = self._add_save_ops(graph, entries)

@@ -61,6 +61,24 @@ def test_empty_device_scope_keeps_the_enclosing_placement_as_tensorflow():
     assert c.device == "/job:worker/task:2"
 
 
+def test_colocate_with_none_resets_device_scopes_too_as_tensorflow():
+    # TF: "If op is None then ignore_existing must be True and the new scope resets all
+    # colocation and device constraints"; scopes opened inside apply again.
+    a = mf.constant(1.0, name="a")
+    with mf.device("/job:ps/task:0"), mf.colocate_with(a):
+        kept = mf.identity(a, name="kept")
+        with mf.colocate_with(None, ignore_existing=True):
+            reset = mf.identity(a, name="reset")
+            with mf.device("/job:worker/task:1"):
+                inner = mf.identity(a, name="inner")
+    assert kept.op.colocation_groups() == ["loc:@a"]
+    assert (reset.device, reset.op.colocation_groups()) == ("", ["loc:@reset"])
+    assert inner.device == "/job:worker/task:1"
+    with pytest.raises(mf.errors.InvalidArgumentError, match="ignore_existing=True"), \
+            mf.colocate_with(None):
+        pass
+
+
 def test_device_scopes_apply_innermost_first_like_tensorflow():
     def to_ps(op):
         return "/job:ps/task:3" if op.type == "VariableV2" else op.device
