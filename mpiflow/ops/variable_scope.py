@@ -209,11 +209,13 @@ def get_variable_scope() -> VariableScope:
 @contextlib.contextmanager
 def variable_scope(name_or_scope=None, default_name=None, values=None, initializer=None,
                    regularizer=None, reuse=None, dtype=None, partitioner=None,
-                   custom_getter=None, auxiliary_name_scope=True, constraint=None):
+                   custom_getter=None, auxiliary_name_scope=True, constraint=None, *,
+                   caching_device=None, use_resource=None):
     """Open a variable scope (and a name scope); ``reuse`` is True, AUTO_REUSE or inherited.
 
     Re-entering a scope by name keeps the variable prefix; the name scope becomes unique
-    (``foo_1``), as in TensorFlow.
+    (``foo_1``), as in TensorFlow. ``caching_device`` and ``use_resource`` are TF1's and
+    change nothing, as in ``get_variable``.
     """
     store = _store()
     graph = get_default_graph()

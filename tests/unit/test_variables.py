@@ -61,6 +61,13 @@ def test_tf1_variable_arguments_that_change_nothing_here_are_accepted():
         assert sess.run(w).shape == (2,)
 
 
+def test_variable_scope_takes_tf1_caching_device_and_use_resource():
+    with mf.device(mf.train.replica_device_setter(ps_tasks=2)), mf.variable_scope(
+            "s", caching_device="/job:worker/task:0", use_resource=False):
+        w = mf.get_variable("w", [2])
+    assert (w.op.name, w.device) == ("s/w", "/job:ps/task:0")
+
+
 def _nonneg(v):
     return mf.maximum(v, 0.0)
 
