@@ -42,7 +42,7 @@ from mpiflow.ops.math_ops import (
     logical_not, logical_or, logical_xor, matmul, maximum, minimum, multiply, negative,
     not_equal, ones_like, pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
-from mpiflow.ops.math_ops import cos, sin
+from mpiflow.ops.math_ops import ceil, cos, round, sin
 from mpiflow.ops.clip_ops import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 from mpiflow.ops.math_ops import div_no_nan
 from mpiflow.ops.math_ops import range_ as range

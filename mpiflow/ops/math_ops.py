@@ -424,6 +424,10 @@ reciprocal = _unary_op("Reciprocal", lambda xp, x: 1 / x,
                        lambda op, g: negative(multiply(g, square(op.outputs[0]))),
                        allowed=is_float)
 floor = _unary_op("Floor", lambda xp, x: xp.floor(x), None, allowed=is_float)
+# Round halves to even (banker's rounding), as TensorFlow's Round; integers pass unchanged.
+# Both are piecewise constant: TensorFlow registers no gradient for either.
+round = _unary_op("Round", lambda xp, x: xp.round(x), None)
+ceil = _unary_op("Ceil", lambda xp, x: xp.ceil(x), None, allowed=is_float)
 cos = _unary_op("Cos", lambda xp, x: xp.cos(x),
                 lambda op, g: negative(multiply(g, sin(op.inputs[0]))), allowed=is_float)
 sin = _unary_op("Sin", lambda xp, x: xp.sin(x),
