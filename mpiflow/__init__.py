@@ -17,7 +17,7 @@ from mpiflow.framework.scopes import (
     add_to_collection, add_to_collections, colocate_with, control_dependencies, device,
     get_collection, get_collection_ref, name_scope)
 from mpiflow.gradients import AggregationMethod, UnconnectedGradients, gradients
-from mpiflow.ops.activation_ops import sigmoid, tanh
+from mpiflow.ops.activation_ops import log_sigmoid, sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
 from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
@@ -42,7 +42,7 @@ from mpiflow.ops.math_ops import (
     logical_not, logical_or, logical_xor, matmul, maximum, minimum, multiply, negative,
     not_equal, ones_like, pow, realdiv, reciprocal, rsqrt, shape, sign, sqrt, square, squared_difference, subtract,
     to_float, truediv, where, zeros_like)
-from mpiflow.ops.math_ops import ceil, cos, round, sin
+from mpiflow.ops.math_ops import ceil, cos, expm1, round, sin
 from mpiflow.ops.clip_ops import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 from mpiflow.ops.math_ops import div_no_nan
 from mpiflow.ops.math_ops import range_ as range

@@ -2,7 +2,8 @@
 
 from mpiflow import unsupported
 from mpiflow.ops.activation_ops import (  # noqa: F401
-    elu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax, softplus, tanh)
+    elu, leaky_relu, log_softmax, relu, relu6, selu, sigmoid, softmax, softplus, softsign,
+    tanh)
 from mpiflow.ops.conv_ops import (  # noqa: F401
     conv2d, conv2d_backprop_filter, conv2d_backprop_input)
 from mpiflow.ops.nn_ops import (  # noqa: F401

@@ -232,6 +232,38 @@ class SoftplusGradOp(_Elementwise):
         return [_op("SoftplusGrad", gg, x), _op("SigmoidGrad", sigmoid(x), gg * g)]
 
 
+@register_op("Softsign")
+class SoftsignOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        return x / (x.dtype.type(1) + xp.abs(x))
+
+    def gradient(self, op, g):
+        # TensorFlow's SoftsignGrad: gradients / (1 + |features|)^2.
+        x = op.inputs[0]
+        return [g / math_ops.square(1.0 + math_ops.abs(x))]
+
+
+# TensorFlow's (and Klambauer et al.'s) SELU constants.
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@register_op("Selu")
+class SeluOp(_Elementwise):
+    def forward(self, xp, ctx, x):
+        t = x.dtype.type
+        # expm1 of min(x, 0): the positive side never overflows into the branch not taken.
+        neg = t(SELU_SCALE * SELU_ALPHA) * xp.expm1(xp.minimum(x, t(0)))
+        return xp.where(x > 0, t(SELU_SCALE) * x, neg).astype(x.dtype, copy=False)
+
+    def gradient(self, op, g):
+        # TensorFlow's SeluGrad from the outputs: scale where outputs >= 0, else
+        # outputs + scale * alpha (= scale * alpha * exp(features)).
+        y = op.outputs[0]
+        return [math_ops.where(math_ops.less(y, 0.0), g * (y + SELU_SCALE * SELU_ALPHA),
+                               g * SELU_SCALE)]
+
+
 def _activation(type_name, doc):
     def fn(features, name=None) -> Tensor:
         return apply_op(type_name, [convert_to_tensor(features)], name=name).outputs[0]
@@ -246,6 +278,18 @@ elu = _activation("Elu", "Return features if > 0, else exp(features) - 1.")
 sigmoid = _activation("Sigmoid", "Return 1 / (1 + exp(-x)), computed without overflow.")
 tanh = _activation("Tanh", "Return the hyperbolic tangent of x.")
 softplus = _activation("Softplus", "Return log(1 + exp(features)), computed without overflow.")
+softsign = _activation("Softsign", "Return features / (1 + |features|).")
+selu = _activation("Selu", "Return scale * features if > 0, else scale * alpha * "
+                           "(exp(features) - 1), with TensorFlow's alpha and scale.")
+
+
+def log_sigmoid(x, name=None) -> Tensor:
+    """Return log(sigmoid(x)) as -softplus(-x), as TensorFlow: no overflow for large |x|
+    (log_sigmoid(-100) is -100, not -inf); the gradient is sigmoid(-x)."""
+    from mpiflow.framework.scopes import name_scope
+    with name_scope(name, "LogSigmoid", [x]) as scope:
+        x = convert_to_tensor(x)
+        return math_ops.negative(softplus(math_ops.negative(x)), name=scope)
 
 
 def leaky_relu(features, alpha=0.2, name=None) -> Tensor:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mpiflow as mf
-from tests.ops.gradcheck import check_forward
+from tests.ops.gradcheck import GradCase, check_forward, check_gradient
 
 R = np.random.default_rng(23)
 
@@ -60,3 +60,86 @@ def test_round_and_ceil_have_no_gradient_as_in_tensorflow():
         x = mf.placeholder(mf.float64, [3])
         assert mf.gradients(mf.round(x), x) == [None]
         assert mf.gradients(mf.ceil(x), x) == [None]
+
+
+
+# -- expm1, softsign, selu, log_sigmoid --------------------------------------------------
+
+X = np.array([-100.0, -20.0, -3.5, -1.0, -0.25, 0.0, 0.3, 2.0, 20.0, 100.0])
+
+# What TensorFlow 2.x (tf.compat.v1 graph, CPU) gave for X in float64: (values, gradients).
+TF_FLOAT64 = {
+    "expm1": (mf.expm1,
+        [-1.0, -0.9999999979388464, -0.9698026165776815, -0.6321205588285577, -0.22119921692859512, 0.0, 0.34985880757600313, 6.389056098930652, 485165194.4097903, 2.6881171418161356e+43],
+        [3.7200759760208356e-44, 2.061153622438558e-09, 0.0301973834223185, 0.3678794411714423, 0.7788007830714049, 1.0, 1.3498588075760032, 7.38905609893065, 485165195.4097903, 2.6881171418161356e+43]),
+    "softsign": (mf.nn.softsign,
+        [-0.9900990099009901, -0.9523809523809523, -0.7777777777777778, -0.5, -0.2, 0.0, 0.23076923076923075, 0.6666666666666666, 0.9523809523809523, 0.9900990099009901],
+        [9.802960494069208e-05, 0.0022675736961451248, 0.04938271604938271, 0.25, 0.64, 1.0, 0.5917159763313609, 0.1111111111111111, 0.0022675736961451248, 9.802960494069208e-05]),
+    "selu": (mf.nn.selu,
+        [-1.7580993408473768, -1.7580993372236642, -1.7050093409572833, -1.1113307378125628, -0.388890197478119, 0.0, 0.31521029620664415, 2.101401974710961, 21.014019747109607, 105.07009873554804],
+        [0.0, 3.6237126632698846e-09, 0.05308999989009355, 0.6467686030348141, 1.369209143369258, 1.0507009873554805, 1.0507009873554805, 1.0507009873554805, 1.0507009873554805, 1.0507009873554805]),
+    "log_sigmoid": (mf.log_sigmoid,
+        [-100.0, -20.000000002061153, -3.5297504182726205, -1.3132616875182228, -0.8259394198788433, -0.6931471805599453, -0.5543552444685271, -0.1269280110429725, -2.061153620314381e-09, -3.720075976020836e-44],
+        [1.0, 0.9999999979388464, 0.9706877692486436, 0.7310585786300049, 0.5621765008857981, 0.5, 0.425557483188341, 0.11920292202211755, 2.0611536181902033e-09, 3.720075976020836e-44]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TF_FLOAT64))
+def test_values_and_gradients_match_tensorflow(name):
+    fn, values, grads = TF_FLOAT64[name]
+    check_forward(fn, [X], values, rtol=1e-14, atol=0)
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float64, [X.size])
+        grad = mf.gradients(fn(x), x)[0]
+        with mf.Session() as sess:
+            got = sess.run(grad, {x: X})
+    np.testing.assert_allclose(got, grads, rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("fn,ref", [
+    (mf.expm1, np.expm1),
+    (mf.nn.softsign, lambda v: v / (1 + np.abs(v))),
+    (mf.log_sigmoid, lambda v: -np.logaddexp(0, -v)),
+])
+def test_float32_and_empty_inputs(fn, ref):
+    x = X.astype(np.float32)
+    with np.errstate(over="ignore"):
+        expected = ref(x)
+    check_forward(fn, [x], expected, rtol=1e-6, atol=1e-30)
+    check_forward(fn, [np.zeros((0, 4), np.float32)], np.zeros((0, 4), np.float32))
+
+
+def test_selu_float32_uses_tensorflows_constants():
+    x = X.astype(np.float32)
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    expected = np.where(x > 0, scale * x, scale * alpha * np.expm1(np.minimum(x, 0)))
+    check_forward(mf.nn.selu, [x], expected.astype(np.float32), rtol=1e-6)
+    check_forward(mf.nn.selu, [np.zeros((3, 0), np.float32)], np.zeros((3, 0), np.float32))
+
+
+def test_log_sigmoid_does_not_overflow():
+    # log(sigmoid(x)) in the naive form is log(0) = -inf at -800 (exp(800) overflows).
+    check_forward(mf.log_sigmoid, [np.array([-800.0, 800.0])], [-800.0, 0.0])
+
+
+def test_the_activations_refuse_integers_as_tensorflow():
+    for fn in (mf.expm1, mf.nn.softsign, mf.nn.selu):
+        with mf.Graph().as_default(), \
+                pytest.raises(mf.errors.InvalidArgumentError, match="Unsupported dtype"):
+            fn(mf.constant([1, 2]))
+
+
+GRAD_CASES += [
+    GradCase("expm1", mf.expm1, [arr(3, 4) * 3]),
+    GradCase("softsign", mf.nn.softsign, [arr(3, 4) * 4]),
+    # away from 0 (the kink of selu)
+    GradCase("selu", mf.nn.selu, [np.array([[-3.0, -0.7, -0.05], [0.04, 0.8, 2.5]])]),
+    GradCase("log_sigmoid", mf.log_sigmoid, [arr(2, 5) * 6]),
+]
+
+# (later ops' cases go above this line)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
+def test_gradient_matches_finite_differences(case):
+    check_gradient(case)
