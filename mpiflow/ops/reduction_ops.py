@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops
@@ -309,6 +310,34 @@ reduce_mean = _reduction("Mean")
 reduce_max = _reduction("Max")
 reduce_min = _reduction("Min")
 reduce_prod = _reduction("Prod")
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None,
+                     reduction_indices=None, keep_dims=None):
+    """Return log(sum(exp(x))) over ``axis`` (all axes for None), as TensorFlow computes it:
+    the max is subtracted first (no overflow) and added back, a max that is not finite
+    counts as 0, so a row of all -inf gives -inf (and an empty one -inf) and a row with
+    +inf gives inf. The max is a constant to the gradient: the gradient is the softmax of
+    the row (NaN for a row of all -inf, as in TensorFlow)."""
+    from mpiflow.framework.scopes import name_scope
+    from mpiflow.ops.array_ops import reshape
+    from mpiflow.ops.control_ops import stop_gradient
+    with name_scope(name, "ReduceLogSumExp", [input_tensor]) as scope:
+        x = convert_to_tensor(input_tensor)
+        if not x.dtype.is_floating:
+            raise errors.InvalidArgumentError(
+                f"reduce_logsumexp needs a floating tensor, got {x.dtype.name} (as "
+                "TensorFlow, which has no integer kernel for it)")
+        keep = bool(keepdims if keepdims is not None else (keep_dims or False))
+        axis = axis if axis is not None else reduction_indices
+        raw_max = reduce_max(x, axis=axis, keepdims=True)
+        my_max = stop_gradient(math_ops.where(math_ops.is_finite(raw_max), raw_max,
+                                              math_ops.zeros_like(raw_max)))
+        result = math_ops.log(reduce_sum(math_ops.exp(math_ops.subtract(x, my_max)),
+                                         axis=axis, keepdims=keep))
+        if not keep:
+            my_max = reshape(my_max, math_ops.shape(result))
+        return math_ops.add(result, my_max, name=scope)
 
 
 class _ArgReduce(OpDef):

@@ -137,6 +137,68 @@ GRAD_CASES += [
     GradCase("log_sigmoid", mf.log_sigmoid, [arr(2, 5) * 6]),
 ]
 
+# -- reduce_logsumexp ---------------------------------------------------------------------
+
+LSE_IN = np.array([[1.0, 2.0, 3.0, -1.0], [-np.inf] * 4, [np.inf, 1.0, 2.0, 0.0],
+                   [800.0, 799.0, -5.0, 0.0]])
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    # TensorFlow's values for LSE_IN (a row of all -inf gives -inf, one with inf gives inf,
+    # 800 does not overflow).
+    ({"axis": 1}, [3.4197166463153397, -np.inf, np.inf, 800.3132616875182]),
+    ({"axis": 0}, [np.inf, 799.0, 3.313506900283053, 0.861994804058251]),
+    ({}, np.inf),
+    ({"axis": 1, "keepdims": True},
+     [[3.4197166463153397], [-np.inf], [np.inf], [800.3132616875182]]),
+    ({"axis": [0, 1], "keepdims": True}, [[np.inf]]),
+    ({"reduction_indices": -1, "keep_dims": False},
+     [3.4197166463153397, -np.inf, np.inf, 800.3132616875182]),
+])
+def test_reduce_logsumexp_matches_tensorflow(kwargs, expected):
+    check_forward(lambda a: mf.reduce_logsumexp(a, **kwargs), [LSE_IN], expected,
+                  rtol=1e-14, atol=0)
+
+
+def test_reduce_logsumexp_float32_and_empty():
+    x = R.uniform(-50, 50, size=(3, 5)).astype(np.float32)
+    m = x.max(axis=1, keepdims=True)
+    expected = (np.log(np.exp(x - m).sum(axis=1, keepdims=True)) + m)[:, 0]
+    check_forward(lambda a: mf.reduce_logsumexp(a, axis=1), [x], expected, rtol=1e-6)
+    # Nothing to sum: log(0) = -inf, as TensorFlow; an empty result stays empty.
+    empty = np.zeros((0, 3))
+    check_forward(lambda a: mf.reduce_logsumexp(a, axis=0), [empty], [-np.inf] * 3)
+    check_forward(lambda a: mf.reduce_logsumexp(a, axis=1), [empty], np.zeros(0))
+    check_forward(mf.reduce_logsumexp, [empty], -np.inf)
+
+
+def test_reduce_logsumexp_gradient_is_the_softmax_of_the_row_as_tensorflow():
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float64, [4, 4])
+        grad = mf.gradients(mf.reduce_logsumexp(x, axis=1), x)[0]
+        with mf.Session() as sess:
+            got = sess.run(grad, {x: LSE_IN})
+    # TensorFlow's: NaN for the row of all -inf and at the +inf entry.
+    nan = np.nan
+    np.testing.assert_allclose(got, [
+        [0.0889468172974043, 0.24178251715880072, 0.6572330228318554, 0.012037642711939451],
+        [nan, nan, nan, nan], [nan, 0.0, 0.0, 0.0],
+        [0.7310585786300049, 0.2689414213699951, 0.0, 0.0]], rtol=1e-14, atol=1e-300)
+
+
+def test_reduce_logsumexp_refuses_integers_as_tensorflow():
+    with mf.Graph().as_default(), pytest.raises(mf.errors.InvalidArgumentError):
+        mf.reduce_logsumexp(mf.constant([1, 2]))
+
+
+GRAD_CASES += [
+    GradCase("reduce_logsumexp_axis", lambda a: mf.reduce_logsumexp(a, axis=1), [arr(3, 4) * 5]),
+    GradCase("reduce_logsumexp_all_keepdims",
+             lambda a: mf.reduce_logsumexp(a, keepdims=True), [arr(2, 3) * 5]),
+    GradCase("reduce_logsumexp_large", lambda a: mf.reduce_logsumexp(a, axis=0),
+             [arr(3, 2) + 700.0]),
+]
+
 # (later ops' cases go above this line)
 
 
