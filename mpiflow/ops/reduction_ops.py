@@ -401,3 +401,82 @@ def count_nonzero(input_tensor, axis=None, keepdims=False, dtype=dtypes.int64, n
     x = convert_to_tensor(input_tensor)
     nz = math_ops.cast(math_ops.not_equal(x, math_ops.zeros_like(x)), dtype)
     return reduce_sum(nz, axis=axis, keepdims=keepdims, name=name)
+
+
+# -- cumulative sums and products --------------------------------------------------------
+
+_SCAN_ATTRS = {"axis": 0, "exclusive": False, "reverse": False}
+
+
+class _ScanOp(OpDef):
+    """Cumsum and Cumprod along ``axis``: ``exclusive`` leaves each element out of its own
+    entry (the first entry is 0, or 1), ``reverse`` runs from the end, as TensorFlow's."""
+
+    method = None
+    identity = None
+
+    def infer(self, b):
+        require_dtype(b, 0, is_numeric)
+        s = b.shape(0)
+        if s.ndims is not None:
+            if s.ndims == 0:
+                raise b.error(f"{b.type} needs a tensor of rank >= 1", got=s)
+            normalize_axis(b, b.attrs["axis"], s.ndims)
+        return [(b.dtype(0), s)]
+
+    def forward(self, xp, ctx, x):
+        axis = ctx.attrs["axis"] % x.ndim
+        if ctx.attrs["reverse"]:
+            x = xp.flip(x, axis)
+        out = getattr(xp, self.method)(x, axis=axis, dtype=x.dtype)
+        if ctx.attrs["exclusive"]:
+            shifted = xp.empty_like(out)
+            head = (slice(None),) * axis
+            shifted[head + (slice(0, 1),)] = self.identity
+            shifted[head + (slice(1, None),)] = out[head + (slice(0, -1),)]
+            out = shifted
+        if ctx.attrs["reverse"]:
+            out = xp.flip(out, axis)
+        return xp.ascontiguousarray(out)
+
+
+@register_op("Cumsum", attrs=_SCAN_ATTRS)
+class CumsumOp(_ScanOp):
+    method, identity = "cumsum", 0
+
+    def gradient(self, op, g):
+        return [cumsum(g, op.get_attr("axis"), exclusive=op.get_attr("exclusive"),
+                       reverse=not op.get_attr("reverse"))]
+
+
+@register_op("Cumprod", attrs=_SCAN_ATTRS)
+class CumprodOp(_ScanOp):
+    method, identity = "cumprod", 1
+
+    def gradient(self, op, g):
+        # TensorFlow's: the reverse cumsum of prod * g, divided by x, where x is 0 giving 0
+        # (div_no_nan; not the true derivative there, as in TensorFlow).
+        x = op.inputs[0]
+        axis, exclusive, reverse = (op.get_attr(k) for k in ("axis", "exclusive", "reverse"))
+        prod = cumprod(x, axis, exclusive=exclusive, reverse=reverse)
+        out = cumsum(math_ops.multiply(prod, g), axis, exclusive=exclusive,
+                     reverse=not reverse)
+        return [math_ops.div_no_nan(out, x)]
+
+
+def _scan(type_name, what):
+    def fn(x, axis=0, exclusive=False, reverse=False, name=None):
+        from mpiflow.ops.array_ops import static_axis
+        return apply_op(type_name, [convert_to_tensor(x)],
+                        {"axis": static_axis(axis, f"{what} axis"),
+                         "exclusive": bool(exclusive), "reverse": bool(reverse)},
+                        name=name).outputs[0]
+    fn.__name__ = fn.__qualname__ = what
+    fn.__doc__ = (f"Return the cumulative {'sum' if type_name == 'Cumsum' else 'product'} "
+                  "of ``x`` along ``axis`` (a constant): ``exclusive`` leaves each element out "
+                  "of its own entry, ``reverse`` runs from the end.")
+    return fn
+
+
+cumsum = _scan("Cumsum", "cumsum")
+cumprod = _scan("Cumprod", "cumprod")

@@ -199,6 +199,104 @@ GRAD_CASES += [
              [arr(3, 2) + 700.0]),
 ]
 
+# -- cumsum and cumprod ------------------------------------------------------------------
+
+SCAN_IN = np.array([[2.0, 0.0, 3.0, -1.0], [0.5, 1.5, -2.0, 4.0]])
+SCAN_WEIGHTS = np.array([[1.0, 2.0, 3.0, 4.0], [-1.0, 0.5, 2.0, 1.0]])
+
+# TensorFlow's values of tf.math.cumsum / cumprod(SCAN_IN, axis, exclusive, reverse) and
+# the gradients of reduce_sum(that * SCAN_WEIGHTS); cumprod's at the 0 of SCAN_IN are
+# TensorFlow's (div_no_nan there gives 0, not the true derivative).
+TF_SCANS = [
+    ("cumsum", 1, False, False, [[2.0, 2.0, 5.0, 4.0], [0.5, 2.0, 0.0, 4.0]],
+     [[10.0, 9.0, 7.0, 4.0], [2.5, 3.5, 3.0, 1.0]]),
+    ("cumsum", 1, False, True, [[4.0, 2.0, 2.0, -1.0], [4.0, 3.5, 2.0, 4.0]],
+     [[1.0, 3.0, 6.0, 10.0], [-1.0, -0.5, 1.5, 2.5]]),
+    ("cumsum", 1, True, False, [[0.0, 2.0, 2.0, 5.0], [0.0, 0.5, 2.0, 0.0]],
+     [[9.0, 7.0, 4.0, 0.0], [3.5, 3.0, 1.0, 0.0]]),
+    ("cumsum", 1, True, True, [[2.0, 2.0, -1.0, 0.0], [3.5, 2.0, 4.0, 0.0]],
+     [[0.0, 1.0, 3.0, 6.0], [0.0, -1.0, -0.5, 1.5]]),
+    ("cumsum", 0, False, False, [[2.0, 0.0, 3.0, -1.0], [2.5, 1.5, 1.0, 3.0]],
+     [[0.0, 2.5, 5.0, 5.0], [-1.0, 0.5, 2.0, 1.0]]),
+    ("cumsum", 0, False, True, [[2.5, 1.5, 1.0, 3.0], [0.5, 1.5, -2.0, 4.0]],
+     [[1.0, 2.0, 3.0, 4.0], [0.0, 2.5, 5.0, 5.0]]),
+    ("cumsum", 0, True, False, [[0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 3.0, -1.0]],
+     [[-1.0, 0.5, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0]]),
+    ("cumsum", 0, True, True, [[0.5, 1.5, -2.0, 4.0], [0.0, 0.0, 0.0, 0.0]],
+     [[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]]),
+    ("cumprod", 1, False, False, [[2.0, 0.0, 0.0, -0.0], [0.5, 0.75, -1.5, -6.0]],
+     [[1.0, 0.0, 0.0, -0.0], [-18.25, -5.75, 4.5, -1.5]]),
+    ("cumprod", 1, False, True, [[-0.0, -0.0, -3.0, -1.0], [-6.0, -12.0, -8.0, 4.0]],
+     [[0.0, 0.0, -3.0, 13.0], [12.0, 0.0, 8.0, -3.0]]),
+    ("cumprod", 1, True, False, [[1.0, 2.0, 0.0, 0.0], [1.0, 0.5, 0.75, -1.5]],
+     [[2.0, 0.0, 0.0, -0.0], [0.5, 0.0, 0.75, 0.0]]),
+    ("cumprod", 1, True, True, [[-0.0, -3.0, -1.0, 1.0], [-12.0, -8.0, 4.0, 1.0]],
+     [[0.0, 0.0, -2.0, 9.0], [0.0, 8.0, -4.0, 4.0]]),
+    ("cumprod", 0, False, False, [[2.0, 0.0, 3.0, -1.0], [1.0, 0.0, -6.0, -4.0]],
+     [[0.5, 0.0, -1.0, 8.0], [-2.0, 0.0, 6.0, -1.0]]),
+    ("cumprod", 0, False, True, [[1.0, 0.0, -6.0, -4.0], [0.5, 1.5, -2.0, 4.0]],
+     [[0.5, 0.0, -6.0, 16.0], [1.0, 0.5, 11.0, -3.0]]),
+    ("cumprod", 0, True, False, [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 3.0, -1.0]],
+     [[-1.0, 0.0, 2.0, 1.0], [0.0, 0.0, -0.0, 0.0]]),
+    ("cumprod", 0, True, True, [[0.5, 1.5, -2.0, 4.0], [1.0, 1.0, 1.0, 1.0]],
+     [[0.0, 0.0, 0.0, -0.0], [1.0, 2.0, 3.0, 4.0]]),
+]
+
+
+@pytest.mark.parametrize("fn,axis,exclusive,reverse,values,grads", TF_SCANS)
+def test_cumsum_and_cumprod_match_tensorflow(fn, axis, exclusive, reverse, values, grads):
+    scan = getattr(mf, fn)
+    kw = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    check_forward(lambda a: scan(a, **kw), [SCAN_IN], values, rtol=1e-14, atol=0)
+    with mf.Graph().as_default():
+        x = mf.placeholder(mf.float64, [2, 4])
+        grad = mf.gradients(mf.reduce_sum(scan(x, **kw) * SCAN_WEIGHTS), x)[0]
+        with mf.Session() as sess:
+            got = sess.run(grad, {x: SCAN_IN})
+    np.testing.assert_allclose(got, grads, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8, np.uint8, np.float32])
+def test_scans_keep_the_dtype(dtype):
+    x = np.array([[1, 2, 3], [4, 5, 6]], dtype)
+    check_forward(lambda a: mf.cumsum(a, axis=1), [x], np.cumsum(x, axis=1, dtype=dtype))
+    check_forward(lambda a: mf.cumprod(a, axis=-1, exclusive=True),
+                  [x], np.array([[1, 1, 2], [1, 4, 20]], dtype))
+    check_forward(lambda a: mf.cumsum(a, exclusive=True, reverse=True),
+                  [x], np.array([[4, 5, 6], [0, 0, 0]], dtype))
+
+
+def test_scans_of_empty_tensors():
+    for shape in [(0,), (0, 3), (3, 0)]:
+        for axis in range(len(shape)):
+            for exclusive in (False, True):
+                empty = np.zeros(shape)
+                check_forward(lambda a, axis=axis, ex=exclusive: mf.cumsum(
+                    a, axis=axis, exclusive=ex), [empty], empty)
+                check_forward(lambda a, axis=axis, ex=exclusive: mf.cumprod(
+                    a, axis=axis, exclusive=ex, reverse=True), [empty], empty)
+
+
+def test_scans_refuse_scalars_bools_and_an_axis_out_of_range():
+    with mf.Graph().as_default():
+        for bad in (lambda: mf.cumsum(mf.constant(1.0)),
+                    lambda: mf.cumprod(mf.constant([True, False])),
+                    lambda: mf.cumsum(mf.constant([[1.0]]), axis=2)):
+            with pytest.raises(mf.errors.InvalidArgumentError):
+                bad()
+
+
+GRAD_CASES += [
+    GradCase("cumsum", lambda a: mf.cumsum(a, axis=1), [arr(3, 4)]),
+    GradCase("cumsum_exclusive_reverse",
+             lambda a: mf.cumsum(a, axis=0, exclusive=True, reverse=True), [arr(3, 4)]),
+    # cumprod away from 0 (TensorFlow's gradient divides by x)
+    GradCase("cumprod", lambda a: mf.cumprod(a, axis=1), [arr(3, 4, low=0.5, high=1.5)]),
+    GradCase("cumprod_exclusive_reverse",
+             lambda a: mf.cumprod(a, axis=-1, exclusive=True, reverse=True),
+             [arr(2, 5, low=0.5, high=1.5) * np.sign(arr(2, 5))]),
+]
+
 # (later ops' cases go above this line)
 
 
