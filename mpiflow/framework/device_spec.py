@@ -39,9 +39,17 @@ class DeviceSpec:
         if not isinstance(spec, str):
             raise errors.InvalidArgumentError(
                 f"Device must be a string, DeviceSpec or device function, got {spec!r}")
+        seen_device = False
         for part in filter(None, spec.strip().split("/")):
             field = _FIELD.match(part)
             legacy = _LEGACY.match(part)
+            if legacy or (field and field.group(1) == "device"):
+                # TensorFlow refuses a second device part, even one naming the same type.
+                if seen_device:
+                    raise errors.InvalidArgumentError(
+                        f"Invalid device '{spec}': expected at most one device part "
+                        f"(/device:CPU:N or /cpu:N), got a second one, '{part}'")
+                seen_device = True
             if legacy:
                 self._set_device(legacy.group(1), legacy.group(2), spec)
             elif field and field.group(1) == "device":
@@ -54,6 +62,10 @@ class DeviceSpec:
             elif field:
                 name, value = field.groups()
                 if name == "job":
+                    if ":" in value:
+                        raise errors.InvalidArgumentError(
+                            f"Invalid device '{spec}': expected /job:NAME with no ':' in "
+                            f"NAME, got '{part}'")
                     self.job = value
                 else:
                     if not value.isdigit():
@@ -70,6 +82,19 @@ class DeviceSpec:
     def _set_device(self, kind, index, spec):
         self.device_type = kind.upper()
         self.device_index = None if index in (None, "*") else int(index)
+
+    def replace(self, **kwargs) -> DeviceSpec:
+        """Return a new spec with the given fields (``job``, ``replica``, ``task``,
+        ``device_type``, ``device_index``) set to new values (None clears one); this spec
+        is unchanged."""
+        unknown = sorted(set(kwargs) - set(self.__slots__))
+        if unknown:
+            raise TypeError(f"DeviceSpec.replace() got unexpected keyword argument(s) "
+                            f"{', '.join(unknown)}; expected some of "
+                            f"{', '.join(self.__slots__)}")
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(kwargs)
+        return DeviceSpec(**fields)
 
     def merge_from(self, other: "DeviceSpec") -> "DeviceSpec":
         """Override this spec's fields with the fields ``other`` sets; return self."""
