@@ -31,9 +31,10 @@ def _element_size(dtype, bytes_per_string_element) -> int:
     return dtypes.as_dtype(dtype).size
 
 
-def _check_count(value, what, who):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise errors.InvalidArgumentError(f"{who}: {what} must be an integer >= 1, got {value!r}")
+def _check_count(value, what, who, least=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise errors.InvalidArgumentError(
+            f"{who}: {what} must be an integer >= {least}, got {value!r}")
     return int(value)
 
 
@@ -55,9 +56,10 @@ def min_max_variable_partitioner(max_partitions: int = 1, axis: int = 0,
                                  min_slice_size: int = 256 << 10,
                                  bytes_per_string_element: int = 16) -> Callable:
     """Return a partitioner giving each part at least ``min_slice_size`` bytes, with at
-    most ``max_partitions`` parts (and no more than the axis has rows)."""
+    most ``max_partitions`` parts (and no more than the axis has rows). As in TensorFlow,
+    every variable has at least one part, so ``max_partitions=0`` gives one part."""
     who = "min_max_variable_partitioner"
-    max_partitions = _check_count(max_partitions, "max_partitions", who)
+    max_partitions = _check_count(max_partitions, "max_partitions", who, least=0)
     min_slice_size = _check_count(min_slice_size, "min_slice_size", who)
 
     def _partitioner(shape, dtype=dtypes.float32, **unused):
@@ -75,13 +77,14 @@ def variable_axis_size_partitioner(max_shard_bytes: int, axis: int = 0,
                                    bytes_per_string_element: int = 16,
                                    max_shards: int | None = None) -> Callable:
     """Return a partitioner keeping each part under ``max_shard_bytes`` by cutting ``axis``
-    (one row per part at most; ``max_shards`` caps the count and wins)."""
+    (one row per part at most; ``max_shards`` caps the count and wins; as in TensorFlow,
+    ``max_shards=0`` sets no cap, like None)."""
     who = "variable_axis_size_partitioner"
     max_shard_bytes = _check_count(max_shard_bytes, "max_shard_bytes", who)
     bytes_per_string_element = _check_count(bytes_per_string_element,
                                             "bytes_per_string_element", who)
     if max_shards is not None:
-        max_shards = _check_count(max_shards, "max_shards", who)
+        max_shards = _check_count(max_shards, "max_shards", who, least=0)
 
     def _partitioner(shape, dtype=dtypes.float32, **unused):
         shape = TensorShape(shape)

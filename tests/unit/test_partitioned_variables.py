@@ -207,6 +207,19 @@ def test_variable_axis_size_partitioner_keeps_shards_under_the_byte_limit():
         variable_axis(0)
 
 
+def test_zero_max_shards_and_max_partitions_behave_as_in_tensorflow():
+    # TF: max_shards=0 is no cap (as None); max_partitions=0 still gives one part.
+    shape = TensorShape([10, 3])               # 12 bytes per row of float32
+    assert variable_axis(4, max_shards=0)(shape=shape, dtype=mf.float32) == [10, 1]
+    assert variable_axis(4, max_shards=None)(shape=shape, dtype=mf.float32) == [10, 1]
+    assert mf.min_max_variable_partitioner(max_partitions=0)(
+        shape=shape, dtype=mf.float32) == [1, 1]
+    assert mf.min_max_variable_partitioner(max_partitions=0, min_slice_size=1)(
+        shape=shape, dtype=mf.float32) == [1, 1]
+    with pytest.raises(mf.errors.InvalidArgumentError, match="max_shards"):
+        variable_axis(4, max_shards=-1)        # TF: "max_shards must be positive"
+
+
 def variable_axis(max_shard_bytes, **kwargs):
     return mf.variable_axis_size_partitioner(max_shard_bytes, **kwargs)
 
