@@ -76,6 +76,20 @@ def _check_every_rank_agrees(service, cluster) -> None:
                     "cluster")
 
 
+# The protocols TF1 servers were built with: gRPC, and the contrib transports layered on
+# it. mpiflow takes them so a TF1 script runs unchanged, and ignores them: MPI carries every
+# task's traffic. TensorFlow refuses any other name (NotFoundError: no server factory).
+KNOWN_PROTOCOLS = ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr")
+
+
+def _check_protocol(protocol) -> None:
+    if protocol is not None and protocol not in KNOWN_PROTOCOLS:
+        raise errors.NotFoundError(
+            f"tf.train.Server: unknown protocol {protocol!r}: expected None or one of "
+            f"{', '.join(repr(p) for p in KNOWN_PROTOCOLS)} (accepted and ignored: MPI "
+            f"carries the traffic between tasks)")
+
+
 class Server:
     """A TF1 ``tf.train.Server`` for the MPI rank this process is.
 
@@ -84,7 +98,9 @@ class Server:
             the ``as_cluster_def()`` form), or another Server's ``server_def``.
         job_name, task_index: optional; each one given must match this rank's task (the
             launch decides it, so leaving ``task_index`` out is never ambiguous).
-        protocol: kept in ``server_def``; every task talks over MPI whatever it says.
+        protocol: None or a protocol TF1 knows (``"grpc"``, ``"grpc+verbs"``,
+            ``"grpc+mpi"``, ``"grpc+gdr"``), kept in ``server_def`` and otherwise ignored:
+            every task talks over MPI. Another name raises ``NotFoundError``, as in TF.
         config: an ``mf.ConfigProto`` used as the default for sessions on ``target``.
     """
 
@@ -97,6 +113,7 @@ class Server:
             protocol = definition.get("protocol") if protocol is None else protocol
             config = definition.get("default_session_config") if config is None else config
             definition = definition["cluster"]
+        _check_protocol(protocol)
         cluster = definition if isinstance(definition, ClusterSpec) \
             else ClusterSpec(definition)
         service = rank_service()

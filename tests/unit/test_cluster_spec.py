@@ -315,3 +315,16 @@ def test_cluster_spec_takes_its_cluster_def_as_tensorflow_takes_a_cluster_def(cl
     # A job that is really named "job" (addresses, not dicts) stays a job.
     assert ClusterSpec({"job": ["a:1"]}).as_dict() == {"job": ["a:1"]}
     assert ClusterSpec({"job": []}).jobs == ["job"]
+
+
+@pytest.mark.parametrize("protocol", [None, "grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"])
+def test_server_takes_the_protocols_tf1_knows_and_keeps_them(protocol):
+    server = mf.train.Server({"worker": ["localhost:2222"]}, protocol=protocol)
+    assert server.server_def["protocol"] == protocol
+
+
+@pytest.mark.parametrize("protocol", ["bogus", "", "GRPC", "http"])
+def test_server_refuses_a_protocol_tensorflow_does_not_know(protocol):
+    with pytest.raises(mf.errors.NotFoundError,
+                       match=rf"unknown protocol {protocol!r}: expected None or one of 'grpc'"):
+        mf.train.Server({"worker": ["localhost:2222"]}, protocol=protocol)
