@@ -110,11 +110,43 @@ def message(tf_name: str, known=()) -> str:
     ``known``: the names its namespace has, to point at a near miss (a typo)."""
     hint = _hint(tf_name)
     namespace, _, name = tf_name.rpartition(".")
-    close = difflib.get_close_matches(name, [k for k in known if not k.startswith("_")], n=1)
-    advice = f": {hint}" if hint else (f" (did you mean {namespace}.{close[0]}?)" if close
+    close = _near_miss(name, [k for k in known if not k.startswith("_")])
+    advice = f": {hint}" if hint else (f" (did you mean {namespace}.{close}?)" if close
                                        else "")
     return (f"mpiflow does not support {tf_name}{advice}. What mpiflow supports of the TF1 "
             f"API, and what it offers instead of the rest, is listed in {DOC_PAGE}")
+
+
+def _near_miss(name: str, known) -> str | None:
+    """The known name ``name`` is a typo of, or None: one within a few edits (a letter
+    left out, added, changed or two swapped; one edit per 4 letters, at least one).
+    difflib's ratio alone also pairs unrelated short names (round and group, cumsum and
+    comm, both 0.6), so it only orders the candidates."""
+    limit = max(1, len(name) // 4)
+    best = None
+    for candidate in known:
+        if abs(len(candidate) - len(name)) > limit:
+            continue
+        distance = _edits(name, candidate)
+        if distance <= limit:
+            key = (distance, -difflib.SequenceMatcher(None, name, candidate).ratio(),
+                   candidate)
+            best = min(best, key) if best else key
+    return best[2] if best else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits (insert, delete, substitute, swap two neighbours) turning ``a`` into ``b``."""
+    before, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, before[j - 2] + 1)
+            current.append(cost)
+        before, row = row, current
+    return row[-1]
 
 
 def _hint(tf_name: str) -> str | None:

@@ -87,3 +87,25 @@ def test_a_script_run_as_tensorflow_fails_at_the_unsupported_line():
     assert out.returncode != 0
     assert "line 4" in out.stderr
     assert "UnsupportedAPIError: mpiflow does not support tf.contrib" in out.stderr
+
+
+@pytest.mark.parametrize("use,unrelated", [
+    (lambda: mf.serialize_sparse, "variable_scope"),   # difflib ratio 0.6 once suggested it
+    (lambda: mf.CriticalSection, "get_collection"),
+    (lambda: mf.autograph, "get_default_graph"),
+])
+def test_an_unrelated_name_is_not_suggested(use, unrelated):
+    with pytest.raises(mf.errors.UnsupportedAPIError) as info:
+        use()
+    assert "did you mean" not in str(info.value) and unrelated not in str(info.value)
+
+
+@pytest.mark.parametrize("use,suggested", [
+    (lambda: mf.reduce_sun, r"did you mean tf\.reduce_sum\?"),
+    (lambda: mf.get_varible, r"did you mean tf\.get_variable\?"),
+    (lambda: mf.tahn, r"did you mean tf\.tanh\?"),           # two letters swapped
+    (lambda: mf.train.AdamOptimzer, r"did you mean tf\.train\.AdamOptimizer\?"),
+])
+def test_a_typo_still_gets_the_name_it_misspells(use, suggested):
+    with pytest.raises(mf.errors.UnsupportedAPIError, match=suggested):
+        use()
