@@ -268,8 +268,7 @@ def cpu_share(mine, node_cpu_sets) -> tuple[int, int]:
     """
     mine = frozenset(mine)
     sharers = sum(1 for cpus in node_cpu_sets if cpus & mine) or 1
-    node = frozenset().union(*node_cpu_sets) if node_cpu_sets else mine
-    return max(1, len(mine) // sharers), max(1, len(node | mine))
+    return max(1, len(mine) // sharers), max(1, len(mine.union(*node_cpu_sets)))
 
 
 def this_process_cpus() -> frozenset:

@@ -116,14 +116,10 @@ def _sign_check(compare, default_name):
     return check
 
 
-assert_positive = _sign_check(lambda x, zero, **kw: assert_greater(x, zero, **kw),
-                              "assert_positive")
-assert_negative = _sign_check(lambda x, zero, **kw: assert_less(x, zero, **kw),
-                              "assert_negative")
-assert_non_negative = _sign_check(lambda x, zero, **kw: assert_greater_equal(x, zero, **kw),
-                                  "assert_non_negative")
-assert_non_positive = _sign_check(lambda x, zero, **kw: assert_less_equal(x, zero, **kw),
-                                  "assert_non_positive")
+assert_positive = _sign_check(assert_greater, "assert_positive")
+assert_negative = _sign_check(assert_less, "assert_negative")
+assert_non_negative = _sign_check(assert_greater_equal, "assert_non_negative")
+assert_non_positive = _sign_check(assert_less_equal, "assert_non_positive")
 
 
 def assert_rank(x, rank, message=None, name=None) -> Operation:

@@ -140,34 +140,26 @@ def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Ten
     return constant(value, dtype=dtype, name=name or "Const")
 
 
+def _tensors_in(value):
+    """The Tensors (and Variables) nested lists or tuples ``value`` hold, in order."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif is_tensor_like(value):
+        yield value
+
+
 def holds_tensor(value) -> bool:
     """Whether nested lists or tuples ``value`` hold a Tensor (or a Variable) anywhere."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif is_tensor_like(item):
-            return True
-    return False
-
-
-def _first_tensor_dtype(value):
-    stack = [value]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, (list, tuple)):
-            stack[:0] = list(item)
-        elif is_tensor_like(item):
-            return convert_to_tensor(item).dtype
-    return None
+    return next(_tensors_in(value), None) is not None
 
 
 def _packed(value, dtype, name) -> Tensor:
     """Stack nested lists of tensors and numbers into one tensor, as TensorFlow converts
     ``[t, 2.0]`` or ``[[a, b], [c, d]]``: the numbers take the tensors' dtype (the first
     one's, or ``dtype``), and every tensor must have it."""
-    target = dtypes.as_dtype(dtype) if dtype is not None else _first_tensor_dtype(value)
+    target = dtypes.as_dtype(dtype) if dtype is not None else \
+        convert_to_tensor(next(_tensors_in(value))).dtype
     parts = []
     for i, item in enumerate(value):
         if isinstance(item, (list, tuple)) and holds_tensor(item):

@@ -138,15 +138,22 @@ def _binary_grad(op, gx, gy):
 
 
 def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None,
-              divides=False):
+              divides=False, kernel=None):
     """Register a broadcasting binary op whose kernel is one numpy/cupy ufunc.
 
     ``divides``: y is a divisor, and an integer one of 0 is an error naming the op, as in
     TensorFlow's CPU kernels (numpy gives 0, a silently wrong result, with a warning the
     executor silences). A GPU kernel does not read the divisor back to check it (that
     would wait for the device at every step), as TensorFlow's GPU kernels do not.
+    ``kernel(xp, x, y, out)``: the formula, where the ufunc alone is not it for every
+    dtype (``out`` None or a donated buffer, as the ufunc takes it).
     """
     name = ufunc.__name__
+
+    def apply(xp, x, y, out=None):
+        if kernel is not None:
+            return kernel(xp, x, y, out)
+        return getattr(xp, name)(x, y) if out is None else getattr(xp, name)(x, y, out=out)
 
     class Op(_Binary):
         fusable = True
@@ -157,8 +164,8 @@ def _ufunc_op(type_name, ufunc, grad_fn=None, allowed=is_numeric, out_dtype=None
             if ctx.donated:
                 out = donated_out(ctx, x, y)
                 if out is not None:
-                    return getattr(xp, name)(x, y, out=out)
-            return getattr(xp, name)(x, y)
+                    return apply(xp, x, y, out)
+            return apply(xp, x, y)
     if divides:
         plain = Op.forward
 
@@ -252,23 +259,18 @@ _ufunc_op("RealDiv", np.divide, _div_grad, allowed=_real_div_dtype)
 _ufunc_op("Pow", np.power, _pow_grad)
 _ufunc_op("Maximum", np.maximum, _maximum_grad)
 _ufunc_op("Minimum", np.minimum, _minimum_grad)
-_FloorDivOp = _ufunc_op("FloorDiv", np.floor_divide, divides=True)
 
 
-def _floor_of_quotient(integer_forward):
-    """FloorDiv of floats as TensorFlow's, floor(x / y): numpy's floor_divide rounds
-    through fmod, so 7 // 0.1 is 69 (TensorFlow: 70), -5 // inf is -1 (-0) and
-    inf // 2 NaN (inf). Integers keep ``integer_forward``."""
-    def forward(self, xp, ctx, x, y):
-        if x.dtype.kind == "f":
-            return xp.floor(xp.divide(x, y))
-        return integer_forward(self, xp, ctx, x, y)
-    return forward
+def _floor_divide(xp, x, y, out):
+    """FloorDiv as TensorFlow's: floor(x / y) for floats (numpy's floor_divide rounds
+    through fmod, so 7 // 0.1 is 69 (TensorFlow: 70), -5 // inf is -1 (-0) and inf // 2
+    NaN (inf)); integers by numpy's floor_divide, into ``out`` where one is donated."""
+    if x.dtype.kind == "f":
+        return xp.floor(xp.divide(x, y))
+    return xp.floor_divide(x, y) if out is None else xp.floor_divide(x, y, out=out)
 
 
-_FloorDivOp.forward = _floor_of_quotient(_FloorDivOp.forward)
-_FloorDivOp.fusion_forward = _floor_of_quotient(_FloorDivOp.fusion_forward)
-_FloorDivOp.gpu_forward = _floor_of_quotient(_FloorDivOp.gpu_forward)
+_ufunc_op("FloorDiv", np.floor_divide, divides=True, kernel=_floor_divide)
 _ufunc_op("FloorMod", np.remainder, _floormod_grad, divides=True)
 for _type, _fn in (("Equal", np.equal), ("NotEqual", np.not_equal)):
     _ufunc_op(_type, _fn, allowed=lambda dt: True, out_dtype=dtypes.bool_)
