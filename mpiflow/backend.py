@@ -503,6 +503,13 @@ def staged_for_send(array):
     return host
 
 
+def upload_into(device_array, host_array) -> None:
+    """Copy ``host_array`` into ``device_array`` in place (a variable's buffer stays its
+    own), ordered on the current stream before the kernels queued after it."""
+    device_array.set(numpy.ascontiguousarray(host_array),
+                     stream=_cupy.cuda.get_current_stream())
+
+
 def ready_for_mpi(array):
     """Return contiguous device ``array`` once its producing kernels are done (MPI reads
     device memory outside CUDA's stream order, so the stream must be drained first)."""

@@ -99,12 +99,10 @@ NOT_RUN_ON_GPU = {
     **{op: "needs ranks: allreduce mode on GPU workers runs in tests/gpu/test_gpu_mpi.py"
        for op in ("CollectiveAllReduce", "CollectiveFusedAllReduce", "CollectiveFusedAdd",
                   "CollectiveFusedWait")},
-    "CollectiveBroadcastVariable": "needs ranks: tests/gpu/test_gpu_mpi.py's allreduce mode "
-                                   "broadcasts its GPU workers' variables",
-    "CollectiveBroadcast": "needs ranks; no GPU test runs mf.broadcast in a graph (the "
-                           "strategies' GPU broadcast: tests/unit/test_collectives_local.py)",
-    "CollectiveAllGather": "needs ranks; no GPU test runs mf.all_gather in a graph (the "
-                           "strategies' GPU allgather: tests/unit/test_collectives_local.py)",
+    "CollectiveBroadcastVariable": "needs ranks: tests/gpu/test_gpu_mpi.py broadcasts GPU "
+                                   "variables (and its allreduce mode its workers')",
+    **{op: "needs ranks: tests/gpu/test_gpu_mpi.py runs mf.broadcast and mf.all_gather on "
+           "GPU ranks" for op in ("CollectiveBroadcast", "CollectiveAllGather")},
     **{op: "host only (gpu_kernel = False): a record of the global step's ps" for op in (
         "GradientStaleness", "StalenessHistogram", "RecentStaleness", "WorkerRoundRead",
         "WorkerRoundAllRead", "WorkerRoundDone", "WorkerRoundBound", "WorkerClocksRecord")},

@@ -29,18 +29,26 @@ def _evaluate(build, inputs, device, with_gradients):
         with mf.device(device):
             out = build(*phs)
             outs = out if isinstance(out, (list, tuple)) else [out]
-            grads = []
+            grads, weights = [], None
             if with_gradients:
+                # The loss weighs each output element by a fixed random number; an output
+                # whose shape is known only at run time gets its weights fed, once a
+                # forward run has told that shape.
                 wrt = [p for p, v in zip(phs, inputs) if np.asarray(v).dtype.kind == "f"]
-                weights = np.random.default_rng(1).standard_normal(
-                    [d if d is not None else 1 for d in outs[0].shape.as_list()])
-                loss = mf.reduce_sum(outs[0] * mf.constant(weights, dtype=outs[0].dtype))
+                weights = mf.placeholder(outs[0].dtype, outs[0].shape, name="loss_weights")
+                loss = mf.reduce_sum(outs[0] * weights)
                 grads = [densify(g) for g in mf.gradients(loss, wrt) if g is not None]
             init = mf.global_variables_initializer()
         ops = graph.get_operations()[before:]
         with mf.Session(graph=graph) as sess:
             sess.run(init)
-            values = sess.run(list(outs) + grads, dict(zip(phs, inputs)))
+            feed = dict(zip(phs, inputs))
+            if weights is not None:
+                shape = weights.shape.as_list() if weights.shape.is_fully_defined() else \
+                    np.shape(sess.run(outs[0], feed))
+                feed[weights] = np.random.default_rng(1).standard_normal(shape).astype(
+                    weights.dtype.np_dtype)
+            values = sess.run(list(outs) + grads, feed)
     return values[:len(outs)], values[len(outs):], ops
 
 
@@ -107,6 +115,16 @@ def test_every_op_type_runs_on_a_gpu_in_some_case_or_says_why_not():
             covered.update(op.type for op in graph.get_operations())
     missing = sorted(set(registered_op_types()) - covered - set(gpu_cases.NOT_RUN_ON_GPU))
     assert not missing, f"op types no GPU case runs: {missing}"
+
+
+def test_the_comparison_takes_every_case_on_the_cpu():
+    """The comparison's own steps (feeds, the weighted loss, its gradients) run every case
+    here, so that a machine without a GPU finds a case they cannot take before a GPU run
+    does: an output whose shape is known only at run time once failed there alone."""
+    for case in gpu_cases.grad_cases():
+        _evaluate(case.build, case.inputs, "/device:CPU:0", with_gradients=True)
+    for build, inputs in gpu_cases.FORWARD_CASES.values():
+        _evaluate(build, inputs, "/device:CPU:0", with_gradients=False)
 
 
 @needs_gpu

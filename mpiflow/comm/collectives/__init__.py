@@ -122,7 +122,8 @@ def runs_on_gpu(name: str, dtypes) -> bool:
 
 def copy_algorithm(array) -> str:
     """The strategy broadcast and allgather take for ``array``: NCCL for a GPU array (a
-    plan puts such a kernel on the GPU only where ``runs_on_gpu`` says NCCL runs), MPI's
+    plan puts such a kernel on the GPU only where ``runs_on_gpu`` says NCCL runs; a host
+    kernel broadcasting into a GPU variable stages it through host memory first), MPI's
     own for a host array. They reduce nothing, so the ring would add nothing (it copies
     with MPI's calls too), and a size rule could choose differently on ranks whose parts
     of an allgather differ in size."""

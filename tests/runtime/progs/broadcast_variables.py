@@ -3,7 +3,8 @@ each rank starts from values of its own (a 64 MiB table drawn by its initializer
 bias, a bfloat16 one); after the broadcast every rank holds the root's, bit for bit, trains
 on from them, and its peak memory grew by much less than the table (the broadcast wrote
 into the buffers instead of holding a second copy of each).
-Usage: mpiexec -n K python broadcast_variables.py ROOT   (every rank a worker)
+Usage: mpiexec -n K python broadcast_variables.py ROOT [gpu]   (every rank a worker; with
+``gpu`` the variables live on each rank's GPU)
 Prints one JSON line per rank: BROADCAST {...}, each table as its sum and a hash of its
 sample (bit for bit, and short: the launcher interleaves long lines of several ranks).
 """
@@ -40,7 +41,8 @@ def main():
     cluster = mf.train.ClusterSpec.from_mpi(ps=0)
     server = mf.train.Server(cluster)
     task = server.task_index
-    with mf.device(f"/job:worker/task:{task}"):
+    gpu = "/device:GPU:0" if "gpu" in sys.argv[2:] else ""
+    with mf.device(f"/job:worker/task:{task}{gpu}"):
         small = {name: mf.Variable(value, name=name)
                  for name, value in own_values(task).items()}
         table = mf.get_variable("table", [TABLE_ROWS, TABLE_COLS], initializer=(
