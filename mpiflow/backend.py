@@ -506,8 +506,10 @@ def staged_for_send(array):
 def upload_into(device_array, host_array) -> None:
     """Copy ``host_array`` into ``device_array`` in place (a variable's buffer stays its
     own), ordered on the current stream before the kernels queued after it."""
-    device_array.set(numpy.ascontiguousarray(host_array),
-                     stream=_cupy.cuda.get_current_stream())
+    host = numpy.asarray(host_array)
+    if not host.flags.c_contiguous:     # (ascontiguousarray would make a 0-d array 1-d)
+        host = numpy.ascontiguousarray(host)
+    device_array.set(host, stream=_cupy.cuda.get_current_stream())
 
 
 def ready_for_mpi(array):

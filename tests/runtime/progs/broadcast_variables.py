@@ -1,8 +1,8 @@
 """broadcast_variables_op makes every worker's variables the root's, in their own buffers:
 each rank starts from values of its own (a 64 MiB table drawn by its initializer, a small
-bias, a bfloat16 one); after the broadcast every rank holds the root's, bit for bit, trains
-on from them, and its peak memory grew by much less than the table (the broadcast wrote
-into the buffers instead of holding a second copy of each).
+bias, a bfloat16 one, a scalar); after the broadcast every rank holds the root's, bit for
+bit, trains on from them, and its peak memory grew by much less than the table (the
+broadcast wrote into the buffers instead of holding a second copy of each).
 Usage: mpiexec -n K python broadcast_variables.py ROOT [gpu]   (every rank a worker; with
 ``gpu`` the variables live on each rank's GPU)
 Prints one JSON line per rank: BROADCAST {...}, each table as its sum and a hash of its
@@ -24,7 +24,8 @@ TABLE_ROWS, TABLE_COLS = 32768, 512          # float32: 64 MiB
 def own_values(task):
     rng = np.random.default_rng(task)
     return {"bias": rng.standard_normal(7).astype(np.float32),
-            "half": rng.standard_normal(9).astype(mf.bfloat16.as_numpy_dtype)}
+            "half": rng.standard_normal(9).astype(mf.bfloat16.as_numpy_dtype),
+            "scalar": np.asarray(rng.standard_normal(), np.float32)}
 
 
 def table_digest(total, sample):
