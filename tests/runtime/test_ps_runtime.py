@@ -99,6 +99,17 @@ def test_the_many_variables_benchmark_measures_both_sides(run_mpi):
     assert summary["async_of_one_process"] > 0, summary
 
 
+def test_the_one_sided_pull_benchmark_measures_every_way(run_mpi):
+    out = run_mpi(2, BENCHMARKS / "one_sided_pull.py", "--sizes-kib", 64, "--rounds", 1,
+                  "--seconds", 0.05, "--json", timeout=120,
+                  env={"OMP_NUM_THREADS": "1"}).stdout
+    rates = json.loads(out.strip().splitlines()[-1])["64"]
+    assert set(rates) == {"two-sided", "get", "get (Win.Create)", "get, ps busy",
+                          "epoch, ps busy"}, rates
+    # A pull that needs the busy ps may finish only after the round: its rate may be 0.
+    assert all(v > 0 for k, v in rates.items() if k != "get, ps busy"), rates
+
+
 @pytest.mark.parametrize("ranks,args", [(3, []), (4, ["--ps", "2"])])
 def test_mnist_ps_example_trains_to_95_percent(run_mpi, ranks, args):
     out = run_mpi(ranks, EXAMPLES / "mnist_ps.py", "--epochs", 20, *args, timeout=240).stdout
