@@ -12,9 +12,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-import numpy as np
-
-from mpiflow import backend, errors
+from mpiflow import errors
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.array_ops import reshape
 from mpiflow.ops.constant_ops import convert_to_tensor
@@ -296,30 +294,11 @@ class BroadcastVariableOp(_Collective):
         check_ref(b, "variable")
         return [(b.dtype(0), b.shape(0))]
 
-    def prepare(self, ctx):
-        super().prepare(ctx)
-        ctx.staged_into = None
-
     def start(self, ctx, inputs):
         ref = inputs[0]
         root = ctx.attrs["root"]
         buffer = ref.read() if ctx.group.rank == root else ref.get()
-        if ctx.xp is np and backend.is_device_array(buffer):
-            # A GPU variable whose broadcast the plan put on the host (NCCL cannot run
-            # here: ranks share the GPU): the plan copies other collectives' inputs to the
-            # host, but a writer's input is the variable itself, so it is staged here.
-            if ctx.group.rank != root:
-                ctx.staged_into = buffer
-            buffer = backend.to_host(buffer) if ctx.group.rank == root else \
-                np.empty(buffer.shape, buffer.dtype)
-        return ctx.group.broadcast_async(buffer, root, ctx.op.name)
-
-    def finish(self, ctx, pending):
-        received = pending.result
-        if ctx.staged_into is not None:
-            backend.upload_into(ctx.staged_into, received)
-            ctx.staged_into = None
-        return received
+        return ctx.group.broadcast_variable_async(buffer, root, ctx.op.name)
 
 
 @register_op("CollectiveAllGather", attrs={"group": "worker"})

@@ -7,9 +7,11 @@ wait ``watch``es its handles and the rank service wakes it when they are done.
 
 from __future__ import annotations
 
-from mpiflow import errors
+import numpy as np
+
+from mpiflow import backend, errors
 from mpiflow.comm.buckets import FusedAllreduce, TensorSpec
-from mpiflow.comm.collectives import Strategies, copy_algorithm
+from mpiflow.comm.collectives import Strategies, copy_algorithm, runs_on_gpu
 from mpiflow.comm.collectives.state import job_ranks_of
 
 
@@ -51,6 +53,19 @@ class GroupCollectives:
         return self._strategies.get(copy_algorithm(array), array).broadcast_async(
             array, root=root, name=name)
 
+    def broadcast_variable_async(self, buffer, root, name):
+        """Broadcast into ``buffer`` in place: a variable's own buffer, which a writer's
+        kernel gets wherever the kernel runs. Where NCCL cannot serve a GPU variable (ranks
+        share the GPU) the plan runs the kernel on the host, and the plan's copies, which
+        bring other collectives' inputs there, do not apply to a buffer written in place:
+        it crosses through host memory here, and what arrives is written back into it."""
+        if not backend.is_device_array(buffer) or runs_on_gpu("auto", [buffer.dtype]):
+            return self.broadcast_async(buffer, root, name)
+        if self.rank == root:
+            return self.broadcast_async(backend.to_host(buffer), root, name)
+        landing = np.empty(buffer.shape, buffer.dtype)
+        return _WrittenBack(self.broadcast_async(landing, root, name), buffer)
+
     def allgather_async(self, array, name):
         return self._strategies.get(copy_algorithm(array), array).allgather_async(
             array, name=name)
@@ -64,3 +79,23 @@ class GroupCollectives:
 
     def watch(self, handle, key) -> None:
         self._env.watch(handle, key)
+
+
+class _WrittenBack:
+    """A staged broadcast's handle: once its host buffer holds the root's values, its
+    ``result`` writes them into the GPU buffer they were received for."""
+
+    def __init__(self, handle, device_buffer):
+        self._handle = handle
+        self._device_buffer = device_buffer
+
+    def test(self) -> bool:
+        return self._handle.test()
+
+    @property
+    def result(self):
+        received = self._handle.result
+        if self._device_buffer is not None:
+            backend.upload_into(self._device_buffer, received)
+            self._device_buffer = None
+        return received
