@@ -56,19 +56,27 @@ class _Entry:
 
 
 def _entries(var_list) -> list:
-    """Expand ``var_list`` (list or dict; PartitionedVariables into parts) into entries."""
+    """Expand ``var_list`` (list or dict; PartitionedVariables into parts) into entries.
+
+    A partition part is saved as a slice of its full variable when it comes in a list,
+    in a PartitionedVariable, or in a list of parts under a dict name; a part that is a
+    dict's value by itself is saved whole under that name, as TensorFlow does: a script's
+    ``{v.op.name: v for v in global_variables()}`` saves ``emb/part_0`` as the part's
+    own tensor, which reads back alone and restores into a variable of the part's shape.
+    """
     if isinstance(var_list, dict):
         items = sorted(var_list.items())
     else:
         items = [(None, v) for v in var_list]
     entries, seen = [], set()
     for name, item in items:
+        whole = False
         if isinstance(item, PartitionedVariable):
             name, parts = name or item.name, item.get_variable_list()
         elif isinstance(item, (list, tuple)):
             parts = list(item)
         else:
-            parts = [item]
+            parts, whole = [item], name is not None
         for var in parts:
             if not isinstance(var, Variable):
                 raise errors.InvalidArgumentError(
@@ -78,7 +86,7 @@ def _entries(var_list) -> list:
                 raise errors.InvalidArgumentError(
                     f"Saver: variable '{var.op.name}' appears in var_list more than once")
             seen.add(var)
-            info = var._save_slice_info
+            info = None if whole else var._save_slice_info
             if len(parts) > 1 and info is None:
                 raise errors.InvalidArgumentError(
                     f"Saver: '{name}' lists several variables, but '{var.op.name}' is not a "
@@ -91,7 +99,7 @@ def _entries(var_list) -> list:
         parts[e.name] = parts.get(e.name, 0) + 1
     for e in entries:
         info = e.variable._save_slice_info
-        if info is not None and info.lookup:
+        if e.spec and info.lookup:
             e.lookup = f"{info.lookup}:{parts[e.name]}"
     return entries
 
@@ -117,7 +125,9 @@ class Saver:
     Args:
         var_list: Variables / PartitionedVariables, or a dict {checkpoint name: variable,
             PartitionedVariable or list of parts}; None = all global variables (optimizer
-            slots and the global step included).
+            slots and the global step included). A dict's variable is saved whole, a
+            partition part too; parts in a list or PartitionedVariable are saved as
+            slices of their full variable.
         sharded: True = one shard per device holding variables (written there); False =
             one shard, written by the process running the save op's device.
         max_to_keep: checkpoints kept on disk (oldest deleted first); 0/None keeps all.

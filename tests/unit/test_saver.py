@@ -110,6 +110,32 @@ def test_var_list_as_dict_saves_under_the_given_names(tmp_path):
     np.testing.assert_array_equal(mf.train.load_variable(prefix, "table"), FULL)
 
 
+def test_a_partition_part_given_alone_under_a_dict_name_is_saved_whole(tmp_path):
+    # TF1 scripts write {v.op.name: v for v in tf.global_variables()}: each part of a
+    # partitioned variable is then its own tensor of the part's shape, as in TensorFlow
+    # (list_variables recorded from TF 2.21's tf.compat.v1: [('emb/part_0', [7, 5]),
+    # ('emb/part_1', [7, 5])]); it was saved as a slice of the full [14, 5] under each
+    # part's name, which read back as a DataLossError ('does not cover slice').
+    pv = _emb(2)
+    saver = mf.train.Saver({v.op.name: v for v in mf.global_variables()})
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        prefix = saver.save(sess, str(tmp_path / "m"))
+    assert mf.train.list_variables(prefix) == [("emb/part_0", [7, 5]),
+                                              ("emb/part_1", [7, 5])]
+    np.testing.assert_array_equal(mf.train.load_variable(prefix, "emb/part_1"), FULL[7:])
+    with mf.Graph().as_default():
+        alone = mf.Variable(np.zeros((7, 5), np.float32), name="alone")
+        with mf.Session() as sess:
+            mf.train.Saver({"emb/part_1": alone}).restore(sess, prefix)
+            np.testing.assert_array_equal(sess.run(alone), FULL[7:])
+    with mf.Graph().as_default():
+        parts = list(_emb(2, initializer=mf.zeros_initializer()))
+        with mf.Session() as sess:
+            mf.train.Saver({v.op.name: v for v in parts}).restore(sess, prefix)
+            np.testing.assert_array_equal(np.concatenate(sess.run(parts)), FULL)
+
+
 def test_saver_rejects_duplicates_and_non_variables():
     a = mf.Variable(1.0, name="a")
     with pytest.raises(mf.errors.InvalidArgumentError, match="'a' appears in var_list more"):
