@@ -57,11 +57,6 @@ HINTS = {
                               ".batch(...)",
     "tf.train.string_input_producer": "use tf.data.Dataset.from_tensor_slices on arrays",
     "tf.train.start_queue_runners": "queue runners are not provided; use tf.data",
-    "tf.train.init_from_checkpoint": "after the variables are initialized, restore those "
-                                     "to take from the checkpoint with tf.train.Saver("
-                                     "var_list={'name in the checkpoint': variable})"
-                                     ".restore(sess, path) (in a MonitoredTrainingSession: "
-                                     "Scaffold(init_fn=lambda scaffold, sess: ...))",
     "tf.data.Dataset.filter": "mpiflow's datasets pick rows of in-memory arrays by index, "
                               "so no predicate drops elements on the way: select the rows "
                               "with numpy first (x[mask]) and use "

@@ -27,6 +27,7 @@ from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
 from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
+from mpiflow.train.warm_start import init_from_checkpoint
 from mpiflow.train.basic_hooks import (
     CheckpointSaverHook, CheckpointSaverListener, FeedFnHook, FinalOpsHook, LoggingTensorHook,
     NanLossDuringTrainingError, NanTensorHook, SecondOrStepTimer, StopAtStepHook)
@@ -57,7 +58,7 @@ __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",
     "get_checkpoint_state", "latest_checkpoint", "list_variables", "load_variable",
     "remove_checkpoint", "update_checkpoint_state", "CheckpointReader",
-    "NewCheckpointReader", "load_checkpoint",
+    "NewCheckpointReader", "load_checkpoint", "init_from_checkpoint",
 ]
 __all__ += [
     "cosine_decay", "cosine_decay_restarts", "inverse_time_decay", "linear_cosine_decay",

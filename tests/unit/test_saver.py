@@ -447,10 +447,118 @@ def test_restore_of_a_missing_checkpoint_names_the_path(tmp_path):
     assert isinstance(info.value, ValueError)
 
 
-def test_init_from_checkpoint_says_how_to_restore_some_variables_instead():
-    with pytest.raises(mf.errors.UnsupportedAPIError,
-                       match=r"tf\.train\.init_from_checkpoint.*tf\.train\.Saver\(var_list="):
-        mf.train.init_from_checkpoint("ckpt", {"old/": "new/"})
+# -- init_from_checkpoint ----------------------------------------------------------------------
+# Which variables start from which tensors, and which maps are refused, as TF 2.21's
+# tf.compat.v1 did on the same maps: 'old/w' = 0..5, 'old/b' = ones, 'old/emb' the
+# [14, 5] FULL in 2 parts, 'top' = 7.
+
+W0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def _pretrained(tmp_path) -> str:
+    with mf.Graph().as_default():
+        with mf.variable_scope("old"):
+            mf.get_variable("w", initializer=W0)
+            mf.get_variable("b", [3], initializer=mf.ones_initializer())
+            _emb(2)
+        mf.get_variable("top", [], initializer=mf.constant_initializer(7.0))
+        saver = mf.train.Saver()
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            return saver.save(sess, str(tmp_path / "pretrained"), global_step=3)
+
+
+def _fine_tuned(assignment_map, ckpt, scope="new", emb_parts=3, extra=True):
+    """Build the new model, map it onto ``ckpt``, initialize; return its values by name."""
+    with mf.Graph().as_default():
+        with mf.variable_scope(scope):
+            mf.get_variable("w", [2, 3], initializer=mf.zeros_initializer())
+            mf.get_variable("b", [3], initializer=mf.zeros_initializer())
+            emb = _emb(emb_parts, initializer=mf.zeros_initializer())
+            if extra:
+                mf.get_variable("extra", [], initializer=mf.constant_initializer(-1.0))
+        mf.train.init_from_checkpoint(
+            ckpt, assignment_map() if callable(assignment_map) else assignment_map)
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            got = {v.op.name: sess.run(v) for v in mf.global_variables()
+                   if v._save_slice_info is None}
+            got[f"{scope}/emb"] = sess.run(mf.convert_to_tensor(emb))
+            return got
+
+
+def test_init_from_checkpoint_maps_a_scope_onto_another_partitioning_included(tmp_path):
+    got = _fine_tuned({"old/": "new/"}, _pretrained(tmp_path), extra=False)
+    np.testing.assert_array_equal(got["new/w"], W0)
+    np.testing.assert_array_equal(got["new/b"], np.ones(3))
+    np.testing.assert_array_equal(got["new/emb"], FULL)     # saved in 2 parts, now 3
+
+
+def test_init_from_checkpoint_maps_single_names_and_leaves_the_rest_to_their_initializers(
+        tmp_path):
+    prefix = _pretrained(tmp_path)
+    got = _fine_tuned({"old/w": "new/w", "top": "new/extra"}, str(tmp_path))  # a directory
+    np.testing.assert_array_equal(got["new/w"], W0)
+    assert got["new/extra"] == 7.0
+    np.testing.assert_array_equal(got["new/b"], np.zeros(3))
+    np.testing.assert_array_equal(got["new/emb"], np.zeros((14, 5)))
+    got = _fine_tuned({"old/emb": "new/emb"}, prefix, emb_parts=None)   # into one whole
+    np.testing.assert_array_equal(got["new/emb"], FULL)
+
+
+def test_init_from_checkpoint_takes_variables_lists_of_parts_and_the_root(tmp_path):
+    prefix = _pretrained(tmp_path)
+    got = _fine_tuned(lambda: {
+        "old/w": next(v for v in mf.global_variables() if v.op.name == "new/w"),
+        "old/emb": [v for v in mf.global_variables() if v.op.name.startswith("new/emb/")]},
+        prefix)
+    np.testing.assert_array_equal(got["new/w"], W0)
+    np.testing.assert_array_equal(got["new/emb"], FULL)
+    got = _fine_tuned({"/": "/"}, prefix, scope="old", extra=False)
+    np.testing.assert_array_equal(got["old/w"], W0)
+    np.testing.assert_array_equal(got["old/emb"], FULL)
+
+
+@pytest.mark.parametrize("assignment_map,message", [
+    ({"old/nope": "new/w"}, r"tensor 'old/nope' is not in checkpoint .*holds: old/b"),
+    ({"old/b": "new/w"}, r"shape of variable 'new/w' \(\[2, 3\]\) does not match tensor "
+                         r"'old/b' \(\[3\]\)"),
+    ({"old/w": "new/nothing"}, r"'new/nothing' is no variable .* must map a scope to a scope"),
+    ({"old/": "new"}, r"must map a scope to a scope, both ending in '/'"),
+    ({"old/": "new/"}, r"tensor 'old/extra' \(for variable 'new/extra' of scope 'new/'"),
+])
+def test_init_from_checkpoint_refuses_a_map_that_does_not_fit_naming_it(
+        tmp_path, assignment_map, message):
+    # TensorFlow raises a ValueError in each case: InvalidArgumentError is one.
+    with pytest.raises(mf.errors.InvalidArgumentError, match=message):
+        _fine_tuned(assignment_map, _pretrained(tmp_path))
+
+
+def test_init_from_checkpoint_of_no_checkpoint_is_not_found(tmp_path):
+    with pytest.raises(mf.errors.NotFoundError, match="not found"):
+        _fine_tuned({"old/w": "new/w"}, str(tmp_path / "nope"))
+
+
+def test_init_from_checkpoint_starts_a_monitored_session_unless_it_has_its_own_checkpoint(
+        tmp_path):
+    prefix = _pretrained(tmp_path)
+
+    def train(steps):
+        with mf.Graph().as_default():
+            step = mf.train.get_or_create_global_step()
+            with mf.variable_scope("new"):
+                w = mf.get_variable("w", [2, 3], initializer=mf.zeros_initializer())
+            mf.train.init_from_checkpoint(prefix, {"old/w": "new/w"})
+            op = mf.group(mf.assign_add(w, np.ones((2, 3), np.float32)),
+                          mf.assign_add(step, 1))
+            with mf.train.MonitoredTrainingSession(
+                    checkpoint_dir=str(tmp_path / "run"), save_checkpoint_steps=100,
+                    progress_bar=False, log_step_count_steps=None) as sess:
+                for _ in range(steps):
+                    sess.run(op)
+                return sess.run(w)
+    np.testing.assert_array_equal(train(2), W0 + 2)
+    np.testing.assert_array_equal(train(1), W0 + 3)    # resumed from run/, not pretrained
 
 
 def test_save_into_a_missing_directory_is_an_error(tmp_path):
