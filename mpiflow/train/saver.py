@@ -236,12 +236,20 @@ class Saver:
         is no training step).
 
         Raises:
-            InvalidArgumentError: the directory of ``save_path`` does not exist, or
-                ``global_step`` is not a whole number.
+            InvalidArgumentError: the directory of ``save_path`` does not exist,
+                ``global_step`` is not a whole number, or ``latest_filename`` has a
+                directory part.
             OpError: a shard could not be written (the previous checkpoint stays valid).
             FailedPreconditionError: ``sess`` is a closed MonitoredSession.
         """
         self._check_built()
+        if latest_filename and os.path.basename(latest_filename) != latest_filename:
+            # Refused before anything is written: the state file would go elsewhere than
+            # the checkpoint's directory, or nowhere, after the shards were written.
+            raise errors.InvalidArgumentError(
+                f"Saver.save: 'latest_filename' must not contain path components, got "
+                f"{latest_filename!r} (the state file is written in the checkpoint's "
+                "directory)")
         sess = _raw_session(sess, "save")
         prefix = os.fspath(save_path)
         if global_step is not None:

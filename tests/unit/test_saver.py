@@ -561,6 +561,19 @@ def test_init_from_checkpoint_starts_a_monitored_session_unless_it_has_its_own_c
     np.testing.assert_array_equal(train(1), W0 + 3)    # resumed from run/, not pretrained
 
 
+def test_a_latest_filename_with_a_directory_is_refused_before_anything_is_written(tmp_path):
+    # As TensorFlow's Saver.save (ValueError "'latest_filename' must not contain path
+    # components"); the checkpoint used to be written and the state file then failed
+    # with a NotFoundError.
+    mf.Variable(1.0, name="v")
+    saver = mf.train.Saver()
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        with pytest.raises(mf.errors.InvalidArgumentError, match="must not contain path"):
+            saver.save(sess, str(tmp_path / "m"), latest_filename="sub/state")
+    assert os.listdir(tmp_path) == []
+
+
 def test_save_into_a_missing_directory_is_an_error(tmp_path):
     mf.Variable(1.0, name="v")
     saver = mf.train.Saver()
