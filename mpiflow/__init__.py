@@ -65,7 +65,7 @@ from mpiflow.ops.variable_scope import (
 from mpiflow.ops.variables import (
     Variable, all_variables, global_variables, global_variables_initializer,
     initialize_all_variables, local_variables, local_variables_initializer,
-    model_variables, trainable_variables, variables_initializer)
+    model_variables, moving_average_variables, trainable_variables, variables_initializer)
 from mpiflow.runtime.session import (
     ConfigProto, InteractiveSession, RunMetadata, RunOptions, Session)
 

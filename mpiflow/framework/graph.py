@@ -35,6 +35,7 @@ class GraphKeys:
     LOCAL_VARIABLES = "local_variables"
     METRIC_VARIABLES = "metric_variables"
     MODEL_VARIABLES = "model_variables"
+    MOVING_AVERAGE_VARIABLES = "moving_average_variables"
     TRAINABLE_VARIABLES = "trainable_variables"
     TRAINABLE_RESOURCE_VARIABLES = "trainable_resource_variables"
     GLOBAL_STEP = "global_step"

@@ -271,6 +271,12 @@ def model_variables(scope=None) -> list:
     return get_default_graph().get_collection(GraphKeys.MODEL_VARIABLES, scope)
 
 
+def moving_average_variables(scope=None) -> list:
+    """The variables an ``ExponentialMovingAverage`` averages (its ``apply`` adds each
+    Variable it is given, not tensors, to ``GraphKeys.MOVING_AVERAGE_VARIABLES``)."""
+    return get_default_graph().get_collection(GraphKeys.MOVING_AVERAGE_VARIABLES, scope)
+
+
 def variables_initializer(var_list, name="init"):
     """Return one op that runs the initializers of ``var_list``."""
     return control_ops.group(*[v.initializer for v in var_list], name=name)

@@ -22,6 +22,7 @@ from mpiflow.train.learning_rate_decay import (
     cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
     linear_cosine_decay, natural_exp_decay, piecewise_constant, polynomial_decay)
 from mpiflow.train.modes import TrainingMode
+from mpiflow.train.moving_averages import ExponentialMovingAverage
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
@@ -62,7 +63,7 @@ __all__ += [
 ]
 __all__ += [
     "cosine_decay", "cosine_decay_restarts", "inverse_time_decay", "linear_cosine_decay",
-    "natural_exp_decay", "polynomial_decay",
+    "natural_exp_decay", "polynomial_decay", "ExponentialMovingAverage",
 ]
 __all__ += [
     "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",

@@ -32,6 +32,14 @@ def test_bfloat16_training_on_two_ps_matches_one_process_bit_for_bit(run_mpi, op
     assert "/job:ps/task:0" in out and "/job:ps/task:1" in out
 
 
+def test_moving_averages_on_the_ps_match_one_process(run_mpi):
+    # The shadows live on the ps; the global step they take as num_updates is read after
+    # the train op's increment there as in one process (0.566489 after 3 steps; read
+    # before it, the shadow was 0.552182).
+    out = run_mpi(2, PROGS / "ema_on_ps.py", 3, timeout=120).stdout
+    assert "OK ema on ps: 3 steps, shadow [0.566489, 1.132979]" in out, out
+
+
 def test_ps_applies_every_update_of_three_workers_exactly_once(run_mpi):
     out = run_mpi(4, PROGS / "ps_counting.py", 200, timeout=120).stdout
     # Ranks share stdout, so lines of different ranks may run together: match, don't split.
