@@ -171,13 +171,14 @@ def piecewise_constant(x, boundaries, values, name=None):
     boundaries[i], and values[-1] after the last boundary.
 
     Raises:
-        InvalidArgumentError: ``len(values) != len(boundaries) + 1``, or values of
-            different dtypes.
+        InvalidArgumentError: ``len(values) != len(boundaries) + 1``, values of
+            different dtypes, or boundaries given as numbers that decrease.
     """
     if len(values) != len(boundaries) + 1:
         raise errors.InvalidArgumentError(
             f"piecewise_constant: values must have one more element than boundaries, got "
             f"{len(values)} values and {len(boundaries)} boundaries")
+    _check_increasing(boundaries)
     with get_default_graph().name_scope(name or "PiecewiseConstant"):
         x = convert_to_tensor(x)
         values = [convert_to_tensor(v) for v in values]
@@ -190,3 +191,17 @@ def piecewise_constant(x, boundaries, values, name=None):
             below = math_ops.less_equal(x, convert_to_tensor(boundary, dtype=x.dtype))
             result = math_ops.where(below, value, result)
         return result
+
+
+def _check_increasing(boundaries):
+    """Refuse boundaries known now that decrease: the intervals between them would
+    overlap, and the selection would silently keep the first value where TensorFlow
+    fails at every step that falls in two intervals."""
+    numbers_now = [b for b in boundaries if isinstance(b, (numbers.Real, np.number))]
+    if len(numbers_now) != len(boundaries):
+        return
+    for i in range(len(boundaries) - 1):
+        if boundaries[i] > boundaries[i + 1]:
+            raise errors.InvalidArgumentError(
+                f"piecewise_constant: boundaries must be increasing, got {list(boundaries)} "
+                f"({boundaries[i]} before {boundaries[i + 1]})")

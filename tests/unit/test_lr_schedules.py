@@ -156,3 +156,15 @@ def test_piecewise_constant_refuses_mismatched_lengths_and_dtypes():
         mf.train.piecewise_constant(mf.constant(1), [1, 2], [1.0, 2.0])
     with pytest.raises(mf.errors.InvalidArgumentError, match="same dtype"):
         mf.train.piecewise_constant(mf.constant(1), [1], [1.0, np.float64(2.0)])
+
+
+def test_piecewise_constant_refuses_boundaries_that_decrease():
+    # TF fails when a step falls in two of the overlapping intervals (11 to 100 here);
+    # mpiflow gave values[0] there silently.
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"boundaries must be increasing.*\(100 before 10\)"):
+        mf.train.piecewise_constant(mf.constant(50), [100, 10], [1.0, 0.5, 0.1])
+    # Equal boundaries are allowed, as in TF: the value between them is never used.
+    rate = mf.train.piecewise_constant(mf.constant(10), [10, 10], [1.0, 0.5, 0.1])
+    with mf.Session() as sess:
+        assert sess.run(rate) == 1.0
