@@ -119,6 +119,12 @@ class CheckpointNotFoundError(NotFoundError, ValueError):
     it."""
 
 
+class FeedConflictError(InvalidArgumentError, RuntimeError):
+    """One tensor fed twice in a monitored session's run (by two hooks, or by a hook and
+    the caller). Also a ``RuntimeError``, which TensorFlow's ``MonitoredSession`` raises
+    there, so code written for it keeps catching it."""
+
+
 class PlacementError(InvalidArgumentError):
     """An op asked for a device that the cluster cannot provide."""
 

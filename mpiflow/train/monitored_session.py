@@ -390,7 +390,7 @@ def _check_disjoint(feeds, more, who):
     common = set(feeds) & set(more)
     if common:
         names = sorted(getattr(k, "name", str(k)) for k in common)
-        raise errors.InvalidArgumentError(f"The same tensor is fed by {who}: {names}")
+        raise errors.FeedConflictError(f"The same tensor is fed by {who}: {names}")
 
 
 class MonitoredSession(_MonitoredSession):

@@ -77,6 +77,20 @@ def test_hooks_fetches_and_feeds_are_merged_into_the_callers_run():
     assert first.original.fetches == {"v": m.v, "doubled": doubled}
 
 
+def test_a_tensor_fed_by_a_hook_and_the_caller_raises_runtime_error_as_tensorflow():
+    # TensorFlow's MonitoredSession raises RuntimeError("Same tensor is fed by a
+    # SessionRunHook and user. ...") and RuntimeError("Same tensor is fed by two hooks.").
+    counter_model()
+    p = mf.placeholder(mf.float32, [], name="p")
+    with mf.train.SingularMonitoredSession(hooks=[RecordingHook(feeds={p: 1.0})]) as sess:
+        with pytest.raises(RuntimeError, match="fed by a hook and the caller"):
+            sess.run(p, {p: 2.0})
+    hooks = [RecordingHook(feeds={p: 1.0}), RecordingHook(feeds={p: 1.0})]
+    with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        with pytest.raises(RuntimeError, match="fed by two hooks"):
+            sess.run(p)
+
+
 def test_a_tensor_fed_twice_is_an_error_naming_it():
     counter_model()
     p = mf.placeholder(mf.float32, [], name="p")
