@@ -304,6 +304,9 @@ class _MonitoredSession:
             # As TensorFlow's: hooks always get one, so a hook that asked for a trace in
             # before_run reads it in after_run (run_values.run_metadata.step_stats).
             run_metadata = RunMetadata()
+        if options is None:
+            # Likewise the options, so after_run may read run_values.options.trace_level.
+            options = RunOptions()
         outputs = self._sess.run(all_fetches, feed_dict=feeds or None, options=options,
                                  run_metadata=run_metadata)
         whereabouts.NOW.training_steps = (whereabouts.NOW.training_steps or 0) + 1

@@ -77,6 +77,23 @@ def test_hooks_fetches_and_feeds_are_merged_into_the_callers_run():
     assert first.original.fetches == {"v": m.v, "doubled": doubled}
 
 
+def test_hooks_read_run_options_and_metadata_even_when_the_caller_passes_none():
+    # As TensorFlow's: run_values.options is an empty RunOptions, not None, so a hook
+    # reading run_values.options.trace_level works on every run.
+    m = counter_model()
+    seen = []
+
+    class OptionsHook(mf.train.SessionRunHook):
+        def after_run(self, run_context, run_values):
+            seen.append((run_values.options.trace_level, run_values.options.timeout_in_ms,
+                         run_values.run_metadata.step_stats))
+
+    with mf.train.SingularMonitoredSession(hooks=[OptionsHook()]) as sess:
+        sess.run(m.train_op)
+        sess.run(m.train_op, options=mf.RunOptions(timeout_in_ms=60_000))
+    assert seen == [(mf.RunOptions.NO_TRACE, 0, []), (mf.RunOptions.NO_TRACE, 60_000, [])]
+
+
 def test_a_tensor_fed_by_a_hook_and_the_caller_raises_runtime_error_as_tensorflow():
     # TensorFlow's MonitoredSession raises RuntimeError("Same tensor is fed by a
     # SessionRunHook and user. ...") and RuntimeError("Same tensor is fed by two hooks.").
