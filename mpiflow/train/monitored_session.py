@@ -207,7 +207,9 @@ class StepContext:
         return self._run_with_hooks_fn(*args, **kwargs)
 
     def request_stop(self):
-        """Stop the step function now; ``should_stop()`` returns True afterwards."""
+        """Stop the step function now with ``StopIteration``, which leaves ``run_step_fn``
+        and ends the session's ``with`` block cleanly (the hooks' ``end`` is called), as
+        in TensorFlow; ``should_stop()`` returns True afterwards."""
         raise StopIteration("step_fn has requested the iterations to stop.")
 
 
@@ -318,16 +320,21 @@ class _MonitoredSession:
         return outputs["caller"]
 
     def run_step_fn(self, step_fn):
-        """Call ``step_fn(step_context)`` and return its value (None if it stopped).
+        """Call ``step_fn(step_context)`` and return its value.
 
         ``step_context.run_with_hooks`` runs like ``run``; ``step_context.session`` is the
         raw session; ``step_context.request_stop()`` ends the function and training.
+
+        Raises:
+            StopIteration: ``step_fn`` called ``request_stop()``. As in TensorFlow it
+                leaves the loop: the session's ``with`` block ends on it cleanly, so
+                nothing after ``run_step_fn`` in the loop sees a value that never came.
         """
         try:
             return step_fn(StepContext(self._sess, self.run))
         except StopIteration:
             self._stop_requested = True
-            return None
+            raise
 
     def should_stop(self) -> bool:
         """Return True once a hook or the step function requested a stop, or after close.

@@ -184,9 +184,32 @@ def test_run_step_fn_runs_with_hooks_and_can_request_a_stop():
     with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
         assert sess.run_step_fn(step_fn) == 0.0
         assert not sess.should_stop()
-        assert sess.run_step_fn(step_fn) is None
+        with pytest.raises(StopIteration):
+            sess.run_step_fn(step_fn)
         assert sess.should_stop()
     assert hook.calls.count("before_run") == 2
+
+
+def test_a_stop_requested_in_step_fn_ends_the_with_block_as_tensorflow():
+    # TensorFlow's run_step_fn lets request_stop's StopIteration out: the with block
+    # ends cleanly there (the hooks' end is called), and the loop's next statement never
+    # runs with a value the step did not return.
+    m = counter_model()
+    hook = RecordingHook()
+    returned = []
+
+    def step_fn(step_context):
+        step_context.run_with_hooks(m.train_op)
+        if step_context.session.run(m.step) >= 2:
+            step_context.request_stop()
+        return step_context.session.run(m.step)
+
+    with mf.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        while not sess.should_stop():
+            returned.append(sess.run_step_fn(step_fn))
+        returned.append("after the loop")
+    assert returned == [1]
+    assert sess.should_stop() and hook.calls[-1] == "end"
 
 
 def test_a_hook_thread_error_reaches_should_stop():
