@@ -37,7 +37,7 @@ from mpiflow.train.monitored_session import (
     ChiefSessionCreator, MonitoredSession, MonitoredTrainingSession, Scaffold, SessionCreator,
     SingularMonitoredSession, StepContext, WorkerSessionCreator)
 from mpiflow.train.reporting_hooks import (
-    ProgressBarHook, StepCounterHook, SummarySaverHook, progress_report)
+    ProfilerHook, ProgressBarHook, StepCounterHook, SummarySaverHook, progress_report)
 from mpiflow.train.session_manager import SessionManager, report_uninitialized_variables
 from mpiflow.train.session_run_hook import (
     SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues)
@@ -67,7 +67,8 @@ __all__ += [
 ]
 __all__ += [
     "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",
-    "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProgressBarHook",
+    "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProfilerHook",
+    "ProgressBarHook",
     "SecondOrStepTimer", "StepCounterHook", "StopAtStepHook", "SummarySaverHook",
     "progress_report",
     "Coordinator", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",

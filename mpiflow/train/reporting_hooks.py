@@ -1,20 +1,24 @@
-"""Hooks that report progress: steps per second, summaries for TensorBoard, a progress bar.
+"""Hooks that report progress: steps per second, summaries for TensorBoard, a progress bar,
+traces of steps.
 
-They follow TensorFlow's ``StepCounterHook`` and ``SummarySaverHook``; ``ProgressBarHook``
+They follow TensorFlow's ``StepCounterHook``, ``SummarySaverHook`` and ``ProfilerHook``;
+``ProgressBarHook``
 (a tqdm bar, or progress lines for logs, on the chief) is mpiflow's own. Schedules use
 ``basic_hooks.SecondOrStepTimer``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 import numpy as np
 
-from mpiflow import config, errors, summary
+from mpiflow import config, errors, summary, timeline
 from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.logger import get_logger, stderr_reaches_terminal
+from mpiflow.runtime.session_options import RunOptions
 from mpiflow.train.basic_hooks import require_global_step, schedule_timer
 from mpiflow.train.optimizer import MINIMIZED_LOSSES, flatten_nested
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunHook
@@ -136,6 +140,63 @@ class SummarySaverHook(_EventFileHook):
         self._next_step = step + 1
 
     def end(self, session=None):
+        if self._summary_writer is not None:
+            self._summary_writer.flush()
+
+
+class ProfilerHook(_EventFileHook):
+    """Trace a step every ``save_steps`` steps or ``save_secs`` seconds into
+    ``output_dir/timeline-<global step>.json`` (Chrome's trace format, as
+    ``mf.timeline.Timeline`` writes it) and into the directory's event file as run
+    metadata tagged ``step_<global step>`` (TensorBoard's graph tab).
+
+    As TensorFlow's: the first run is not traced (the schedule starts from its step), and
+    only the steps due ask for a trace, so the others run untraced.
+    """
+
+    def __init__(self, save_steps=None, save_secs=None, output_dir="", show_dataflow=True,
+                 show_memory=False):
+        self._timer = schedule_timer("ProfilerHook", "save_secs", save_secs, "save_steps",
+                                     save_steps)
+        self._output_dir = output_dir
+        self._show_dataflow = show_dataflow
+        self._show_memory = show_memory
+        self._summary_writer = None
+
+    def begin_asleep(self):
+        self._next_step = None
+        self._global_step = require_global_step("ProfilerHook")
+
+    def before_run(self, run_context):
+        self._trace = self._next_step is not None and \
+            self._timer.should_trigger_for_step(self._next_step)
+        options = RunOptions(trace_level=RunOptions.FULL_TRACE) if self._trace else None
+        return SessionRunArgs({"global_step": self._global_step}, options=options)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results["global_step"])
+        if self._next_step is None:
+            self._timer.update_last_triggered_step(step)    # due N steps or secs from here
+        step += 1
+        if self._trace:
+            step = int(run_context.session.run(self._global_step))
+            self._timer.update_last_triggered_step(step)
+            self._write(step, run_values.run_metadata)
+        self._next_step = step + 1
+
+    def _write(self, step, run_metadata):
+        path = os.path.join(self._output_dir, f"timeline-{step}.json")
+        _LOG.info("Saving timeline for %d into '%s'.", step, path)
+        if self._output_dir:
+            os.makedirs(self._output_dir, exist_ok=True)
+        trace = timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format(
+            show_dataflow=self._show_dataflow, show_memory=self._show_memory)
+        with open(path, "w") as file:
+            file.write(trace)
+        if self._summary_writer is not None:
+            self._summary_writer.add_run_metadata(run_metadata, f"step_{step}")
+
+    def end(self, session):
         if self._summary_writer is not None:
             self._summary_writer.flush()
 

@@ -1,6 +1,8 @@
 """The standard hooks, each driven by a SingularMonitoredSession in one process."""
 
+import glob
 import io
+import json
 import logging
 
 import numpy as np
@@ -75,6 +77,8 @@ BAD_ARGUMENTS = {
                           "given"),
     "summary_no_schedule": (lambda t, s: mf.train.SummarySaverHook(summary_op=s),
                             "SummarySaverHook: exactly one of save_secs and save_steps"),
+    "profiler_neither": (lambda t, s: mf.train.ProfilerHook(output_dir="d"),
+                         "ProfilerHook: exactly one of save_secs and save_steps"),
     "timer_neither": (lambda t, s: mf.train.SecondOrStepTimer(),
                       "SecondOrStepTimer: exactly one of every_secs and every_steps"),
 }
@@ -307,6 +311,33 @@ def test_summary_saver_hook_writes_each_value_at_its_step(tmp_path):
     written = event_scalars(tmp_path)["run_index"]
     # After run i (0-based) the global step is i + 1.
     assert written == [(1, 0.0), (4, 3.0), (7, 6.0)]
+
+
+def test_profiler_hook_traces_every_n_steps_into_timelines_and_run_metadata(tmp_path):
+    # As TensorFlow's ProfilerHook: the first run starts the schedule untraced; each
+    # step due is traced into timeline-<step>.json and tagged step_<step> in the events.
+    m = counter_model()
+    traced = []
+
+    class TraceWatcher(mf.train.SessionRunHook):
+        def after_run(self, run_context, run_values):
+            traced.append(bool(run_values.run_metadata.step_stats))
+
+    hooks = [mf.train.ProfilerHook(save_steps=3, output_dir=str(tmp_path)), TraceWatcher(),
+             mf.train.StopAtStepHook(last_step=10)]
+    with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        train_until_stop(sess, m.train_op)
+    # After run i (1-based) the global step is i.
+    assert [i for i, t in enumerate(traced, 1) if t] == [3, 6, 9]
+    assert sorted(p.name for p in tmp_path.glob("timeline-*.json")) == [
+        "timeline-3.json", "timeline-6.json", "timeline-9.json"]
+    trace = json.loads((tmp_path / "timeline-6.json").read_text())
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
+    tags = [event.tagged_run_metadata.tag
+            for path in glob.glob(f"{tmp_path}/events.out.tfevents.*")
+            for event in mf.summary.summary_iterator(path)
+            if event.HasField("tagged_run_metadata")]
+    assert tags == ["step_3", "step_6", "step_9"]
 
 
 # -- ProgressBarHook, FinalOpsHook --------------------------------------------------------------
