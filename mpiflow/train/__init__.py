@@ -30,8 +30,9 @@ from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
 from mpiflow.train.warm_start import init_from_checkpoint
 from mpiflow.train.basic_hooks import (
-    CheckpointSaverHook, CheckpointSaverListener, FeedFnHook, FinalOpsHook, LoggingTensorHook,
-    NanLossDuringTrainingError, NanTensorHook, SecondOrStepTimer, StopAtStepHook)
+    CheckpointSaverHook, CheckpointSaverListener, FeedFnHook, FinalOpsHook, GlobalStepWaiterHook,
+    LoggingTensorHook, NanLossDuringTrainingError, NanTensorHook, SecondOrStepTimer,
+    StopAtStepHook)
 from mpiflow.train.coordinator import Coordinator
 from mpiflow.train.monitored_session import (
     ChiefSessionCreator, MonitoredSession, MonitoredTrainingSession, Scaffold, SessionCreator,
@@ -67,7 +68,7 @@ __all__ += [
 ]
 __all__ += [
     "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",
-    "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProfilerHook",
+    "GlobalStepWaiterHook", "LoggingTensorHook", "NanLossDuringTrainingError", "NanTensorHook", "ProfilerHook",
     "ProgressBarHook",
     "SecondOrStepTimer", "StepCounterHook", "StopAtStepHook", "SummarySaverHook",
     "progress_report",

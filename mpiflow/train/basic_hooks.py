@@ -396,6 +396,41 @@ class FinalOpsHook(SessionRunHook):
                                                  feed_dict=self._final_ops_feed_dict)
 
 
+class GlobalStepWaiterHook(SessionRunHook):
+    """Hold this worker's first run until the global step reaches ``wait_until_step``.
+
+    As TensorFlow's: it lets the chief (or the first workers) move the model away from its
+    initial values before a late worker's gradients count. Before the first run it reads
+    the global step every half second (a line in the log every 1000 steps it moves);
+    ``wait_until_step <= 0`` waits for nothing.
+    """
+
+    _POLL_SECS = 0.5
+
+    def __init__(self, wait_until_step):
+        self._wait_until_step = wait_until_step
+
+    def begin(self):
+        self._started = False
+        self._global_step = require_global_step("GlobalStepWaiterHook")
+
+    def before_run(self, run_context):
+        if not self._started and self._wait_until_step > 0:
+            self._wait(run_context.session)
+        self._started = True
+
+    def _wait(self, session):
+        _LOG.info("Waiting for global step %d before starting training.",
+                  self._wait_until_step)
+        logged = 0
+        while (step := int(session.run(self._global_step))) < self._wait_until_step:
+            if step - logged > 1000:
+                _LOG.info("Waiting for global step %d before starting training; it is %d "
+                          "now.", self._wait_until_step, step)
+                logged = step
+            time.sleep(self._POLL_SECS)
+
+
 class FeedFnHook(SessionRunHook):
     """Add ``feed_fn()``'s feeds to every run."""
 

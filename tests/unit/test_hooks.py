@@ -340,6 +340,30 @@ def test_profiler_hook_traces_every_n_steps_into_timelines_and_run_metadata(tmp_
     assert tags == ["step_3", "step_6", "step_9"]
 
 
+def test_global_step_waiter_hook_holds_the_first_run_until_the_step_is_reached(monkeypatch):
+    # As TensorFlow's: before the first run it polls the global step (here another
+    # worker's steps are played by each sleep), then never waits again.
+    m = counter_model()
+    bump = mf.assign_add(m.step, 1)
+    waiter = mf.train.GlobalStepWaiterHook(wait_until_step=3)
+    with mf.train.SingularMonitoredSession(hooks=[waiter]) as sess:
+        sleeps = []
+
+        def another_worker_steps(secs):
+            sleeps.append(secs)
+            sess.raw_session().run(bump)
+
+        monkeypatch.setattr(basic_hooks.time, "sleep", another_worker_steps)
+        sess.run(m.train_op)
+        assert sleeps == [0.5, 0.5, 0.5] and sess.run(m.step) == 4
+        sess.run(m.train_op)
+        assert len(sleeps) == 3
+    with mf.train.SingularMonitoredSession(
+            hooks=[mf.train.GlobalStepWaiterHook(wait_until_step=0)]) as sess:
+        sess.run(m.train_op)        # no wait for a step <= 0
+        assert len(sleeps) == 3
+
+
 # -- ProgressBarHook, FinalOpsHook --------------------------------------------------------------
 def test_progress_bar_hook_shows_the_global_step_and_the_loss():
     m = counter_model()
