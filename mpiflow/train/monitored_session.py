@@ -102,6 +102,21 @@ class Scaffold:
     def init_fn(self):
         return self._init_fn
 
+    @staticmethod
+    def get_or_default(arg_name, collection_key, default_constructor):
+        """The one item of the default graph's ``collection_key``, else
+        ``default_constructor()`` added to it (as TensorFlow's; more than one item is an
+        error naming ``arg_name``)."""
+        return _get_or_default(arg_name, collection_key, default_constructor)
+
+    @staticmethod
+    def default_local_init_op():
+        """The ``local_init_op`` a Scaffold makes when given none, for a script that
+        groups its own ops with it (``Scaffold(local_init_op=group(
+        Scaffold.default_local_init_op(), my_op))``); mpiflow has no lookup tables or
+        local resources, so it initializes the local variables."""
+        return local_variables_initializer()
+
     def finalize(self) -> Scaffold:
         """Make the missing pieces, then finalize the default graph.
 

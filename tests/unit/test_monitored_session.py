@@ -319,6 +319,23 @@ def test_scaffold_takes_its_pieces_from_the_collections_and_rejects_duplicates()
         mf.train.Scaffold().finalize()
 
 
+def test_scaffold_static_helpers_build_a_custom_local_init_op_as_tensorflow():
+    # TF1 scripts extend the default local_init_op with Scaffold.default_local_init_op()
+    # and take pieces with Scaffold.get_or_default, both static methods in TensorFlow.
+    local = mf.Variable(5.0, name="local", trainable=False,
+                        collections=[mf.GraphKeys.LOCAL_VARIABLES])
+    marker = mf.Variable(0.0, name="marker", trainable=False,
+                         collections=[mf.GraphKeys.LOCAL_VARIABLES])
+    init_op = mf.train.Scaffold.get_or_default(
+        "init_op", mf.GraphKeys.INIT_OP, mf.global_variables_initializer)
+    assert mf.train.Scaffold.get_or_default("init_op", mf.GraphKeys.INIT_OP, None) is init_op
+    with mf.control_dependencies([mf.train.Scaffold.default_local_init_op()]):
+        local_init_op = mf.assign(marker, 1.0).op
+    scaffold = mf.train.Scaffold(local_init_op=local_init_op)
+    with mf.train.SingularMonitoredSession(scaffold=scaffold) as sess:
+        assert sess.run([local, marker]) == [5.0, 1.0]
+
+
 def test_an_init_op_that_leaves_variables_uninitialized_is_named():
     m = counter_model()
     scaffold = mf.train.Scaffold(init_op=m.v.initializer)
