@@ -8,6 +8,7 @@ mismatch names the variable and says which ``reuse`` setting was meant.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
@@ -257,7 +258,7 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
             new_reuse, full, initializer if initializer is not None else base.initializer,
             regularizer or base.regularizer,
             dtype or base.dtype, partitioner or base.partitioner,
-            custom_getter or base.custom_getter, ns,
+            _chain_getters(custom_getter, base.custom_getter), ns,
             constraint if constraint is not None else base.constraint)
         store.scope_stack.append(scope)
         try:
@@ -265,6 +266,21 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
         finally:
             store.scope_stack.pop()
             _close_subscopes(store, full, saved_counts)
+
+
+def _chain_getters(inner, outer):
+    """The custom getter of a scope opened with ``inner`` inside one that has ``outer``.
+
+    Nested scopes' getters compose, as in TensorFlow: ``inner`` is called first, and the
+    getter it is handed calls ``outer`` around the true getter, so a cast-to-float16
+    getter on the model scope keeps working when a layer scope adds its own.
+    """
+    if inner is None or outer is None:
+        return inner or outer
+
+    def chained(getter, *args, **kwargs):
+        return inner(functools.partial(outer, getter), *args, **kwargs)
+    return chained
 
 
 def _close_subscopes(store, full, saved_counts):

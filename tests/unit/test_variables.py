@@ -108,6 +108,30 @@ def test_reuse_is_inherited_by_inner_scopes():
             assert mf.get_variable("a", [1]) is a
 
 
+def test_nested_scopes_custom_getters_compose_inner_first_as_in_tensorflow():
+    calls = []
+
+    def getter_named(tag):
+        def getter(next_getter, name, *args, **kwargs):
+            calls.append((tag, name))
+            return next_getter(name, *args, **kwargs)
+        return getter
+
+    def to_float64(next_getter, name, *args, **kwargs):
+        kwargs["dtype"] = mf.float64
+        return next_getter(name, *args, **kwargs)
+
+    with mf.variable_scope("model", custom_getter=getter_named("outer")):
+        with mf.variable_scope("layer", custom_getter=getter_named("inner")):
+            w = mf.get_variable("w", [2])
+        with mf.variable_scope("cast", custom_getter=to_float64):
+            c = mf.get_variable("c", [2])
+    # TF 2.21's tf.compat.v1 calls the inner getter, then the outer one, for one variable.
+    assert calls == [("inner", "model/layer/w"), ("outer", "model/layer/w"),
+                     ("outer", "model/cast/c")]
+    assert w.op.name == "model/layer/w" and c.dtype is mf.float64
+
+
 def test_initializers_produce_their_values():
     mf.set_random_seed(3)
     specs = {
