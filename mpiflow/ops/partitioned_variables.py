@@ -341,8 +341,9 @@ def _reuse(existing, name, shape, dtype, reuse, partitioner):
         raise errors.InvalidArgumentError(
             f"Trying to reuse partitioned variable {name}, but specified dtype {dtype.name} "
             f"and found dtype {existing.dtype.name}")
-    # Without a full shape the partitioner cannot be asked; the stored parts are the answer.
-    if shape.is_fully_defined():
+    # Without a full shape or a partitioner (reuse=True may leave it out) the partitioner
+    # cannot be asked; the stored parts are the answer.
+    if shape.is_fully_defined() and partitioner is not None:
         partitions = _call_partitioner(partitioner, shape, dtype, name)
         if partitions != existing.get_partitions():
             raise errors.InvalidArgumentError(

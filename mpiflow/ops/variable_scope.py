@@ -87,7 +87,12 @@ class _VariableStore:
     def _true_getter(self, name, shape=None, dtype=dtypes.float32, initializer=None,
                      regularizer=None, trainable=True, collections=None, validate_shape=True,
                      reuse=False, partitioner=None, constraint=None, **unused):
-        if partitioner is not None:
+        # As in TensorFlow, a scope's partitioner leaves scalars whole (there is no axis
+        # to cut), and reuse=True finds a partitioned variable without being given the
+        # partitioner again.
+        if shape is not None and TensorShape(shape).ndims == 0:
+            partitioner = None
+        if partitioner is not None or (reuse is True and name in self.partitioned_vars):
             if not _PARTITIONED_GETTER:
                 raise errors.UnimplementedError(
                     f"get_variable('{name}'): partitioned variables are not available "

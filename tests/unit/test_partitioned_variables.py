@@ -119,6 +119,27 @@ def test_reuse_returns_the_same_partitioned_variable():
         assert mf.get_variable("w", [10, 4]) is pv
 
 
+def test_reuse_true_finds_a_partitioned_variable_without_its_partitioner():
+    # As TF 2.21's tf.compat.v1: an eval tower re-entering the scope by name with
+    # reuse=True gets the partitioned variable back.
+    with mf.variable_scope("s", partitioner=mf.fixed_size_partitioner(3)):
+        pv = mf.get_variable("w", [10, 4])
+    with mf.variable_scope("s", reuse=True):
+        assert mf.get_variable("w", [10, 4]) is pv
+        assert mf.get_variable("w") is pv
+
+
+def test_a_scopes_partitioner_leaves_scalar_variables_whole():
+    # TF 2.21's tf.compat.v1 makes a scalar in a partitioning scope a plain variable.
+    with mf.variable_scope("s", partitioner=mf.fixed_size_partitioner(2)):
+        scale = mf.get_variable("scale", [], initializer=mf.ones_initializer())
+        step = mf.get_variable("step", (), dtype=mf.int64,
+                               partitioner=mf.fixed_size_partitioner(2))
+    assert isinstance(scale, mf.Variable) and scale.op.name == "s/scale"
+    assert isinstance(step, mf.Variable) and step.shape.as_list() == []
+    assert _run(scale) == 1.0
+
+
 def test_reuse_errors_name_the_variable():
     part3 = mf.fixed_size_partitioner(3)
     with mf.variable_scope("s", partitioner=part3):
@@ -138,7 +159,7 @@ def test_reuse_errors_name_the_variable():
         with mf.variable_scope("s", reuse=True, partitioner=part3):
             mf.get_variable("x", [10, 4])
     with pytest.raises(mf.errors.InvalidArgumentError, match="No partitioner was provided"):
-        with mf.variable_scope("s", reuse=True):
+        with mf.variable_scope("s", reuse=mf.AUTO_REUSE):     # reuse=True would find it
             mf.get_variable("w", [10, 4])
     mf.get_variable("plain", [4])
     with pytest.raises(mf.errors.InvalidArgumentError, match="unpartitioned version.*plain"):
