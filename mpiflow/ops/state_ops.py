@@ -196,6 +196,28 @@ class IsVariableInitializedOp(OpDef):
         return xp.asarray(ref.initialized)
 
 
+@register_op("InitializedValue")
+class InitializedValueOp(OpDef):
+    """The variable's value if it is initialized, else its initial value (input 1): what
+    TF1's ``Variable.initialized_value()`` computes with a cond, here one kernel, since
+    mpiflow's graphs have no control flow. Either is copied, so later writes to the
+    variable never show through it."""
+
+    stateful = True
+    ref_inputs = (0,)
+    gradient = None
+
+    def infer(self, b):
+        check_ref(b)
+        if b.dtype(0) is not b.dtype(1):
+            raise b.error("Initial value has the wrong dtype", expected=b.dtype(0).name,
+                          got=b.dtype(1).name)
+        return [(b.dtype(0), b.shape(0))]
+
+    def forward(self, xp, ctx, ref, initial_value):
+        return xp.array(ref.read() if ref.initialized else initial_value, copy=True)
+
+
 @register_op("VariablesHeld")
 class VariablesHeldOp(OpDef):
     """The variables initialized on the device it runs on (a ps), as ``name_hash`` of
@@ -265,6 +287,12 @@ def _scatter(type_name):
 scatter_add = _scatter("ScatterAdd")
 scatter_sub = _scatter("ScatterSub")
 scatter_update = _scatter("ScatterUpdate")
+
+
+def initialized_value(ref, initial_value, name=None):
+    """The value of variable ``ref`` once initialized: its value if it is, else
+    ``initial_value`` (see InitializedValueOp)."""
+    return apply_op("InitializedValue", [_ref_of(ref), initial_value], name=name).outputs[0]
 
 
 def is_variable_initialized(variable, name=None):

@@ -185,6 +185,15 @@ class Variable:
     def initial_value(self) -> Tensor:
         return self._initial_value
 
+    def initialized_value(self) -> Tensor:
+        """Return the variable's value once initialized, for another variable's initial
+        value: the value if the variable is initialized when the step reads it, else its
+        initial value, as TF1's (which builds a cond). Built outside any control
+        dependencies, next to the variable."""
+        graph = self.graph
+        with graph.control_dependencies(None), graph.colocate_with(self._variable.op):
+            return state_ops.initialized_value(self._variable, self._initial_value)
+
     def value(self) -> Tensor:
         """Return the ``read`` snapshot tensor other ops consume."""
         return self._snapshot

@@ -34,7 +34,8 @@ def _variables(a, b):
            mf.scatter_add(v, [0, 2, 0], b), mf.scatter_sub(v, [1], b[:1]),
            mf.scatter_update(v, [3], b[1:2])]
     with mf.control_dependencies(ops):
-        return mf.identity(v) + mf.cast(mf.is_variable_initialized(v), mf.float64)
+        return mf.identity(v) + mf.cast(mf.is_variable_initialized(v), mf.float64) + \
+            v.initialized_value()
 
 
 # name -> (build(*placeholders) -> tensor or list of tensors, inputs)

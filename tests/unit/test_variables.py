@@ -132,6 +132,25 @@ def test_nested_scopes_custom_getters_compose_inner_first_as_in_tensorflow():
     assert w.op.name == "model/layer/w" and c.dtype is mf.float64
 
 
+def test_initialized_value_chains_one_variables_initial_value_into_anothers():
+    mf.set_random_seed(5)
+    w = mf.Variable(mf.random_normal([3]), name="w")
+    v = mf.Variable(w.initialized_value() * 2.0, name="v")
+    u = mf.Variable(mf.constant([1.0, 2.0]), name="u")
+    twice_u = mf.Variable(u.initialized_value() * 2.0, name="twice_u")
+    with mf.Session() as sess:
+        # u is not initialized yet: its initial value stands in, as in TF1.
+        sess.run(twice_u.initializer)
+        np.testing.assert_array_equal(sess.run(twice_u), [2.0, 4.0])
+        sess.run(mf.global_variables_initializer())
+        w_value, v_value = sess.run([w, v])
+        np.testing.assert_array_equal(v_value, 2.0 * w_value)
+        # Once initialized, the variable's own value (changed since) is taken.
+        sess.run(u.assign([5.0, 7.0]))
+        sess.run(twice_u.initializer)
+        np.testing.assert_array_equal(sess.run(twice_u), [10.0, 14.0])
+
+
 def test_initializers_produce_their_values():
     mf.set_random_seed(3)
     specs = {
