@@ -219,8 +219,9 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
                    caching_device=None, use_resource=None):
     """Open a variable scope (and a name scope); ``reuse`` is True, AUTO_REUSE or inherited.
 
-    Re-entering a scope by name keeps the variable prefix; the name scope becomes unique
-    (``foo_1``), as in TensorFlow. ``caching_device`` and ``use_resource`` are TF1's and
+    Re-entering a scope by name or as an object keeps the variable prefix; the name scope
+    becomes unique (``foo_1``, after the scope's last name part for an object, inside the
+    current name scope), as in TensorFlow. ``caching_device`` and ``use_resource`` are TF1's and
     change nothing, as in ``get_variable``.
     """
     store = _store()
@@ -228,7 +229,9 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
     parent = store.scope_stack[-1]
     if isinstance(name_or_scope, VariableScope):
         full = name_or_scope.name
-        name_scope_name = name_or_scope.original_name_scope or (full + "/" if full else "")
+        # As in TensorFlow: a new name scope after the scope's last name part, made
+        # unique inside the current one ('a_1/'); the root scope opens none.
+        name_scope_name = full.split("/")[-1]
         base = name_or_scope
     else:
         if name_or_scope is None:
@@ -256,9 +259,13 @@ def variable_scope(name_or_scope=None, default_name=None, values=None, initializ
     else:
         new_reuse = reuse
     # auxiliary_name_scope=False leaves the current name scope as it is (TensorFlow).
-    names = graph.name_scope(name_scope_name) if auxiliary_name_scope else \
-        contextlib.nullcontext(graph.get_name_scope() + "/" if graph.get_name_scope() else "")
+    current = graph.get_name_scope() + "/" if graph.get_name_scope() else ""
+    names = graph.name_scope(name_scope_name) if auxiliary_name_scope and name_scope_name \
+        else contextlib.nullcontext(current)
     with names as ns:
+        # A scope object keeps the name scope it was first opened in (TensorFlow's rule).
+        if isinstance(name_or_scope, VariableScope):
+            ns = name_or_scope.original_name_scope
         scope = VariableScope(
             new_reuse, full, initializer if initializer is not None else base.initializer,
             regularizer or base.regularizer,

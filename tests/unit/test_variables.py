@@ -151,6 +151,29 @@ def test_initialized_value_chains_one_variables_initial_value_into_anothers():
         np.testing.assert_array_equal(sess.run(twice_u), [10.0, 14.0])
 
 
+def test_reentering_a_scope_object_opens_a_new_name_scope_as_tensorflow_does():
+    # Names recorded from TF 2.21's tf.compat.v1.
+    with mf.variable_scope("a/b") as ab:
+        pass
+    with mf.variable_scope(ab) as again:
+        assert mf.constant(0.0, name="c").name == "b/c:0"
+        assert mf.get_variable("v", [1]).name == "a/b/v:0"
+        assert again.original_name_scope == "a/b/"
+        with mf.variable_scope("in") as inner:
+            assert inner.original_name_scope == "b/in/"
+    with mf.variable_scope(ab):
+        assert mf.constant(0.0, name="c").name == "b_1/c:0"
+    with mf.variable_scope("outer"):
+        with mf.variable_scope(ab):
+            assert mf.constant(0.0, name="c").name == "outer/b/c:0"
+    with mf.variable_scope(ab, auxiliary_name_scope=False) as kept:
+        assert mf.constant(0.0, name="d").name == "d:0"
+        assert kept.original_name_scope == "a/b/"
+    root = mf.get_variable_scope()
+    with mf.name_scope("foo"), mf.variable_scope(root):
+        assert mf.constant(0.0, name="c").name == "foo/c:0"
+
+
 def test_initializers_produce_their_values():
     mf.set_random_seed(3)
     specs = {
