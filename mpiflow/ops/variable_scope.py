@@ -43,6 +43,10 @@ class VariableScope:
         self.custom_getter = custom_getter
         self.original_name_scope = name_scope
 
+    # TF1's, accepted and unused, as variable_scope's keywords of the same names.
+    caching_device = None
+    use_resource = False
+
     def reuse_variables(self):
         self.reuse = True
 
@@ -51,6 +55,35 @@ class VariableScope:
 
     def set_partitioner(self, partitioner):
         self.partitioner = partitioner
+
+    def set_dtype(self, dtype):
+        self.dtype = dtype
+
+    def set_regularizer(self, regularizer):
+        self.regularizer = regularizer
+
+    def set_custom_getter(self, custom_getter):
+        self.custom_getter = custom_getter
+
+    def set_caching_device(self, caching_device):
+        pass
+
+    def set_use_resource(self, use_resource):
+        pass
+
+    def get_collection(self, name) -> list:
+        """The items of collection ``name`` under this scope: names starting ``scope/``,
+        so scope 'd' does not take 'd2''s variables (TensorFlow's rule)."""
+        return get_default_graph().get_collection(name, self.name + "/" if self.name else None)
+
+    def global_variables(self) -> list:
+        return self.get_collection(GraphKeys.GLOBAL_VARIABLES)
+
+    def trainable_variables(self) -> list:
+        return self.get_collection(GraphKeys.TRAINABLE_VARIABLES)
+
+    def local_variables(self) -> list:
+        return self.get_collection(GraphKeys.LOCAL_VARIABLES)
 
     def get_variable(self, name, **kwargs):
         return _store().get_variable(self, name, **kwargs)

@@ -174,6 +174,25 @@ def test_reentering_a_scope_object_opens_a_new_name_scope_as_tensorflow_does():
         assert mf.constant(0.0, name="c").name == "foo/c:0"
 
 
+def test_a_scope_object_lists_its_own_variables_as_tf1s_does():
+    with mf.variable_scope("d") as d:
+        w = mf.get_variable("w", [1])
+        frozen = mf.get_variable("frozen", [1], trainable=False)
+        counter = mf.get_local_variable("counter", [1])
+    with mf.variable_scope("d2"):
+        mf.get_variable("w", [1])
+    assert d.global_variables() == [w, frozen]       # not d2's
+    assert d.trainable_variables() == [w]
+    assert d.local_variables() == [counter]
+    assert d.get_collection(mf.GraphKeys.GLOBAL_VARIABLES) == [w, frozen]
+    d.set_dtype(mf.float64)
+    d.set_regularizer(lambda v: mf.reduce_sum(v))
+    with mf.variable_scope(d):
+        later = mf.get_variable("later", [1])
+    assert later.dtype is mf.float64
+    assert len(mf.get_collection(mf.GraphKeys.REGULARIZATION_LOSSES)) == 1
+
+
 def test_initializers_produce_their_values():
     mf.set_random_seed(3)
     specs = {
