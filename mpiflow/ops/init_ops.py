@@ -102,7 +102,7 @@ class TruncatedNormal(Initializer):
 
 
 class RandomUniform(Initializer):
-    def __init__(self, minval=0.0, maxval=1.0, seed=None, dtype=dtypes.float32):
+    def __init__(self, minval=0.0, maxval=None, seed=None, dtype=dtypes.float32):
         self.minval, self.maxval, self.seed = minval, maxval, seed
         self.dtype = dtypes.as_dtype(dtype)
 
@@ -145,6 +145,10 @@ class VarianceScaling(Initializer):
 
     def __call__(self, shape, dtype=None, partition_info=None):
         dtype = self._dtype(dtype)
+        if not dtype.is_floating:
+            raise errors.InvalidArgumentError(
+                f"VarianceScaling (glorot, he, lecun) initializes floating variables only, "
+                f"got dtype {dtype.name}")
         # A partition is scaled as the whole variable is (TensorFlow's rule).
         fan_in, fan_out = _fans(shape if partition_info is None else partition_info.full_shape)
         n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[self.mode]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import get_default_graph
 from mpiflow.framework.tensor_shape import TensorShape
@@ -67,6 +68,39 @@ class TruncatedNormalOp(_Random):
 class RandomUniformOp(_Random):
     def draw(self, rng, out):
         rng.random(out=out, dtype=out.dtype)
+
+
+@register_op("RandomUniformInt", attrs=dict(_Random.attrs, dtype=dtypes.int32))
+class RandomUniformIntOp(_Random):
+    """Integers drawn uniformly from [minval, maxval) (inputs 1 and 2, scalars of the
+    dtype), as TensorFlow's ``random_uniform`` gives for an integer dtype."""
+
+    host_inputs = (0, 1, 2)
+
+    def infer(self, b):
+        require_dtype(b, 0, lambda dt: dt in (dtypes.int32, dtypes.int64), "shape")
+        dtype = b.attrs["dtype"]
+        if dtype not in (dtypes.int32, dtypes.int64):
+            raise b.error("Random integers need an int32 or int64 dtype",
+                          expected="int32 or int64", got=dtype.name)
+        for i, what in ((1, "minval"), (2, "maxval")):
+            if b.dtype(i) is not dtype:
+                raise b.error(f"{what} has the wrong dtype", expected=dtype.name,
+                              got=b.dtype(i).name)
+            if b.shape(i).ndims not in (None, 0):
+                raise b.error(f"{what} must be a scalar", expected="shape ()",
+                              got=b.shape(i))
+        return [(dtype, shape_from_tensor(b.inputs[0]))]
+
+    def forward(self, xp, ctx, shape, minval, maxval):
+        lo, hi = int(minval), int(maxval)
+        if not lo < hi:
+            raise errors.op_error(errors.InvalidArgumentError, "Need minval < maxval",
+                                  ctx.op, expected="minval < maxval",
+                                  got=f"minval {lo}, maxval {hi}")
+        out = ctx.rng.integers(lo, hi, size=tuple(int(d) for d in shape),
+                               dtype=ctx.np_dtype)
+        return xp.asarray(out)
 
 
 @register_op("Fill")
@@ -143,9 +177,20 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=Non
     return _scale(x, stddev, mean, dtypes.as_dtype(dtype))
 
 
-def random_uniform(shape, minval=0.0, maxval=1.0, dtype=dtypes.float32, seed=None, name=None):
-    """Return samples of U[minval, maxval)."""
+def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=None):
+    """Return samples of U[minval, maxval) (maxval 1 by default for floats); integers for
+    an integer dtype, where maxval must be given, as in TensorFlow."""
     dtype = dtypes.as_dtype(dtype)
+    if dtype.is_integer:
+        if maxval is None:
+            raise errors.InvalidArgumentError(
+                f"random_uniform: maxval must be given for integer dtype {dtype.name} "
+                "(values are drawn from [minval, maxval))")
+        attrs = dict(_seed_attrs(seed), dtype=dtype)
+        return apply_op("RandomUniformInt", [
+            _shape_tensor(shape), convert_to_tensor(minval, dtype=dtype),
+            convert_to_tensor(maxval, dtype=dtype)], attrs, name=name).outputs[0]
+    maxval = 1.0 if maxval is None else maxval
     x = _random("RandomUniform", shape, dtype, seed, name)
     if _is_tensor(minval) or _is_tensor(maxval):
         from mpiflow.ops import math_ops

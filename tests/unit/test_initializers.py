@@ -120,3 +120,34 @@ def test_random_ops_take_tensors_for_their_mean_spread_and_bounds():
     assert np.abs(got_truncated).max() <= 4
     assert 2 <= got_uniform.min() and got_uniform.max() <= 5
     assert abs(got_uniform.mean() - 3.5) < 0.02
+
+
+def test_random_uniform_of_an_integer_dtype_draws_integers_in_its_half_open_range():
+    """TF1's tf.random_uniform([], 0, 4, dtype=tf.int32) (a random rotation, crop offset or
+    index): every integer of [minval, maxval) about equally often, the dtype kept; the
+    bounds may be tensors, and random_uniform_initializer takes an integer dtype too."""
+    mf.set_random_seed(1)
+    low = mf.placeholder(mf.int64, [])
+    ints = mf.random_uniform([40000], -3, 4, dtype=mf.int32)
+    fed = mf.random_uniform([1000], low, low + 2, dtype=mf.int64)
+    table = mf.get_variable("ids", [1000], dtype=mf.int32,
+                            initializer=mf.random_uniform_initializer(0, 10, dtype=mf.int32))
+    assert ints.dtype is mf.int32 and ints.shape.as_list() == [40000]
+    with mf.Session() as sess:
+        sess.run(table.initializer)
+        got, got_fed, got_table = sess.run([ints, fed, table], {low: 7})
+    assert got.dtype == np.int32 and got_fed.dtype == np.int64
+    counts = np.bincount(got + 3)
+    assert len(counts) == 7 and counts.min() > 5300 and counts.max() < 6100
+    assert set(np.unique(got_fed)) == {7, 8}
+    assert got_table.min() == 0 and got_table.max() == 9
+
+
+def test_random_uniform_of_an_integer_dtype_needs_maxval_below_it_minval():
+    with pytest.raises(mf.errors.InvalidArgumentError, match="maxval must be given"):
+        mf.random_uniform([3], 0, dtype=mf.int32)
+    empty = mf.random_uniform([3], 5, 5, dtype=mf.int64)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="Need minval < maxval"):
+        _value(empty)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="floating variables only"):
+        mf.glorot_uniform_initializer(dtype=mf.int32)([2, 2])
