@@ -219,14 +219,18 @@ class Variable:
         return self._snapshot
 
     # -- updates -------------------------------------------------------------------------
+    # read_value=False gives the update's op, as TF1's (sess.run of it returns None).
     def assign(self, value, use_locking=False, name=None, read_value=True):
-        return state_ops.assign(self._variable, value, name=name)
+        out = state_ops.assign(self._variable, value, name=name)
+        return out if read_value else out.op
 
     def assign_add(self, delta, use_locking=False, name=None, read_value=True):
-        return state_ops.assign_add(self._variable, delta, name=name)
+        out = state_ops.assign_add(self._variable, delta, name=name)
+        return out if read_value else out.op
 
     def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
-        return state_ops.assign_sub(self._variable, delta, name=name)
+        out = state_ops.assign_sub(self._variable, delta, name=name)
+        return out if read_value else out.op
 
     def scatter_add(self, sparse_delta, use_locking=False, name=None):
         return state_ops.scatter_add(self._variable, sparse_delta.indices,

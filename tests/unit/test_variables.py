@@ -238,6 +238,17 @@ def test_assign_ops_and_scatter():
         assert sess.run(v).sum() == 56.0
 
 
+def test_updates_with_read_value_false_are_ops_as_in_tf1():
+    v = mf.Variable(1.0, name="v")
+    updates = [v.assign(4.0, read_value=False), v.assign_add(2.0, read_value=False),
+               v.assign_sub(1.0, read_value=False)]
+    assert all(isinstance(u, mf.Operation) for u in updates)
+    with mf.Session() as sess:
+        sess.run(v.initializer)
+        assert sess.run(updates[0]) is None and sess.run(updates[1]) is None
+        assert sess.run(v) == 6.0
+
+
 def test_assign_with_a_wrong_shape_is_a_build_error():
     v = mf.Variable(np.zeros(3, np.float32), name="vec")
     with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'Assign.*\(3,\).*\(4,\)"):
