@@ -20,7 +20,7 @@ from mpiflow.gradients import AggregationMethod, UnconnectedGradients, gradients
 from mpiflow.ops.activation_ops import log_sigmoid, sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
-from mpiflow.ops.indexing_ops import one_hot, slice, split, unstack
+from mpiflow.ops.indexing_ops import one_hot, slice, split, strided_slice, unstack
 from mpiflow.ops.check_ops import (
     Assert, assert_equal, assert_greater, assert_greater_equal, assert_less, assert_less_equal,
     assert_negative, assert_non_negative, assert_non_positive, assert_none_equal,

@@ -748,6 +748,29 @@ def test_shape_lists_holding_a_computed_size_pack_as_tensorflow():
         mf.tile(x, [1, batch, 1])
 
 
+def test_strided_slice_is_public_with_tensorflows_masks():
+    # Recorded from TF 2.21's tf.compat.v1 on x = arange(60).reshape(3, 4, 5).
+    x = mf.constant(np.arange(60.0).reshape(3, 4, 5))
+    cases = {
+        "begin_end_masks": (mf.strided_slice(x, [0, 1, 0], [2, 3, 0], [1, 1, 1],
+                                             begin_mask=1, end_mask=4), [2, 2, 5], 390.0),
+        "ellipsis": (mf.strided_slice(x, [0, 1], [0, 3], [1, 1], ellipsis_mask=1),
+                     [3, 4, 2], 696.0),
+        "shrink": (mf.strided_slice(x, [1, 0, -1], [2, 4, 0], [1, 2, 1],
+                                    shrink_axis_mask=5), [2], 58.0),
+        "new_axis_and_ellipsis": (mf.strided_slice(x, [0, 0, 0], [0, 0, 1], [1, 1, 1],
+                                                   ellipsis_mask=2, new_axis_mask=3),
+                                  [1, 3, 4, 1], 330.0),
+        "negative_strides": (mf.strided_slice(x, [0, 3], [0, 0], [-1, -1], begin_mask=1,
+                                              end_mask=1), [3, 3, 5], 1440.0),
+    }
+    with mf.Session() as sess:
+        for name, (t, shape, total) in cases.items():
+            assert t.shape.as_list() == shape, name
+            got = sess.run(t)
+            assert list(got.shape) == shape and got.sum() == total, name
+
+
 def test_newaxis_indexes_as_none():
     x = mf.constant(X)
     assert mf.newaxis is None
