@@ -326,11 +326,12 @@ class SplitVOp(_SplitBase):
             f"{sum(d for d in sizes if d != -1)} for size_splits {sizes}"
 
 
-def split(value, num_or_size_splits, axis=0, name="split") -> list:
+def split(value, num_or_size_splits, axis=0, num=None, name="split") -> list:
     """Split ``value`` along ``axis`` into N equal pieces or pieces of the given sizes.
 
     ``num_or_size_splits`` is an int N or a list of sizes (one may be -1: the rest).
-    Returns a list of Tensors.
+    ``num``, TF1's count of pieces for sizes of unknown length, may be given; the sizes
+    are known here, so it must be their count. Returns a list of Tensors.
     """
     x = convert_to_tensor(value)
     axis = static_axis(axis, "split axis")
@@ -338,6 +339,10 @@ def split(value, num_or_size_splits, axis=0, name="split") -> list:
     if spec.ndim == 0:
         return apply_op("Split", [x], {"num_split": int(spec), "axis": axis},
                         name=name).outputs
+    if num is not None and static_axis(num, "split num") != spec.size:
+        raise errors.InvalidArgumentError(
+            f"split '{name}': num={num} does not match the {spec.size} sizes "
+            f"{spec.tolist()} in num_or_size_splits")
     return apply_op("SplitV", [x], {"size_splits": spec.tolist(), "axis": axis},
                     name=name).outputs
 

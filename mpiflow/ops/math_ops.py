@@ -741,8 +741,23 @@ class MatMulOp(OpDef):
         return [sum_to_shape(ga, a), sum_to_shape(gb, b)]
 
 
-def matmul(a, b, transpose_a=False, transpose_b=False, name=None) -> Tensor:
-    """Return the matrix product ``a @ b`` (batched over leading dims)."""
+def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
+           a_is_sparse=False, b_is_sparse=False, name=None) -> Tensor:
+    """Return the matrix product ``a @ b`` (batched over leading dims).
+
+    TF1's signature: mpiflow has no complex dtypes, so ``adjoint_a``/``adjoint_b`` are the
+    transposes; ``a_is_sparse``/``b_is_sparse`` are hints TensorFlow may use for speed and
+    change no value, so they are taken and ignored.
+
+    Raises:
+        InvalidArgumentError: both ``transpose_x`` and ``adjoint_x`` of one operand set.
+    """
+    for which, transposed, adjoint in (("a", transpose_a, adjoint_a),
+                                       ("b", transpose_b, adjoint_b)):
+        if transposed and adjoint:
+            raise errors.InvalidArgumentError(
+                f"matmul: only one of transpose_{which} and adjoint_{which} can be True")
+    transpose_a, transpose_b = transpose_a or adjoint_a, transpose_b or adjoint_b
     a, b = _binary_inputs(a, b)
     return apply_op("MatMul", [a, b], {"transpose_a": bool(transpose_a),
                                        "transpose_b": bool(transpose_b)},

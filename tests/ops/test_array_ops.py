@@ -676,6 +676,16 @@ def test_split_count_may_be_a_scalar_constant():
     assert [t.shape for t in mf.split(x, mf.constant(2))] == [[2, 2], [2, 2]]
 
 
+def test_split_takes_tf1s_num_argument_and_checks_it_against_the_sizes():
+    x = mf.placeholder(mf.float32, [2, 3, 4])
+    pieces = mf.split(x, [2, 2], axis=2, num=2)
+    assert [t.shape.as_list() for t in pieces] == [[2, 3, 2], [2, 3, 2]]
+    assert len(mf.split(x, 2, axis=2, num=5)) == 2      # an int count: num is not used
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"num=3 does not match the 2 sizes \[1, -1\]"):
+        mf.split(x, [1, -1], axis=2, num=3)
+
+
 def test_concat_with_an_input_of_unknown_rank_takes_the_others_shape_as_tensorflow():
     known, unknown = mf.placeholder(mf.float32, [2, 3]), mf.placeholder(mf.float32)
     assert mf.concat([unknown, known], 1).shape.as_list() == [2, None]

@@ -510,6 +510,20 @@ def test_matmul_shape_mismatch_is_a_build_error_naming_the_op():
         mf.matmul(a, b)
 
 
+def test_matmul_takes_tf1s_adjoint_and_sparse_hint_arguments():
+    # Real dtypes: an adjoint is the transpose; the sparse hints change no value (TF1).
+    a, b = np.arange(24.0).reshape(2, 3, 4), np.arange(40.0).reshape(2, 5, 4)
+    c = np.arange(30.0).reshape(2, 3, 5)
+    with mf.Session() as sess:
+        adjoint = sess.run(mf.matmul(a, b, adjoint_b=True, a_is_sparse=True))
+        both = sess.run(mf.matmul(b, c, adjoint_a=True, transpose_b=True, b_is_sparse=True))
+    np.testing.assert_array_equal(adjoint, a @ b.transpose(0, 2, 1))
+    np.testing.assert_array_equal(both, b.transpose(0, 2, 1) @ c.transpose(0, 2, 1))
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="only one of transpose_a and adjoint_a"):
+        mf.matmul(a, a, transpose_a=True, adjoint_a=True)
+
+
 def test_mixed_dtypes_are_rejected_naming_the_op():
     a = mf.placeholder(mf.float32, [3])
     b = mf.placeholder(mf.float64, [3])
