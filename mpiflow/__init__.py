@@ -53,8 +53,8 @@ from mpiflow.ops.partitioners import (
 from mpiflow.ops.random_ops import (
     fill, ones, random_normal, random_uniform, set_random_seed, truncated_normal, zeros)
 from mpiflow.ops.reduction_ops import (
-    argmax, argmin, count_nonzero, cumprod, cumsum, reduce_logsumexp, reduce_max,
-    reduce_mean, reduce_min, reduce_prod, reduce_sum)
+    argmax, argmin, count_nonzero, cumprod, cumsum, reduce_all, reduce_any, reduce_logsumexp,
+    reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum)
 from mpiflow.ops.sparse_ops import gather, unique, unsorted_segment_sum
 from mpiflow.ops.state_ops import (
     assign, assign_add, assign_sub, is_variable_initialized, scatter_add, scatter_sub,

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max, min, prod) and arg-reductions (argmax, argmin)."""
+"""Reductions (sum, mean, max, min, prod, all, any) and arg-reductions (argmax, argmin)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _reduced_shape(b, axes=None):
 # numpy's sum, prod, max and min are these ufuncs' reduce behind a Python wrapper that
 # costs 1-2 us a call (a reduce_sum per variable: 200 a step in a model of 200 of them).
 _HOST_REDUCTIONS = {"sum": np.add.reduce, "prod": np.multiply.reduce,
-                    "max": np.maximum.reduce, "min": np.minimum.reduce}
+                    "max": np.maximum.reduce, "min": np.minimum.reduce,
+                    "all": np.logical_and.reduce, "any": np.logical_or.reduce}
 
 
 class _Reduce(OpDef):
@@ -203,6 +204,25 @@ class MinOp(_ReduceExtreme):
     lowest = False
 
 
+class _ReduceLogical(_Reduce):
+    """All and Any of a bool tensor (TensorFlow's reduce_all and reduce_any): over no
+    elements each gives its identity, True and False, as numpy's and TensorFlow's do.
+    They are not differentiable, as in TensorFlow."""
+
+    allowed = staticmethod(lambda dt: dt.is_bool)
+    gradient = None
+
+
+@register_op("All", attrs={"axis": None, "keepdims": False})
+class AllOp(_ReduceLogical):
+    method = "all"
+
+
+@register_op("Any", attrs={"axis": None, "keepdims": False})
+class AnyOp(_ReduceLogical):
+    method = "any"
+
+
 def _broadcast_layout(shape: tuple, axis) -> tuple:
     """``(shape, kept, count)``: the reduced tensor's shape with the reduced axes kept as
     1, and how many elements each reduced one stood for."""
@@ -310,6 +330,8 @@ reduce_mean = _reduction("Mean")
 reduce_max = _reduction("Max")
 reduce_min = _reduction("Min")
 reduce_prod = _reduction("Prod")
+reduce_all = _reduction("All")
+reduce_any = _reduction("Any")
 
 
 def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None,

@@ -1,5 +1,6 @@
 """TF1 math ops a ported script reaches for beyond the basics: round and ceil, expm1,
-softsign, selu, log_sigmoid, reduce_logsumexp, cumsum and cumprod. Forward values against
+softsign, selu, log_sigmoid, reduce_logsumexp, reduce_all and reduce_any, cumsum and
+cumprod. Forward values against
 numpy or against values TensorFlow 2.x (compat.v1 graphs, CPU) printed for the same
 inputs; gradients against finite differences."""
 
@@ -189,6 +190,34 @@ def test_reduce_logsumexp_gradient_is_the_softmax_of_the_row_as_tensorflow():
 def test_reduce_logsumexp_refuses_integers_as_tensorflow():
     with mf.Graph().as_default(), pytest.raises(mf.errors.InvalidArgumentError):
         mf.reduce_logsumexp(mf.constant([1, 2]))
+
+
+# -- reduce_all and reduce_any -----------------------------------------------------------
+
+def test_reduce_all_and_any_match_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1 (a 2x2 and an empty bool tensor).
+    x = mf.constant([[True, False], [True, True]])
+    empty = mf.zeros([0, 3], mf.int32) > 0
+    got = {"all_rows_keepdims": mf.reduce_all(x, axis=1, keepdims=True),
+           "any_rows": mf.reduce_any(x, axis=-1), "all": mf.reduce_all(x),
+           "any_columns_v1": mf.reduce_any(x, reduction_indices=[0], keep_dims=True),
+           "all_empty": mf.reduce_all(empty, 0), "any_empty": mf.reduce_any(empty, 0)}
+    assert {k: (t.dtype, t.shape.as_list()) for k, t in got.items()} == {
+        "all_rows_keepdims": (mf.bool, [2, 1]), "any_rows": (mf.bool, [2]),
+        "all": (mf.bool, []), "any_columns_v1": (mf.bool, [1, 2]),
+        "all_empty": (mf.bool, [3]), "any_empty": (mf.bool, [3])}
+    with mf.Session() as sess:
+        values = sess.run(got)
+    assert {k: v.tolist() for k, v in values.items()} == {
+        "all_rows_keepdims": [[False], [True]], "any_rows": [True, True], "all": False,
+        "any_columns_v1": [[True, True]], "all_empty": [True] * 3, "any_empty": [False] * 3}
+
+
+def test_reduce_all_and_any_take_bools_only_and_have_no_gradient():
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'All' \(All\)"):
+        mf.reduce_all(mf.constant([1.0, 0.0]))
+    x = mf.placeholder(mf.float32, [3])
+    assert mf.gradients(mf.cast(mf.reduce_any(x > 0.0), mf.float32), x) == [None]
 
 
 GRAD_CASES += [
