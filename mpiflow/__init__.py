@@ -19,7 +19,8 @@ from mpiflow.framework.scopes import (
 from mpiflow.gradients import AggregationMethod, UnconnectedGradients, gradients
 from mpiflow.ops.activation_ops import log_sigmoid, sigmoid, tanh
 from mpiflow.ops.array_ops import (
-    concat, expand_dims, pad, rank, reshape, size, squeeze, stack, tile, transpose)
+    concat, expand_dims, pad, rank, reshape, sequence_mask, size, squeeze, stack, tile,
+    transpose)
 from mpiflow.ops.indexing_ops import one_hot, slice, split, strided_slice, unstack
 from mpiflow.ops.check_ops import (
     Assert, assert_equal, assert_greater, assert_greater_equal, assert_less, assert_less_equal,

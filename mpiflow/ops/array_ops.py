@@ -448,6 +448,31 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tens
                     {"paddings": paddings, "constant_values": value}, name=name).outputs[0]
 
 
+# -- sequence_mask -----------------------------------------------------------------------
+
+def sequence_mask(lengths, maxlen=None, dtype=dtypes.bool_, name=None) -> Tensor:
+    """Return ``mask[..., j] = j < lengths[...]``: shape ``lengths.shape + [maxlen]``.
+
+    As TensorFlow's: ``maxlen`` defaults to the largest length (known when the graph is
+    built where the lengths are constants), positions and lengths are compared in
+    ``maxlen``'s dtype (lengths cast to it), and a mask of another ``dtype`` is the bool
+    one cast. Built from Range, Less and Cast: no op of its own, and no gradient.
+    """
+    lengths = convert_to_tensor(lengths)
+    if maxlen is None:
+        known = const_value(lengths)
+        maxlen = reduction_ops.reduce_max(lengths) if known is None else \
+            constant(np.max(known, initial=0), dtype=lengths.dtype)
+    maxlen = convert_to_tensor(maxlen)
+    if maxlen.shape.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(
+            f"sequence_mask: maxlen must be a scalar, got shape {maxlen.shape}")
+    positions = math_ops.range_(0, maxlen, dtype=maxlen.dtype)
+    lengths = math_ops.cast(expand_dims(lengths, -1), maxlen.dtype)
+    mask = math_ops.less(positions, lengths, name=name)
+    return mask if dtypes.as_dtype(dtype) is dtypes.bool_ else math_ops.cast(mask, dtype)
+
+
 # -- size / rank -------------------------------------------------------------------------
 
 @register_op("Size", attrs={"out_type": dtypes.int32})

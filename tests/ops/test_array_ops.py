@@ -781,6 +781,28 @@ def test_strided_slice_is_public_with_tensorflows_masks():
             assert list(got.shape) == shape and got.sum() == total, name
 
 
+def test_sequence_mask_matches_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1.
+    lengths = mf.placeholder(mf.int32, [None])
+    masks = {"maxlen": mf.sequence_mask([1, 3, 0], 4),
+             "constant_lengths": mf.sequence_mask([1, 3], dtype=mf.float32),
+             "rows": mf.sequence_mask([[1, 2], [0, 3]], 3, dtype=mf.int32),
+             "int64_lengths": mf.sequence_mask(mf.constant([2, 1], mf.int64), mf.constant(3)),
+             "fed": mf.sequence_mask(lengths), "fed_maxlen": mf.sequence_mask(lengths, 2)}
+    assert {k: (m.dtype, m.shape.as_list()) for k, m in masks.items()} == {
+        "maxlen": (mf.bool, [3, 4]), "constant_lengths": (mf.float32, [2, 3]),
+        "rows": (mf.int32, [2, 2, 3]), "int64_lengths": (mf.bool, [2, 3]),
+        "fed": (mf.bool, [None, None]), "fed_maxlen": (mf.bool, [None, 2])}
+    with mf.Session() as sess:
+        got = sess.run(masks, {lengths: [2, 0, 3]})
+    assert {k: v.astype(int).tolist() for k, v in got.items()} == {
+        "maxlen": [[1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]],
+        "constant_lengths": [[1, 0, 0], [1, 1, 1]],
+        "rows": [[[1, 0, 0], [1, 1, 0]], [[0, 0, 0], [1, 1, 1]]],
+        "int64_lengths": [[1, 1, 0], [1, 0, 0]],
+        "fed": [[1, 1, 0], [0, 0, 0], [1, 1, 1]], "fed_maxlen": [[1, 1], [0, 0], [1, 1]]}
+
+
 def test_newaxis_indexes_as_none():
     x = mf.constant(X)
     assert mf.newaxis is None
