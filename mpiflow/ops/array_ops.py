@@ -16,7 +16,8 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import math_ops, reduction_ops
-from mpiflow.ops.constant_ops import constant, convert_to_tensor, holds_tensor
+from mpiflow.ops.constant_ops import (
+    constant, convert_list_input, convert_to_tensor, holds_tensor)
 from mpiflow.ops.registry import (
     REQUIRED, OpDef, apply_op, const_value, normalize_axis, register_op, require_dtype,
     same_dtype)
@@ -204,8 +205,8 @@ class ConcatGradOp(OpDef):
 
 
 def concat(values, axis, name="concat") -> Tensor:
-    """Join tensors along ``axis``."""
-    values = [convert_to_tensor(v) for v in values]
+    """Join tensors along ``axis`` (numbers among them take the first tensor's dtype)."""
+    values = convert_list_input(values)
     if len(values) == 1:
         return values[0]
     return apply_op("ConcatV2", values, {"axis": static_axis(axis, "concat axis")},
@@ -278,8 +279,9 @@ class PackOp(OpDef):
 
 
 def stack(values, axis=0, name="stack") -> Tensor:
-    """Join same-shaped tensors along a new dimension ``axis``."""
-    values = [convert_to_tensor(v) for v in values]
+    """Join same-shaped tensors along a new dimension ``axis`` (numbers among them take
+    the first tensor's dtype, or the whole list's where there is none)."""
+    values = convert_list_input(values, whole=True)
     return apply_op("Pack", values, {"axis": static_axis(axis, "stack axis")},
                     name=name).outputs[0]
 

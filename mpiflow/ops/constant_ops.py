@@ -154,6 +154,25 @@ def holds_tensor(value) -> bool:
     return next(_tensors_in(value), None) is not None
 
 
+def convert_list_input(values, whole: bool = False) -> list:
+    """Convert the items of one op's list input (stack's, concat's) as TensorFlow does:
+    Python and numpy values take the dtype of the first tensor among them, so
+    ``stack([t, 0])`` of a float32 ``t`` is float32 (a value that dtype cannot hold is
+    refused). With no tensor among them, each is converted alone, or, where ``whole``
+    (stack, which TensorFlow first tries to convert as one list), with the dtype of the
+    whole list: ``stack([1, 2.0])`` is float32."""
+    values = list(values)
+    first = next((v for v in values if is_tensor_like(v)), None)
+    if first is not None:
+        target = convert_to_tensor(first).dtype
+    elif whole and values:
+        target = convert_to_tensor(values).dtype
+    else:
+        target = None
+    return [convert_to_tensor(v) if is_tensor_like(v) else convert_to_tensor(v, dtype=target)
+            for v in values]
+
+
 def _packed(value, dtype, name) -> Tensor:
     """Stack nested lists of tensors and numbers into one tensor, as TensorFlow converts
     ``[t, 2.0]`` or ``[[a, b], [c, d]]``: the numbers take the tensors' dtype (the first

@@ -742,6 +742,20 @@ def test_lists_holding_tensors_convert_to_one_packed_tensor_as_tensorflow():
         mf.convert_to_tensor([a, mf.constant(1)])
 
 
+def test_stack_and_concat_convert_numbers_to_the_dtype_of_the_tensors_among_them():
+    # TensorFlow: all float32 (the numbers take the tensor's dtype; stack of numbers alone
+    # converts the whole list, so [1, 2.0] is float32).
+    x = mf.constant([[1.0]])
+    made = [mf.stack([1, 2.0]), mf.stack([mf.constant(1.0), 2]), mf.stack([2, mf.constant(1.0)]),
+            mf.concat([x, [[2]]], 0), mf.concat([[[2]], x], 0), mf.concat([x, np.zeros((1, 1))], 0)]
+    assert [t.dtype for t in made] == [mf.float32] * 6
+    with mf.Session() as sess:
+        assert [v.tolist() for v in sess.run(made)] == [
+            [1.0, 2.0], [1.0, 2.0], [2.0, 1.0], [[1.0], [2.0]], [[2.0], [1.0]], [[1.0], [0.0]]]
+    with _raises("Cannot convert 2.5 to int32"):
+        mf.stack([mf.constant(1), 2.5])
+
+
 def test_shape_lists_holding_a_computed_size_pack_as_tensorflow():
     x = mf.placeholder(mf.float32, [None, 2, 2])
     batch = mf.shape(x)[0]
