@@ -14,11 +14,19 @@ from mpiflow.ops.registry import (
 
 
 def _axes(b, ndims):
-    """Return the normalized reduction axes as a sorted tuple (all axes for None)."""
+    """Return the normalized reduction axes as a sorted tuple (all axes for None).
+
+    An axis named twice (``[1, -2]`` of a 3-D tensor) is refused, as TensorFlow refuses it
+    ("duplicate dimension"); numpy's reduce would fail on it only when the step runs.
+    """
     axis = b.attrs["axis"]
     if axis is None:
         return tuple(range(ndims))
-    return tuple(sorted({normalize_axis(b, a, ndims) for a in axis}))
+    axes = [normalize_axis(b, a, ndims) for a in axis]
+    if len(set(axes)) != len(axes):
+        raise b.error("Reduction axes contain a duplicate dimension",
+                      expected=f"distinct axes of a rank-{ndims} tensor", got=list(axis))
+    return tuple(sorted(axes))
 
 
 def _reduced_shape(b, axes=None):

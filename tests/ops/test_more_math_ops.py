@@ -213,6 +213,17 @@ def test_reduce_all_and_any_match_tensorflow():
         "any_columns_v1": [[True, True]], "all_empty": [True] * 3, "any_empty": [False] * 3}
 
 
+def test_reductions_refuse_an_axis_named_twice_when_the_graph_is_built():
+    # TensorFlow refuses it too ("Axes contains duplicate dimension"); numpy's message
+    # came when the step ran.
+    x = mf.constant(np.ones((2, 3, 4)))
+    for reduce in (mf.reduce_sum, mf.reduce_max, mf.reduce_mean):
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"duplicate dimension.*expected distinct axes of a rank-3 "
+                                 r"tensor, got \[1, -2\]"):
+            reduce(x, axis=[1, -2])
+
+
 def test_reduce_all_and_any_take_bools_only_and_have_no_gradient():
     with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'All' \(All\)"):
         mf.reduce_all(mf.constant([1.0, 0.0]))
