@@ -383,11 +383,12 @@ class TileOp(OpDef):
     def gradient(self, op, g):
         # View g as [m0, d0, m1, d1, ...] and sum over the tile axes m_i.
         x, multiples = op.inputs[0], list(op.get_attr("multiples"))
-        if x.shape.is_fully_defined():
-            pairs = constant(np.asarray(list(zip(multiples, x.shape.as_list())), np.int32))
+        if x.shape.is_fully_defined():     # a constant shape, so the gradient's is known
+            pairs = [d for pair in zip(multiples, x.shape.as_list()) for d in pair]
         else:
-            pairs = stack([constant(np.asarray(multiples, np.int32)), math_ops.shape(x)], 1)
-        tiles = reshape(g, reshape(pairs, [-1]))
+            pairs = reshape(stack([constant(np.asarray(multiples, np.int32)),
+                                   math_ops.shape(x)], 1), [-1])
+        tiles = reshape(g, pairs)
         return [reduction_ops.reduce_sum(tiles, axis=list(range(0, 2 * len(multiples), 2)))]
 
 

@@ -20,7 +20,7 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import array_ops, control_ops, data_flow_ops, indexing_ops, math_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import (
-    OpDef, add_at, apply_op, is_index, normalize_axis, register_op, require_dtype)
+    OpDef, add_at, apply_op, const_value, is_index, normalize_axis, register_op, require_dtype)
 
 
 def _check_indices(ctx, indices, limit, what="params"):
@@ -63,7 +63,11 @@ class GatherOp(OpDef):
         params_shape = math_ops.shape(params)
         if axis == 0:
             flat_indices = array_ops.reshape(indices, [-1])
-            inner = apply_op("GatherRowShape", [g, indices]).outputs[0]
+            row = g.shape[indices.shape.ndims:] if None not in (
+                g.shape.ndims, indices.shape.ndims) else TensorShape(None)
+            # A row shape known when the graph is built keeps the values' static shape.
+            inner = [-1] + row.as_list() if row.is_fully_defined() else \
+                apply_op("GatherRowShape", [g, indices]).outputs[0]
             values = array_ops.reshape(g, inner)
             return [IndexedSlices(values, flat_indices, params_shape), None]
         dense = apply_op("GatherDenseGrad", [g, indices, params_shape],
@@ -219,7 +223,10 @@ def indexed_slices_to_dense(slices: IndexedSlices, name=None) -> Tensor:
     if slices.dense_shape is None:
         raise errors.InvalidArgumentError(
             f"Cannot densify IndexedSlices '{slices.name}' without a dense_shape")
-    rows = apply_op("GatherFirst", [slices.dense_shape]).outputs[0]
+    known = const_value(slices.dense_shape) if isinstance(slices.dense_shape, Tensor) \
+        else None
+    rows = constant(int(known[0])) if known is not None and np.ndim(known) == 1 and \
+        len(known) else apply_op("GatherFirst", [slices.dense_shape]).outputs[0]
     return unsorted_segment_sum(slices.values, slices.indices, rows, name=name)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import mpiflow as mf
+from mpiflow.ops.sparse_ops import indexed_slices_to_dense
 from tests.ops.test_gradient_coverage import _all_cases as grad_cases  # noqa: F401
 
 R = np.random.default_rng(11)
@@ -38,6 +39,14 @@ def _variables(a, b):
             v.initialized_value()
 
 
+def _gather_gradient_of_unknown_shape(a):
+    """gather's sparse gradient densified where the graph knows no shape: the row shape
+    and the row count come from the step (GatherRowShape, GatherFirst)."""
+    u = _unknown_shape(a)
+    grad, = mf.gradients(mf.reduce_sum(mf.gather(u, [2, 0, 2]) * 1.5), u)
+    return indexed_slices_to_dense(grad)
+
+
 # name -> (build(*placeholders) -> tensor or list of tensors, inputs)
 FORWARD_CASES = {
     "argmax_argmin": (lambda a: [mf.argmax(a, axis=1), mf.argmin(a, axis=0)], [_floats(4, 5)]),
@@ -57,6 +66,7 @@ FORWARD_CASES = {
     "one_hot": (lambda k: mf.one_hot(k, 5, on_value=2.0, off_value=-1.0), [_labels()]),
     "where_coordinates": (lambda a: [mf.where(a > 0.0), mf.where(mf.greater(a, 0.5))],
                           [_floats(3, 4)]),
+    "gather_gradient_of_unknown_shape": (_gather_gradient_of_unknown_shape, [_floats(3, 4)]),
     "unique": (lambda k: list(mf.unique(mf.reshape(k, [-1]), out_idx=mf.int64)),
                [_labels()]),
     "random_seeded": (lambda a: [mf.random_normal([3, 4], dtype=mf.float64, seed=3) + a,

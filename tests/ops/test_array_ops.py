@@ -817,6 +817,20 @@ def test_sequence_mask_matches_tensorflow():
         "fed": [[1, 1, 0], [0, 0, 0], [1, 1, 1]], "fed_maxlen": [[1, 1], [0, 0], [1, 1]]}
 
 
+def test_gradients_of_tile_and_gather_keep_the_static_shape_as_tensorflow():
+    # TensorFlow's tf.gradients know [2, 3, 4] for both (mpiflow's were [?, ?, ?]).
+    x = mf.constant(np.ones((2, 3, 4), np.float32))
+    tiled, = mf.gradients(mf.reduce_sum(mf.tile(x, [2, 1, 3])), x)
+    rows, = mf.gradients(mf.reduce_sum(mf.gather(x, [[1, 1], [0, 1]])), x)
+    assert tiled.shape.as_list() == [2, 3, 4]
+    assert rows.values.shape.as_list() == [4, 3, 4]
+    assert mf.convert_to_tensor(rows).shape.as_list() == [2, 3, 4]
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(tiled), np.full((2, 3, 4), 6.0))
+        np.testing.assert_array_equal(sess.run(mf.convert_to_tensor(rows)),
+                                      np.stack([np.ones((3, 4)), 3 * np.ones((3, 4))]))
+
+
 def test_newaxis_indexes_as_none():
     x = mf.constant(X)
     assert mf.newaxis is None
