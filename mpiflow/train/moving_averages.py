@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from mpiflow import errors
 from mpiflow.framework import dtypes
-from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
+from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.ops import control_ops, math_ops, random_ops, state_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
 from mpiflow.ops.variables import (
-    Variable, global_variables, moving_average_variables, trainable_variables)
+    Variable,
+    global_variables,
+    moving_average_variables,
+    trainable_variables,
+)
 from mpiflow.train.optimizer import _create_slot
 
 __all__ = ["ExponentialMovingAverage"]

@@ -67,7 +67,7 @@ def _variables_named(target, store):
             all(isinstance(v, Variable) for v in target):
         return list(target)
     if isinstance(target, str):
-        name = target[:-2] if target.endswith(":0") else target
+        name = target.removesuffix(":0")
         found = store.vars.get(name)
         return found if found is not None else store.partitioned_vars.get(name)
     raise errors.InvalidArgumentError(

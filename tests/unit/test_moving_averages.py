@@ -134,7 +134,7 @@ def test_applying_again_reuses_the_shadow():
 
 def test_variables_to_restore_maps_shadow_names_to_the_model_as_tensorflow():
     with mf.Graph().as_default():
-        w, v, c, d, loss, step, _ = _model()
+        w, v, c, d, loss, _step, _ = _model()
         ema = mf.train.ExponentialMovingAverage(0.9)
         ema.apply([w, v, c, d, loss])
         names = {k: x.op.name for k, x in ema.variables_to_restore().items()}

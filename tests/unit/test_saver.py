@@ -116,7 +116,7 @@ def test_a_partition_part_given_alone_under_a_dict_name_is_saved_whole(tmp_path)
     # (list_variables recorded from TF 2.21's tf.compat.v1: [('emb/part_0', [7, 5]),
     # ('emb/part_1', [7, 5])]); it was saved as a slice of the full [14, 5] under each
     # part's name, which read back as a DataLossError ('does not cover slice').
-    pv = _emb(2)
+    _emb(2)
     saver = mf.train.Saver({v.op.name: v for v in mf.global_variables()})
     with mf.Session() as sess:
         sess.run(mf.global_variables_initializer())
@@ -521,8 +521,8 @@ def test_init_from_checkpoint_takes_variables_lists_of_parts_and_the_root(tmp_pa
 
 @pytest.mark.parametrize("assignment_map,message", [
     ({"old/nope": "new/w"}, r"tensor 'old/nope' is not in checkpoint .*holds: old/b"),
-    ({"old/b": "new/w"}, r"shape of variable 'new/w' \(\[2, 3\]\) does not match tensor "
-                         r"'old/b' \(\[3\]\)"),
+    ({"old/b": "new/w"}, (r"shape of variable 'new/w' \(\[2, 3\]\) does not match tensor "
+                          r"'old/b' \(\[3\]\)")),
     ({"old/w": "new/nothing"}, r"'new/nothing' is no variable .* must map a scope to a scope"),
     ({"old/": "new"}, r"must map a scope to a scope, both ending in '/'"),
     ({"old/": "new/"}, r"tensor 'old/extra' \(for variable 'new/extra' of scope 'new/'"),
