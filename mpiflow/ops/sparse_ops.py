@@ -17,7 +17,7 @@ from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops import array_ops, control_ops, data_flow_ops, indexing_ops, math_ops
+from mpiflow.ops import array_ops, clip_ops, control_ops, data_flow_ops, indexing_ops, math_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import (
     OpDef, add_at, apply_op, const_value, is_index, normalize_axis, register_op, require_dtype)
@@ -317,6 +317,9 @@ def embedding_lookup(params, ids, partition_strategy: str | None = None, name=No
             looked up with "div" restores into any number of parts; with "mod", only into
             as many parts as it was saved from (other counts give an error, not rows of
             other ids).
+        max_norm: None, or a bound on each looked-up row's L2 norm: a row whose norm is
+            larger comes back scaled down to it (the table itself is unchanged), as
+            TensorFlow clips it; the gradient goes through the clipping.
 
     Each shard is read by a gather colocated with it, so on a ps only the selected rows
     travel, and the gradient for each shard is an IndexedSlices of those rows.
@@ -325,8 +328,6 @@ def embedding_lookup(params, ids, partition_strategy: str | None = None, name=No
         InvalidArgumentError: no params, an unknown strategy, or (when run) an id out of
             range, naming the op that met it.
     """
-    if max_norm is not None:
-        raise errors.UnimplementedError("embedding_lookup: max_norm is not supported")
     if partition_strategy is None:
         partition_strategy = getattr(params, "lookup_strategy", None) or "mod"
     if partition_strategy not in ("mod", "div"):
@@ -350,11 +351,29 @@ def embedding_lookup(params, ids, partition_strategy: str | None = None, name=No
         tables = [convert_to_tensor(p, name="params") for p in params]
         if len(tables) == 1:
             with graph.colocate_with(tables[0]):
-                result = gather(tables[0], ids, name=scope)
+                result = _clipped(gather(tables[0], ids, name=scope), tables[0], max_norm,
+                                  scope)
             # The result itself is not tied to the table's device.
             return control_ops.identity(result)
         return _sharded_lookup(graph, tables, ids, partition_strategy, scope,
-                               _table_name(params))
+                               _table_name(params), max_norm)
+
+
+def _clipped(rows, table, max_norm, scope):
+    """``rows`` gathered from ``table``, each scaled to an L2 norm of at most ``max_norm``.
+
+    A row is what one id selects (the table's dimensions after the first), so the norm
+    runs over the last ``table rank - 1`` axes of ``rows``, whatever the ids' shape; a
+    1-D table's rows are single numbers, clipped by their absolute value, as TensorFlow.
+    """
+    if max_norm is None:
+        return rows
+    if table.shape.ndims is None:
+        raise errors.InvalidArgumentError(
+            f"embedding_lookup '{scope[:-1]}': max_norm needs the table's rank when the "
+            f"graph is built, got table '{table.name}' of unknown shape")
+    row_axes = list(range(1 - table.shape.ndims, 0))
+    return clip_ops.clip_by_norm(rows, max_norm, axes=row_axes)
 
 
 def _mark_lookup(params, strategy) -> None:
@@ -380,7 +399,7 @@ def _table_name(params) -> str:
     return ", ".join(getattr(getattr(p, "op", None), "name", "?") for p in params)
 
 
-def _sharded_lookup(graph, tables, ids, strategy, scope, table_name):
+def _sharded_lookup(graph, tables, ids, strategy, scope, table_name, max_norm):
     n = len(tables)
     element = tables[0].shape[1:]
     for t in tables[1:]:
@@ -412,7 +431,7 @@ def _sharded_lookup(graph, tables, ids, strategy, scope, table_name):
     gathered = []
     for table, table_rows in zip(tables, shard_rows):
         with graph.colocate_with(table):
-            gathered.append(gather(table, table_rows))
+            gathered.append(_clipped(gather(table, table_rows), table, max_norm, scope))
     merged = data_flow_ops.dynamic_stitch(shard_positions, gathered, name=scope)
     if ids.shape.is_fully_defined() and element.is_fully_defined():
         return array_ops.reshape(merged, ids.shape.as_list() + element.as_list())

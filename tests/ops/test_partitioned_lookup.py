@@ -50,6 +50,15 @@ GRAD_CASES = [
     GradCase("embedding_lookup_two_shards_mod_matrix_ids",
              lambda p0, p1, i: mf.nn.embedding_lookup([p0, p1], i),
              [arr(3, 2), arr(2, 2), np.array([[1, 4], [0, 1]], np.int64)]),
+    # Rows of norm 0.5 (kept) and ~2.7 and ~4.3 (scaled down to 1.5), an id looked up twice.
+    GradCase("embedding_lookup_max_norm_one_table",
+             lambda p, i: mf.nn.embedding_lookup(p, i, max_norm=1.5),
+             [np.array([[0.3, -0.4], [2.0, 1.8], [-3.0, 3.1]]),
+              np.array([[2, 0], [1, 2]], np.int64)]),
+    GradCase("embedding_lookup_max_norm_two_shards_mod",
+             lambda p0, p1, i: mf.nn.embedding_lookup([p0, p1], i, max_norm=1.5),
+             [np.array([[0.3, -0.4], [-3.0, 3.1]]), np.array([[2.0, 1.8]]),
+              ints(2, 1, 0, 1)]),
 ]
 
 
@@ -262,6 +271,53 @@ def test_an_id_out_of_a_partitioned_variable_names_the_variable():
         with pytest.raises(mf.errors.InvalidArgumentError,
                            match=r"Id 27 .* not a row of table 'emb' \(10 rows in 2 parts\)"):
             sess.run(out, {ids: [3, 27]})
+
+
+def clipped_rows(table, ids, max_norm):
+    rows = np.take(table, ids, axis=0)
+    norms = np.sqrt((rows * rows).sum(axis=-1, keepdims=True))
+    return rows * np.minimum(1.0, max_norm / norms)
+
+
+@pytest.mark.parametrize("ids_kind", sorted(IDS))
+@pytest.mark.parametrize("strategy", ["mod", "div"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_max_norm_scales_each_looked_up_row_down_to_it(n, strategy, ids_kind):
+    # TABLE's rows have norms from 0.72 to 1.45: those above 1 come back scaled to norm 1,
+    # the others unchanged, whatever the ids' shape and the table's sharding.
+    ids = IDS[ids_kind]
+    parts = shards(TABLE, n, strategy)
+    check_forward(lambda *xs: mf.nn.embedding_lookup(list(xs[:-1]), xs[-1],
+                                                     partition_strategy=strategy,
+                                                     max_norm=1.0),
+                  parts + [ids], clipped_rows(TABLE, ids, 1.0))
+
+
+def test_max_norm_leaves_the_table_and_its_sparse_gradient_in_place():
+    table = mf.Variable(TABLE, name="table")
+    rows = mf.nn.embedding_lookup(table, IDS["vector"], max_norm=0.5)
+    grad = mf.gradients(mf.reduce_sum(rows), table)[0]
+    assert isinstance(grad, mf.IndexedSlices)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        got, after = sess.run([rows, table])
+    np.testing.assert_allclose(np.linalg.norm(got, axis=-1),
+                               np.minimum(np.linalg.norm(TABLE[IDS["vector"]], axis=-1), 0.5))
+    np.testing.assert_array_equal(after, TABLE)
+
+
+def test_max_norm_clips_a_one_dimensional_table_by_absolute_value():
+    # A 1-D table's rows are numbers: each is clipped to [-max_norm, max_norm], as TF does.
+    out = mf.nn.embedding_lookup(np.array([-3.0, 0.5, 2.0]), [[0, 1], [2, 2]], max_norm=1.0)
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(out), [[-1.0, 0.5], [1.0, 1.0]])
+
+
+def test_max_norm_refuses_a_table_of_unknown_rank():
+    table = mf.placeholder(mf.float64, None, name="unknown_table")
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match="max_norm needs the table's rank.*'unknown_table:0'"):
+        mf.nn.embedding_lookup(table, [0], max_norm=1.0)
 
 
 def test_embedding_lookup_argument_errors():
