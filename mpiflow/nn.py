@@ -9,7 +9,8 @@ from mpiflow.ops.conv_ops import (  # noqa: F401
 from mpiflow.ops.nn_ops import (  # noqa: F401
     bias_add, dropout, in_top_k, l2_loss, moments, sigmoid_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,
-    sparse_softmax_cross_entropy_with_logits, xw_plus_b)
+    sparse_softmax_cross_entropy_with_logits, weighted_cross_entropy_with_logits,
+    xw_plus_b)
 from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
 from mpiflow.ops.sparse_ops import embedding_lookup  # noqa: F401
 

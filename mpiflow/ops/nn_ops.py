@@ -451,14 +451,8 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None) -> Te
         InvalidArgumentError: labels and logits have different shapes.
     """
     with name_scope(name, "logistic_loss") as scope:
-        logits = convert_to_tensor(logits)
-        labels = convert_to_tensor(labels,
-                                   dtype=None if is_tensor_like(labels) else logits.dtype)
-        if not logits.shape.is_compatible_with(labels.shape):
-            raise errors.InvalidArgumentError(
-                f"labels and logits must have the same shape in '{scope[:-1]}' "
-                f"(sigmoid_cross_entropy_with_logits): expected labels of shape "
-                f"{logits.shape}, got {labels.shape}")
+        labels, logits = _logistic_inputs(labels, logits, scope,
+                                          "sigmoid_cross_entropy_with_logits")
         # The where form keeps the gradient exact at large |x| (no abs, no overflow).
         zeros = math_ops.zeros_like(logits)
         positive = math_ops.greater_equal(logits, zeros)
@@ -466,6 +460,58 @@ def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None) -> Te
         neg_abs_logits = math_ops.where(positive, math_ops.negative(logits), logits)
         return math_ops.add(relu_logits - logits * labels,
                             math_ops.log1p(math_ops.exp(neg_abs_logits)), name=scope)
+
+
+def _logistic_inputs(labels, logits, scope, caller):
+    """``labels`` and ``logits`` as tensors (numbers and arrays in the logits' dtype),
+    checked to have the same shape."""
+    logits = convert_to_tensor(logits)
+    labels = convert_to_tensor(labels, dtype=None if is_tensor_like(labels) else logits.dtype)
+    if not logits.shape.is_compatible_with(labels.shape):
+        raise errors.InvalidArgumentError(
+            f"labels and logits must have the same shape in '{scope[:-1]}' ({caller}): "
+            f"expected labels of shape {logits.shape}, got {labels.shape}")
+    return labels, logits
+
+
+def weighted_cross_entropy_with_logits(labels=None, logits=None, pos_weight=None, name=None,
+                                       targets=None) -> Tensor:
+    """Return the logistic loss with the positive term weighted by ``pos_weight`` q:
+    ``(1 - z) * x + (1 + (q - 1) * z) * log(1 + exp(-x))``, elementwise.
+
+    q > 1 counts positive labels more (recall), q < 1 less (precision); q = 1 is
+    ``sigmoid_cross_entropy_with_logits``. ``targets`` is TF1's older name for
+    ``labels``. ``log(1 + exp(-x))`` is taken in the same where form as there, so the
+    loss is stable at any |x| and its gradient exact everywhere: at a logit of exactly 0
+    TensorFlow's abs/relu form gives ``1 - z`` as the gradient, without the
+    ``-(1 + (q - 1) * z) / 2`` of ``log(1 + exp(-x))`` (see docs/tf1_api.md).
+
+    Raises:
+        InvalidArgumentError: labels and logits have different shapes, both ``labels``
+            and ``targets`` (or neither) given, or no ``pos_weight``.
+    """
+    if (labels is None) == (targets is None):
+        raise errors.InvalidArgumentError(
+            "weighted_cross_entropy_with_logits: give labels (or TF1's older name "
+            f"targets), not {'both' if labels is not None else 'neither'}")
+    if pos_weight is None:
+        raise errors.InvalidArgumentError(
+            "weighted_cross_entropy_with_logits: pos_weight must be given, a number or a "
+            "tensor that broadcasts to the logits")
+    with name_scope(name, "logistic_loss") as scope:
+        labels, logits = _logistic_inputs(labels if targets is None else targets, logits,
+                                          scope, "weighted_cross_entropy_with_logits")
+        pos_weight = convert_to_tensor(
+            pos_weight, dtype=None if is_tensor_like(pos_weight) else logits.dtype)
+        zeros = math_ops.zeros_like(logits)
+        positive = math_ops.greater_equal(logits, zeros)
+        # log(1 + exp(-x)) = log1p(exp(-|x|)) + max(-x, 0), each part by where.
+        softplus_negative = math_ops.add(
+            math_ops.log1p(math_ops.exp(math_ops.where(positive, -logits, logits))),
+            math_ops.where(positive, zeros, -logits))
+        log_weight = 1 + (pos_weight - 1) * labels
+        return math_ops.add((1 - labels) * logits, log_weight * softplus_negative,
+                            name=scope)
 
 
 @register_op("L2Loss")

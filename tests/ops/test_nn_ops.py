@@ -74,6 +74,10 @@ GRAD_CASES = [
                  z, np.array([3, 0, 2], dtype=np.int32)), [arr(3, 4, low=-2, high=2)]),
     GradCase("sigmoid_xent", lambda z, y: mf.nn.sigmoid_cross_entropy_with_logits(y, z),
              [arr(3, 4, low=-4, high=4) + 0.05, arr(3, 4, low=0.0, high=1.0)]),
+    GradCase("weighted_xent",
+             lambda z, y, q: mf.nn.weighted_cross_entropy_with_logits(y, z, pos_weight=q),
+             [arr(3, 4, low=-4, high=4) + 0.05, arr(3, 4, low=0.0, high=1.0),
+              arr(4, low=0.5, high=3.0)]),
     GradCase("moments", lambda x: mf.add_n(list(mf.nn.moments(x, axes=[0, 2]))),
              [arr(3, 2, 4)]),
     GradCase("moments_keepdims",
@@ -133,6 +137,55 @@ def test_sigmoid_xent_matches_numpy():
     p = 1 / (1 + np.exp(-z))
     check_forward(lambda a, b: mf.nn.sigmoid_cross_entropy_with_logits(b, a), [z, y],
                   -(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def test_weighted_xent_matches_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1.nn.weighted_cross_entropy_with_logits (float32).
+    z = np.array([[-800.0, -3.0, -0.5, 0.25], [2.0, 30.0, 800.0, 0.1]], np.float32)
+    y = np.array([[1.0, 0.0, 0.3, 1.0], [0.0, 1.0, 1.0, 0.5]], np.float32)
+    logits = mf.Variable(z)
+    loss = mf.nn.weighted_cross_entropy_with_logits(labels=y, logits=logits, pos_weight=3.0)
+    by_column = mf.nn.weighted_cross_entropy_with_logits(
+        targets=y, logits=logits, pos_weight=np.array([0.5, 1.0, 2.0, 4.0], np.float32))
+    grad = mf.gradients(mf.reduce_sum(loss) + mf.reduce_sum(by_column), logits)[0]
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        got, got_by_column, got_grad = sess.run([loss, by_column, grad])
+    np.testing.assert_allclose(got, [[2400.0, 0.048587322, 1.2085232, 1.7278185],
+                                     [2.126928, 2.8072867e-13, 0.0, 1.3387933]], rtol=1e-6)
+    np.testing.assert_allclose(got_by_column, [[400.0, 0.048587322, 0.91630006, 2.3037579],
+                                               [2.126928, 9.357623e-14, 0.0, 1.6609917]],
+                               rtol=1e-6)
+    np.testing.assert_allclose(got_grad, [[-3.5, 0.094851851, -0.40513206, -3.0647647],
+                                          [1.7615943, -3.7430489e-13, 0.0, -1.1375934]],
+                               rtol=2e-6)
+    assert loss.name == "logistic_loss:0" and loss.dtype == mf.float32
+
+
+def test_weighted_xent_with_pos_weight_one_is_the_sigmoid_xent_gradient_included():
+    # Also at a logit of exactly 0 (a zero-initialized output layer), where TensorFlow's
+    # abs/relu form drops the -1/2 of log(1 + exp(-x)) from the gradient.
+    z = np.array([[0.0, -2.0, 3.0], [0.0, 40.0, -40.0]])
+    y = np.array([[1.0, 0.0, 0.4], [0.0, 1.0, 1.0]])
+    logits = mf.constant(z)
+    weighted = mf.nn.weighted_cross_entropy_with_logits(y, logits, pos_weight=1.0)
+    plain = mf.nn.sigmoid_cross_entropy_with_logits(y, logits)
+    grads = [mf.gradients(mf.reduce_sum(t), logits)[0] for t in (weighted, plain)]
+    with mf.Session() as sess:
+        w, p, gw, gp = sess.run([weighted, plain] + grads)
+    np.testing.assert_allclose(w, p, rtol=1e-12)
+    np.testing.assert_allclose(gw, gp, rtol=1e-12)
+    np.testing.assert_allclose(gw[:, 0], 0.5 - y[:, 0])
+
+
+def test_weighted_xent_argument_errors():
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"logistic_loss.*\(3, 4\)"):
+        mf.nn.weighted_cross_entropy_with_logits(mf.zeros([4, 3]), mf.zeros([3, 4]), 2.0)
+    with pytest.raises(mf.errors.InvalidArgumentError, match="pos_weight must be given"):
+        mf.nn.weighted_cross_entropy_with_logits(mf.zeros([3]), mf.zeros([3]))
+    with pytest.raises(mf.errors.InvalidArgumentError, match="not both"):
+        mf.nn.weighted_cross_entropy_with_logits(mf.zeros([3]), mf.zeros([3]), 2.0,
+                                                 targets=mf.zeros([3]))
 
 
 def test_cross_entropies_are_stable_at_logits_1000():
