@@ -4,6 +4,8 @@ from mpiflow import unsupported
 from mpiflow.ops.activation_ops import (  # noqa: F401
     elu, leaky_relu, log_softmax, relu, relu6, selu, sigmoid, softmax, softplus, softsign,
     tanh)
+from mpiflow.ops.candidate_sampling_ops import (  # noqa: F401
+    log_uniform_candidate_sampler, uniform_candidate_sampler)
 from mpiflow.ops.conv_ops import (  # noqa: F401
     conv2d, conv2d_backprop_filter, conv2d_backprop_input)
 from mpiflow.ops.nn_ops import (  # noqa: F401
@@ -12,6 +14,7 @@ from mpiflow.ops.nn_ops import (  # noqa: F401
     sparse_softmax_cross_entropy_with_logits, weighted_cross_entropy_with_logits,
     xw_plus_b)
 from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
+from mpiflow.ops.sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401
 from mpiflow.ops.sparse_ops import embedding_lookup  # noqa: F401
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.nn")

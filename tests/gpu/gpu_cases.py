@@ -74,6 +74,12 @@ FORWARD_CASES = {
                                  mf.truncated_normal([3, 4], dtype=mf.float64, seed=5) + a,
                                  mf.random_uniform([3, 4], -5, 9, dtype=mf.int64, seed=6)],
                       [_floats(3, 4)]),
+    # Host-only kernels (gpu_kernel = False) placed on a GPU: seeded, so both draw alike.
+    "candidate_samplers": (
+        lambda k: list(mf.nn.log_uniform_candidate_sampler(mf.reshape(k, [4, 1]), 1, 3, True,
+                                                           6, seed=3)) +
+        list(mf.nn.uniform_candidate_sampler(mf.reshape(k, [2, 2]), 2, 5, False, 4, seed=4)),
+        [_labels()]),
     "shape_size_rank": (lambda a: [mf.shape(a), mf.size(_unknown_shape(a)),
                                    mf.rank(mf.placeholder_with_default(a, None)),
                                    mf.reshape(a, mf.shape(a)[::-1]),
