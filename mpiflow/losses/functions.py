@@ -12,6 +12,7 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import GraphKeys
 from mpiflow.framework.scopes import name_scope
+from mpiflow.losses.collection import add_loss
 from mpiflow.losses.reduction import Reduction, compute_dtype, compute_weighted_loss
 from mpiflow.ops import math_ops
 from mpiflow.ops.activation_ops import relu
@@ -24,7 +25,8 @@ from mpiflow.ops.nn_ops import (
     sparse_softmax_cross_entropy_with_logits,
 )
 from mpiflow.ops.reduction_ops import reduce_sum
-from mpiflow.ops.weights_broadcast import align_rank, remove_squeezable_dimensions
+from mpiflow.ops.weights_broadcast import (
+    align_rank, broadcast_weights, checked_weights, remove_squeezable_dimensions)
 
 _DEFAULT = Reduction.SUM_BY_NONZERO_WEIGHTS
 
@@ -128,6 +130,59 @@ def cosine_distance(labels, predictions, axis=None, weights=1.0, scope=None,
     return _pointwise("cosine_distance_loss", labels, predictions, weights, scope,
                       loss_collection, reduction,
                       lambda y, p: 1 - reduce_sum(y * p, axis=axis, keepdims=True))
+
+
+def mean_pairwise_squared_error(labels, predictions, weights=1.0, scope=None,
+                                loss_collection=GraphKeys.LOSSES):
+    """Return the weighted sum over examples of the mean of (d_i - d_j) ** 2 over the
+    pairs of an example's elements, where d = predictions - labels (TF1's definition).
+
+    An example is a row of the first axis; its elements are everything after it. The
+    loss is invariant to a shift of the predictions within an example, so it fits
+    relative values (depth up to scale, rankings). Per example, with n the count of its
+    elements whose weight is nonzero: 2 * sum(d ** 2) / (n - 1) - 2 * sum(d) ** 2 /
+    (n * (n - 1)), 0 where n < 2; each is multiplied by the weights and summed (no
+    ``reduction``: TF1 has none for this loss). Weights of shape [batch] or [batch, 1]
+    weight examples; weights of full shape count only where they are nonzero and scale
+    every element's share, as TF1.
+
+    Raises:
+        InvalidArgumentError: labels or predictions None or of different shapes, weights
+            that do not broadcast, or predictions whose rank is unknown when the graph is
+            built (the per-example axes must be known).
+    """
+    _given("mean_pairwise_squared_error", labels=labels, predictions=predictions)
+    with name_scope(scope, "mean_pairwise_squared_error") as sc:
+        predictions = convert_to_tensor(predictions)
+        predictions = math_ops.cast(predictions, compute_dtype(predictions.dtype))
+        labels = _like(labels, predictions)
+        _same_shape(sc, predictions, labels, "predictions", "labels")
+        ndims = predictions.shape.merge_with(labels.shape).ndims
+        if ndims is None:
+            raise errors.InvalidArgumentError(
+                f"mean_pairwise_squared_error in '{sc.rstrip('/')}': the rank of the "
+                "predictions must be known when the graph is built, got a tensor of unknown "
+                "shape")
+        weights = math_ops.cast(
+            convert_to_tensor(weights, dtype=None if is_tensor_like(weights) else
+                              predictions.dtype), predictions.dtype)
+        weights = checked_weights(weights, predictions, f"'{sc.rstrip('/')}'")
+        axes = list(range(1, ndims))
+        diffs = predictions - labels
+        with name_scope(None, "num_present"):
+            present = math_ops.cast(math_ops.not_equal(weights, 0.0), diffs.dtype)
+            n = reduce_sum(broadcast_weights(present, diffs), axis=axes, keepdims=True)
+        squares = reduce_sum(math_ops.square(diffs), axis=axes, keepdims=True)
+        # Named as TF1 names them, so the loss is '<scope>/value_2' there and here.
+        term1 = 2.0 * math_ops.div_no_nan(squares, math_ops.maximum(n - 1, 0.0), name="value")
+        total = reduce_sum(diffs, axis=axes, keepdims=True)
+        term2 = 2.0 * math_ops.div_no_nan(math_ops.square(total),
+                                          math_ops.maximum(n * (n - 1), 0.0), name="value")
+        loss = reduce_sum((term1 - term2) * weights)
+        loss = math_ops.where(math_ops.greater(reduce_sum(n), 0.0), loss,
+                              math_ops.zeros_like(loss), name="value")
+        add_loss(loss, loss_collection)
+        return loss
 
 
 def softmax_cross_entropy(onehot_labels, logits, weights=1.0, label_smoothing=0, scope=None,

@@ -160,6 +160,66 @@ def test_a_weighted_loss_has_the_gradient_of_its_formula(rng):
 
 
 
+def _pairwise(labels, predictions, example_weights):
+    """The mean pairwise squared error by its definition, for weights per example: the
+    weighted sum over examples of the mean over pairs (i != j) of (d_i - d_j) ** 2."""
+    total = 0.0
+    for d, w in zip(predictions - labels, np.broadcast_to(np.ravel(example_weights),
+                                                          (len(labels),))):
+        n = d.size
+        total += w * sum((d[i] - d[j]) ** 2 for i in range(n) for j in range(n)
+                         if i != j) / (n * (n - 1))
+    return total
+
+
+PAIR_LABELS = np.array([[0.5, -1.0, 2.0, 0.0], [1.0, 1.0, -2.0, 3.0], [0.0, 0.2, 0.4, 0.6]])
+PAIR_PREDICTIONS = np.array([[0.1, -0.4, 2.5, 1.0], [0.0, 2.0, -1.0, 2.0],
+                             [1.0, 1.2, 1.4, 1.6]])
+
+
+@pytest.mark.parametrize("weights", [1.0, 2.5, np.array([[1.0], [0.0], [3.0]])],
+                         ids=["one", "scalar", "per_example"])
+def test_mean_pairwise_squared_error_averages_each_examples_pairs(weights):
+    loss = mf.losses.mean_pairwise_squared_error(PAIR_LABELS, PAIR_PREDICTIONS,
+                                                 weights=weights)
+    np.testing.assert_allclose(_run(loss), _pairwise(PAIR_LABELS, PAIR_PREDICTIONS, weights),
+                               rtol=1e-12)
+    # The third example's predictions are its labels shifted by 1: no loss.
+    assert _pairwise(PAIR_LABELS[2:], PAIR_PREDICTIONS[2:], 1.0) < 1e-12
+    assert loss.name == "mean_pairwise_squared_error/value_2:0"
+    assert mf.get_collection(mf.GraphKeys.LOSSES) == [loss]
+
+
+def test_mean_pairwise_squared_error_matches_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1.losses.mean_pairwise_squared_error (float32).
+    r = np.random.RandomState(4)
+    labels, predictions = r.randn(3, 4).astype(np.float32), r.randn(3, 4).astype(np.float32)
+    labels3, predictions3 = (r.randn(2, 2, 3).astype(np.float32),
+                             r.randn(2, 2, 3).astype(np.float32))
+    full = (r.rand(3, 4) > 0.4).astype(np.float32) * 1.5
+    losses = [mf.losses.mean_pairwise_squared_error(labels, predictions, weights=w)
+              for w in (2.0, 0.0, np.array([[1.0], [0.0], [3.0]], np.float32), full)]
+    losses.append(mf.losses.mean_pairwise_squared_error(
+        labels3, predictions3, weights=np.array([[[1.0]], [[2.0]]], np.float32)))
+    losses.append(mf.losses.mean_pairwise_squared_error(labels[0], predictions[0]))
+    np.testing.assert_allclose(_run(losses), [16.939064, 0.0, 8.042805, 50.75534, 15.738024,
+                                              0.0], rtol=1e-6)
+    assert all(loss.dtype == mf.float32 for loss in losses)
+
+
+def test_mean_pairwise_squared_error_gradient_and_errors(rng):
+    check_gradient(GradCase("mean_pairwise_squared_error",
+                            lambda y, p: mf.losses.mean_pairwise_squared_error(
+                                y, p, weights=[[1.0], [0.5], [2.0]]),
+                            [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]))
+    with pytest.raises(errors.InvalidArgumentError, match="weights can not be broadcast"):
+        mf.losses.mean_pairwise_squared_error(PAIR_LABELS, PAIR_PREDICTIONS,
+                                              weights=np.ones(3))
+    with pytest.raises(errors.InvalidArgumentError, match="rank of the predictions"):
+        mf.losses.mean_pairwise_squared_error(mf.placeholder(mf.float32),
+                                              mf.placeholder(mf.float32))
+
+
 def test_weights_of_unknown_rank_are_checked_when_the_step_runs_as_tf1():
     # [batch] weights against [batch, d] losses broadcast along the wrong axis in numpy.
     weights = mf.placeholder(mf.float32)
