@@ -89,13 +89,15 @@ def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, n
 
 
 def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1,
-             sampled_values=None, remove_accidental_hits=False, partition_strategy="mod",
+             sampled_values=None, remove_accidental_hits=False, partition_strategy=None,
              name="nce_loss"):
     """Return the noise-contrastive estimation loss of each example, shape [batch].
 
     Args:
         weights: the class embeddings [num_classes, dim]: a table, a list of shards or a
-            PartitionedVariable (looked up with ``partition_strategy``).
+            PartitionedVariable, looked up with ``partition_strategy`` as
+            ``embedding_lookup`` looks it up (None: a PartitionedVariable's own strategy,
+            "div" for the tables a TrainingMode splits, else "mod" as TensorFlow).
         biases: the class biases [num_classes], sharded like ``weights``.
         labels: int [batch, num_true] true class ids.
         inputs: [batch, dim] activations.
@@ -118,7 +120,7 @@ def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true
 
 def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes,
                          num_true=1, sampled_values=None, remove_accidental_hits=True,
-                         partition_strategy="mod", name="sampled_softmax_loss", seed=None):
+                         partition_strategy=None, name="sampled_softmax_loss", seed=None):
     """Return the softmax cross entropy of each example over its true classes and
     ``num_sampled`` sampled ones, shape [batch]: an estimate of the full softmax loss
     for training (evaluate with the full softmax). Arguments as ``nce_loss``; by default

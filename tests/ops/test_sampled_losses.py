@@ -130,6 +130,20 @@ def test_sampled_softmax_trains_a_partitioned_class_table_with_its_own_sampler()
         assert sess.run(loss) < first / 4
 
 
+def test_a_table_split_by_a_training_mode_is_looked_up_by_its_own_strategy():
+    # A TrainingMode splits a large class table by ranges ("div"); the losses' default
+    # addresses its rows as embedding_lookup does, so it stays one layout for checkpoints.
+    table = mf.get_variable("classes", initializer=WEIGHTS,
+                            partitioner=mf.fixed_size_partitioner(2))
+    table.lookup_strategy = "div"
+    loss = mf.nn.nce_loss(table, BIASES, LABELS, INPUTS, 4, CLASSES,
+                          sampled_values=_given(TRUE_COUNT))
+    assert {part._save_slice_info.lookup for part in table} == {"div"}
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(loss), RECORDED["nce", 1, False], rtol=1e-5)
+
+
 # -- the samplers -----------------------------------------------------------------------------
 
 def _log_uniform_p(k, range_max):
