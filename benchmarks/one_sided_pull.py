@@ -18,13 +18,15 @@ way of moving the same bytes costs, per size (64 KiB, 1 MiB, 16 MiB of float32):
 - ``get, ps busy``: the same while the ps computes in numpy and calls no MPI at all, as a
   ps applying a large gradient does: whether MPI completes the read without the target.
 - ``epoch, ps busy``: one shared lock held over all the pulls, each pull a ``Get`` and a
-  ``Flush``: whether it is the lock that needs the target.
+  ``Flush``: whether it is the lock that needs the target; ``dynamic epoch, ps busy`` the
+  same on the dynamic window.
 
 Prints per size the workers' pull bandwidth of each (medians of ``--rounds`` rounds, each
 timed over ``--seconds``) and the ratios get / two-sided. The window is made by
 ``Win.Allocate`` (MPI's own memory: on one node, shared memory the worker reads directly)
 and, for comparison, by ``Win.Create`` over a buffer the ps allocated itself, as a window
-over existing variables would be.
+over existing variables would be, and as a dynamic window (``Win.Create_dynamic``) the
+buffer is attached to afterwards, as a ps would attach each variable it creates.
 """
 
 from __future__ import annotations
@@ -99,16 +101,50 @@ def one_sided(comm, win, nbytes, seconds, busy, epoch=False):
     return pulls * nbytes / elapsed
 
 
+class _Dynamic:
+    """A dynamic window with the ps's buffer attached after it was made, as a ps would
+    attach each variable when it is created; Gets address it by its absolute address,
+    which the ps sends the workers."""
+
+    def __init__(self, comm, own):
+        self.win = MPI.Win.Create_dynamic(comm=comm)
+        if own is not None:
+            self.win.Attach(own)
+        address = MPI.Get_address(own) if own is not None else 0
+        self.address = comm.bcast(address, root=0)
+        self._own = own
+
+    def Lock(self, rank, kind):
+        self.win.Lock(rank, kind)
+
+    def Unlock(self, rank):
+        self.win.Unlock(rank)
+
+    def Flush(self, rank):
+        self.win.Flush(rank)
+
+    def Get(self, into, rank):
+        self.win.Get(into, rank, target=(self.address, into[0].nbytes, MPI.BYTE))
+
+    def Free(self):
+        if self._own is not None:
+            self.win.Detach(self._own)
+        self.win.Free()
+
+
 def windows(comm, nbytes):
-    """The ps's windows of ``nbytes`` (workers expose nothing): allocated by MPI, and
-    created over a buffer the ps allocated."""
+    """The ps's windows of ``nbytes`` (workers expose nothing): allocated by MPI, created
+    over a buffer the ps allocated, and dynamic with that buffer attached."""
     mine = nbytes if comm.Get_rank() == 0 else 0
     allocated = MPI.Win.Allocate(mine, 1, comm=comm)
     own = np.ones(mine // 8, np.float64)
     created = MPI.Win.Create(own if mine else None, 1, comm=comm)
+    attached = np.ones(mine // 8, np.float64) if mine else None
+    dynamic = _Dynamic(comm, attached)
     if mine:
         np.frombuffer(allocated.tomemory(), np.float64)[:] = 1.0
-    return {"get": allocated, "get (Win.Create)": created}, own
+    return {"get": allocated, "get (Win.Create)": created,
+            "get (dynamic)": dynamic}, (own, attached)
 
 
 def ways_of(comm, wins, nbytes, seconds):
@@ -119,6 +155,8 @@ def ways_of(comm, wins, nbytes, seconds):
     ways["get, ps busy"] = lambda: one_sided(comm, wins["get"], nbytes, seconds, True)
     ways["epoch, ps busy"] = lambda: one_sided(comm, wins["get"], nbytes, seconds, True,
                                                epoch=True)
+    ways["dynamic epoch, ps busy"] = lambda: one_sided(comm, wins["get (dynamic)"], nbytes,
+                                                       seconds, True, epoch=True)
     return ways
 
 
