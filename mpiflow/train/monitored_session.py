@@ -472,8 +472,9 @@ def MonitoredTrainingSession(
     ``CheckpointSaverHook`` (every 600 s unless ``save_checkpoint_secs``/``_steps`` say
     otherwise; None for both turns it off) when ``checkpoint_dir`` is given; with a
     ``summary_dir`` (default ``checkpoint_dir``), ``StepCounterHook`` every
-    ``log_step_count_steps`` and, when the graph has summaries, ``SummarySaverHook``
-    every ``save_summaries_steps`` (default 100) or ``save_summaries_secs``; and, with
+    ``log_step_count_steps`` and ``SummarySaverHook`` every ``save_summaries_steps``
+    (default 100) or ``save_summaries_secs`` (the summaries the graph has once every
+    hook's ``begin`` ran; none: only the run's START log); and, with
     ``progress_bar`` (mpiflow's addition), a bar of the global step towards the
     ``StopAtStepHook``'s last step, drawn only when stderr is a terminal. Other workers
     wait up to ``max_wait_secs`` (default MPIFLOW_TIMEOUT) for the chief and run only
@@ -533,10 +534,12 @@ def _chief_hooks(chief_only_hooks, checkpoint_dir, summary_dir, scaffold,
         if log_step_count_steps and log_step_count_steps > 0:
             all_hooks.append(reporting_hooks.StepCounterHook(
                 output_dir=summary_dir, every_n_steps=log_step_count_steps))
-        has_summaries = scaffold.summary_op is not None or any(
-            get_default_graph().get_collection(k) for k in (GraphKeys.SUMMARIES, SUMMARY_OP))
-        if has_summaries and ((save_summaries_steps and save_summaries_steps > 0) or
-                              (save_summaries_secs and save_summaries_secs > 0)):
+        # Added whatever the graph holds now, as TensorFlow adds it: a hook's begin() may
+        # still make summaries (the scaffold merges them after every begin), and the run's
+        # START log is written either way. Without summaries it fetches nothing after the
+        # first step.
+        if (save_summaries_steps and save_summaries_steps > 0) or \
+                (save_summaries_secs and save_summaries_secs > 0):
             all_hooks.append(reporting_hooks.SummarySaverHook(
                 scaffold=scaffold, save_steps=save_summaries_steps,
                 save_secs=save_summaries_secs, output_dir=summary_dir))

@@ -115,6 +115,8 @@ class SummarySaverHook(_EventFileHook):
         return list(op) if isinstance(op, list) else [op]
 
     def before_run(self, run_context):
+        if self._next_step is not None and self._summaries() is None:
+            return None     # no summaries in the graph: the START log was all there was
         self._request_summary = self._next_step is None or \
             self._timer.should_trigger_for_step(self._next_step)
         requests = {"global_step": self._global_step}
@@ -124,9 +126,9 @@ class SummarySaverHook(_EventFileHook):
         return SessionRunArgs(requests)
 
     def after_run(self, run_context, run_values):
-        if self._summary_writer is None:
-            return
         results = run_values.results
+        if self._summary_writer is None or results is None:
+            return
         step = int(results["global_step"]) + 1
         if self._next_step is None or self._request_summary:
             step = int(run_context.session.run(self._global_step))

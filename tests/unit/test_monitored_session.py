@@ -229,9 +229,11 @@ def test_a_hook_thread_error_reaches_should_stop():
 # -- default hooks, checkpoints, resume -------------------------------------------------------
 def test_the_chief_gets_the_default_hooks_for_its_checkpoint_dir(tmp_path):
     m = regression_model()
+    # The SummarySaverHook whether or not the graph has summaries yet, as TensorFlow.
     with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path)) as sess:
         kinds = [type(h).__name__ for h in sess._hooks]
-    assert kinds == ["StepCounterHook", "CheckpointSaverHook", "ProgressBarHook"]
+    assert kinds == ["StepCounterHook", "SummarySaverHook", "CheckpointSaverHook",
+                     "ProgressBarHook"]
     mf.summary.scalar("loss", m.loss)
     with mf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path),
                                            save_checkpoint_secs=None,
@@ -280,6 +282,37 @@ def test_summaries_of_a_training_run_reach_tensorboard(tmp_path):
     assert [s for s, _ in losses] == [1, 3, 5]
     assert losses[0][1] > losses[-1][1] > 0
     assert [s for s, _ in scalars["global_step/sec"]] == [3, 5]
+
+
+def test_summaries_a_hook_makes_in_begin_are_written_as_tensorflow_writes_them(tmp_path):
+    # TensorFlow adds its SummarySaverHook whether or not the graph has summaries yet,
+    # and the scaffold merges them after every hook's begin(): they were silently dropped.
+    m = regression_model()
+
+    class MakesASummary(mf.train.SessionRunHook):
+        def begin(self):
+            mf.summary.scalar("late_loss", m.loss)
+
+    with mf.train.MonitoredTrainingSession(
+            checkpoint_dir=str(tmp_path), save_summaries_steps=2, log_step_count_steps=0,
+            save_checkpoint_secs=None,
+            hooks=[MakesASummary(), mf.train.StopAtStepHook(last_step=4)]) as sess:
+        train_until_stop(sess, m.train_op, m.feed)
+    assert [s for s, _ in event_scalars(tmp_path)["late_loss"]] == [1, 3]
+
+
+def test_a_graph_without_summaries_still_logs_the_runs_start_and_fetches_nothing_more(
+        tmp_path):
+    m = regression_model()
+    hook = mf.train.SummarySaverHook(save_steps=1, output_dir=str(tmp_path),
+                                     scaffold=mf.train.Scaffold())
+    with mf.train.MonitoredTrainingSession(
+            hooks=[hook, mf.train.StopAtStepHook(last_step=3)]) as sess:
+        train_until_stop(sess, m.train_op, m.feed)
+    starts = [e for path in tmp_path.glob("events.*")
+              for e in mf.summary.summary_iterator(str(path)) if e.HasField("session_log")]
+    assert len(starts) == 1
+    assert hook.before_run(None) is None        # after the first step: no fetch at all
 
 
 def test_checkpoint_secs_and_steps_together_are_refused_as_in_tensorflow(tmp_path):
