@@ -82,14 +82,13 @@ HINTS = {
     "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "
                                "use tf.data.Dataset.from_tensor_slices",
 }
-# TF1's optimizers mpiflow lacks: a near name (AdamOptimizer for AdadeltaOptimizer) is no
-# answer, the list of those it has is.
-for _optimizer in ("AdadeltaOptimizer", "FtrlOptimizer", "ProximalAdagradOptimizer",
-                   "ProximalGradientDescentOptimizer", "AdagradDAOptimizer"):
-    HINTS[f"tf.train.{_optimizer}"] = (
-        "mpiflow's optimizers are tf.train.GradientDescentOptimizer, MomentumOptimizer, "
-        "AdagradOptimizer, RMSPropOptimizer and AdamOptimizer; another can be written as a "
-        "subclass of tf.train.Optimizer (_create_slots, _apply_dense, _apply_sparse)")
+# TF1's optimizer mpiflow lacks: a near name (AdagradOptimizer for AdagradDAOptimizer) is
+# no answer, the list of those it has is.
+HINTS["tf.train.AdagradDAOptimizer"] = (
+    "mpiflow's optimizers are tf.train.GradientDescentOptimizer, MomentumOptimizer, "
+    "AdagradOptimizer, AdadeltaOptimizer, RMSPropOptimizer, AdamOptimizer, FtrlOptimizer, "
+    "ProximalAdagradOptimizer and ProximalGradientDescentOptimizer; another can be written "
+    "as a subclass of tf.train.Optimizer (_create_slots, _apply_dense, _apply_sparse)")
 # Summaries other than scalars and histograms: fetch the tensor and hand tensorboardX's
 # record of it to the FileWriter, which writes any Summary protocol buffer.
 for _kind, _example in (("image", "image('tag', value, dataformats='HWC')"),

@@ -32,7 +32,8 @@ from mpiflow.ops.registry import (
 from mpiflow.ops.state_ops import VARIABLE_OP_TYPES
 
 # Input roles by TF's input names: buffers written in place, and the gradient.
-_STATE_INPUTS = frozenset({"var", "accum", "m", "v", "ms", "mom", "mg"})
+_STATE_INPUTS = frozenset({"var", "accum", "m", "v", "ms", "mom", "mg", "linear",
+                           "accum_update"})
 _GRAD_INPUTS = frozenset({"grad", "delta"})
 
 
@@ -225,7 +226,9 @@ def _run_error(ctx, what, expected, got):
 
 def _sparse_variant(type_name, dense_cls):
     """Register ``type_name``: ``dense_cls``'s update on rows, with 'indices' after 'grad'."""
-    names = list(dense_cls.inputs)
+    # The dense op's gradient may be named 'delta' (as ApplyProximalGradientDescent's);
+    # a sparse op's is 'grad', as in TensorFlow.
+    names = ["grad" if n == "delta" else n for n in dense_cls.inputs]
     names.insert(names.index("grad") + 1, "indices")
     body = {"inputs": tuple(names), "dense": dense_cls.type_name,
             "__doc__": f"{dense_cls.type_name} on the rows 'indices' only (duplicates summed)."}
@@ -482,6 +485,151 @@ def _adam_step(xp, var, m, v, beta1_power, beta2_power, lr, epsilon, numer=None)
     var -= step
 
 
+# -- FTRL-Proximal ---------------------------------------------------------------------------
+
+# One FTRL step in C, shared by ApplyFtrl ({shrunk} = grad) and ApplyFtrlV2; the powers
+# accum^(-lr_power) are square roots where lr_power is -0.5, as TensorFlow computes them.
+_FTRL_BODY = (
+    "T shrunk = {shrunk}; T new_accum = accum + grad * grad; T p_old, p_new; "
+    "if (lr_power == (T)-0.5) {{ p_old = sqrt(accum); p_new = sqrt(new_accum); }} "
+    "else {{ p_old = pow(accum, -lr_power); p_new = pow(new_accum, -lr_power); }} "
+    "linear += shrunk - (p_new - p_old) / lr * var; "
+    "T quadratic = p_new / lr + (T)2 * l2; "
+    "T sgn = (T)((linear > (T)0) - (linear < (T)0)); "
+    "var = fabs(linear) > l1 ? (sgn * l1 - linear) / quadratic : (T)0; "
+    "accum = new_accum")
+
+
+def _ftrl_power(xp, accum, lr_power):
+    """accum^(-lr_power): a square root where lr_power is -0.5 (TensorFlow's special
+    case, exact where the power rounds)."""
+    return xp.sqrt(accum) if lr_power == -0.5 else xp.power(accum, -lr_power)
+
+
+def _ftrl_step(xp, var, accum, linear, grad, lr, l1, l2, lr_power, shrunk_grad):
+    """The FTRL-Proximal update in place: linear takes the (shrunk) gradient less the
+    change of the per-coordinate rate times var; var is the closed-form minimiser, zero
+    where |linear| <= l1 (the L1 sparsity); accum adds grad^2 (the unshrunk gradient)."""
+    new_accum = accum + xp.square(grad)
+    p_old, p_new = _ftrl_power(xp, accum, lr_power), _ftrl_power(xp, new_accum, lr_power)
+    linear += shrunk_grad - (p_new - p_old) / lr * var
+    quadratic = p_new / lr + 2 * l2
+    var[...] = xp.where(xp.abs(linear) > l1, (xp.sign(linear) * l1 - linear) / quadratic, 0)
+    accum[...] = new_accum
+
+
+@register_op("ApplyFtrl", attrs={"use_locking": False})
+class ApplyFtrlOp(_ApplyOp):
+    """FTRL-Proximal (McMahan et al.): accum_new = accum + grad^2;
+    linear += grad - (accum_new^-lr_power - accum^-lr_power) / lr * var;
+    var = (sign(linear) * l1 - linear) / (accum_new^-lr_power / lr + 2 * l2) where
+    |linear| > l1, else 0; accum = accum_new."""
+
+    inputs = ("var", "accum", "linear", "grad", "lr", "l1", "l2", "lr_power")
+    fused = FusedUpdate(("grad", "lr", "l1", "l2", "lr_power"), ("var", "accum", "linear"),
+                        [_FTRL_BODY.format(shrunk="grad")])
+
+    def update(self, xp, ctx, var, accum, linear, grad, lr, l1, l2, lr_power):
+        _ftrl_step(xp, var, accum, linear, grad, lr, l1, l2, lr_power, grad)
+
+
+@register_op("ApplyFtrlV2", attrs={"use_locking": False})
+class ApplyFtrlV2Op(_ApplyOp):
+    """ApplyFtrl with L2 shrinkage: linear takes grad + 2 * l2_shrinkage * var in place of
+    grad (accum still adds grad^2)."""
+
+    inputs = ("var", "accum", "linear", "grad", "lr", "l1", "l2", "l2_shrinkage", "lr_power")
+    fused = FusedUpdate(("grad", "lr", "l1", "l2", "l2_shrinkage", "lr_power"),
+                        ("var", "accum", "linear"),
+                        [_FTRL_BODY.format(shrunk="grad + (T)2 * l2_shrinkage * var")])
+
+    def update(self, xp, ctx, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
+        _ftrl_step(xp, var, accum, linear, grad, lr, l1, l2, lr_power,
+                   grad + 2 * l2_shrinkage * var)
+
+
+_sparse_variant("SparseApplyFtrl", ApplyFtrlOp)
+_sparse_variant("SparseApplyFtrlV2", ApplyFtrlV2Op)
+
+
+# -- Adadelta -----------------------------------------------------------------------------------
+
+@register_op("ApplyAdadelta", attrs={"use_locking": False})
+class ApplyAdadeltaOp(_ApplyOp):
+    """accum = rho * accum + (1 - rho) * grad^2;
+    update = sqrt(accum_update + epsilon) / sqrt(accum + epsilon) * grad; var -= lr * update;
+    accum_update = rho * accum_update + (1 - rho) * update^2."""
+
+    inputs = ("var", "accum", "accum_update", "lr", "rho", "epsilon", "grad")
+    fused = FusedUpdate(
+        ("lr", "rho", "epsilon", "grad"), ("var", "accum", "accum_update"),
+        ["accum = accum * rho + grad * grad * ((T)1 - rho); "
+         "T update = sqrt(accum_update + epsilon) / sqrt(accum + epsilon) * grad; "
+         "var -= update * lr; "
+         "accum_update = accum_update * rho + update * update * ((T)1 - rho)"])
+
+    def update(self, xp, ctx, var, accum, accum_update, lr, rho, epsilon, grad):
+        _moving_average(accum, rho, xp.square(grad))
+        step = _scratch(xp, xp.sqrt(accum_update + epsilon))
+        step /= xp.sqrt(accum + epsilon)
+        step *= grad
+        var -= step * lr
+        _moving_average(accum_update, rho, xp.square(step))
+
+
+_sparse_variant("SparseApplyAdadelta", ApplyAdadeltaOp)
+
+
+# -- proximal updates -----------------------------------------------------------------------
+
+# The proximal step in C on ``prox`` (var after the plain step) at rate ``rate``.
+_PROXIMAL_BODY = (
+    "T shrink = (T)1 + l2 * rate; "
+    "var = l1 > (T)0 ? (T)((prox > (T)0) - (prox < (T)0)) "
+    "* fmax(fabs(prox) - rate * l1, (T)0) / shrink : prox / shrink")
+
+
+def _proximal_step(xp, var, prox, rate, l1, l2):
+    """var = the proximal map of L1 and L2 at ``rate`` applied to ``prox``: soft
+    thresholding by rate * l1 (where l1 > 0), then scaling by 1 / (1 + rate * l2)."""
+    if l1 > 0:
+        prox = xp.sign(prox) * xp.maximum(xp.abs(prox) - rate * l1, 0)
+    var[...] = prox / (1 + l2 * rate)
+
+
+@register_op("ApplyProximalGradientDescent", attrs={"use_locking": False})
+class ApplyProximalGradientDescentOp(_ApplyOp):
+    """prox = var - alpha * delta; var = sign(prox) * max(|prox| - alpha * l1, 0)
+    / (1 + alpha * l2) (without the thresholding where l1 is 0)."""
+
+    inputs = ("var", "alpha", "l1", "l2", "delta")
+    fused = FusedUpdate(("alpha", "l1", "l2", "delta"), ("var",),
+                        ["T rate = alpha; T prox = var - delta * rate; " + _PROXIMAL_BODY])
+
+    def update(self, xp, ctx, var, alpha, l1, l2, delta):
+        _proximal_step(xp, var, var - delta * alpha, alpha, l1, l2)
+
+
+@register_op("ApplyProximalAdagrad", attrs={"use_locking": False})
+class ApplyProximalAdagradOp(_ApplyOp):
+    """accum += grad^2; rate = lr / sqrt(accum); then ApplyProximalGradientDescent's
+    step at that per-coordinate rate."""
+
+    inputs = ("var", "accum", "lr", "l1", "l2", "grad")
+    fused = FusedUpdate(("lr", "l1", "l2", "grad"), ("var", "accum"),
+                        ["accum += grad * grad; T rate = lr / sqrt(accum); "
+                         "T prox = var - grad * rate; " + _PROXIMAL_BODY])
+
+    def update(self, xp, ctx, var, accum, lr, l1, l2, grad):
+        accum += xp.square(grad)
+        rate = lr / xp.sqrt(accum)
+        _proximal_step(xp, var, var - grad * rate, rate, l1, l2)
+
+
+_sparse_variant("SparseApplyProximalGradientDescent", ApplyProximalGradientDescentOp)
+_sparse_variant("SparseApplyProximalAdagrad", ApplyProximalAdagradOp)
+
+
 # -- Python functions (TF's training_ops names) -----------------------------------------------
 
 def fused_apply(op_type: str, inputs, attrs=None, name=None) -> Tensor:
@@ -551,3 +699,16 @@ sparse_apply_centered_rms_prop = _op_function("SparseApplyCenteredRMSProp",
                                               "sparse_apply_centered_rms_prop")
 apply_adam = _op_function("ApplyAdam", "apply_adam")
 sparse_apply_adam = _op_function("SparseApplyAdam", "sparse_apply_adam")
+apply_ftrl = _op_function("ApplyFtrl", "apply_ftrl")
+sparse_apply_ftrl = _op_function("SparseApplyFtrl", "sparse_apply_ftrl")
+apply_ftrl_v2 = _op_function("ApplyFtrlV2", "apply_ftrl_v2")
+sparse_apply_ftrl_v2 = _op_function("SparseApplyFtrlV2", "sparse_apply_ftrl_v2")
+apply_adadelta = _op_function("ApplyAdadelta", "apply_adadelta")
+sparse_apply_adadelta = _op_function("SparseApplyAdadelta", "sparse_apply_adadelta")
+apply_proximal_gradient_descent = _op_function("ApplyProximalGradientDescent",
+                                               "apply_proximal_gradient_descent")
+sparse_apply_proximal_gradient_descent = _op_function(
+    "SparseApplyProximalGradientDescent", "sparse_apply_proximal_gradient_descent")
+apply_proximal_adagrad = _op_function("ApplyProximalAdagrad", "apply_proximal_adagrad")
+sparse_apply_proximal_adagrad = _op_function("SparseApplyProximalAdagrad",
+                                             "sparse_apply_proximal_adagrad")

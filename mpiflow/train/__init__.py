@@ -2,6 +2,7 @@
 optimizers (sync replicas, allreduce, training modes), sessions, hooks and checkpoints."""
 
 from mpiflow import unsupported
+from mpiflow.train.adadelta import AdadeltaOptimizer
 from mpiflow.train.adagrad import AdagradOptimizer
 from mpiflow.train.adam import AdamOptimizer
 from mpiflow.train.allreduce_optimizer import AllreduceOptimizer, join
@@ -17,6 +18,7 @@ from mpiflow.train.device_setter import (
 from mpiflow.train.global_step import (
     assert_global_step, create_global_step, get_global_step, get_or_create_global_step,
     global_step)
+from mpiflow.train.ftrl import FtrlOptimizer
 from mpiflow.train.gradient_descent import GradientDescentOptimizer
 from mpiflow.train.learning_rate_decay import (
     cosine_decay, cosine_decay_restarts, exponential_decay, inverse_time_decay,
@@ -25,6 +27,7 @@ from mpiflow.train.modes import TrainingMode
 from mpiflow.train.moving_averages import ExponentialMovingAverage
 from mpiflow.train.momentum import MomentumOptimizer
 from mpiflow.train.optimizer import Optimizer
+from mpiflow.train.proximal import ProximalAdagradOptimizer, ProximalGradientDescentOptimizer
 from mpiflow.train.rmsprop import RMSPropOptimizer
 from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
@@ -54,7 +57,8 @@ __all__ = [
     "GreedyLoadBalancingStrategy", "byte_size_load_fn", "replica_device_setter",
     "ClusterSpec", "Server", "SyncReplicasOptimizer", "AllreduceOptimizer", "TrainingMode",
     "StalenessAwareOptimizer", "DropStaleGradientOptimizer", "GradientCompressionOptimizer",
-    "join",
+    "join", "AdadeltaOptimizer", "FtrlOptimizer", "ProximalAdagradOptimizer",
+    "ProximalGradientDescentOptimizer",
 ]
 __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",

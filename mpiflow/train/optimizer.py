@@ -33,6 +33,15 @@ _UPDATE_FOR_GRAD_TYPE = {Tensor: "_apply_dense",
                          IndexedSlices: "_apply_sparse_duplicate_indices"}
 
 
+def check_at_least_zero(optimizer: str, **values) -> None:
+    """Refuse a hyperparameter given as a Python number below zero (a regularization
+    strength, an initial accumulator), as TensorFlow's ValueError; tensors pass."""
+    for name, value in values.items():
+        if isinstance(value, (int, float)) and value < 0.0:
+            raise errors.InvalidArgumentError(
+                f"{optimizer}: {name} must be zero or positive, got {value}")
+
+
 class Optimizer:
     """Base class of the optimizers: ``Optimizer(use_locking, name)``.
 

@@ -139,6 +139,17 @@ OPTIMIZERS = {
     "rmsprop": lambda: mf.train.RMSPropOptimizer(0.01, momentum=0.5),
     "rmsprop_centered": lambda: mf.train.RMSPropOptimizer(0.01, momentum=0.5, centered=True),
     "adam": lambda: mf.train.AdamOptimizer(0.01),
+    "adadelta": lambda: mf.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-6),
+    "ftrl": lambda: mf.train.FtrlOptimizer(0.1, l1_regularization_strength=0.01,
+                                           l2_regularization_strength=0.01),
+    # ApplyFtrlV2, and the powers' pow() branch of the kernel (lr_power other than -0.5)
+    "ftrl_shrinkage": lambda: mf.train.FtrlOptimizer(
+        0.1, learning_rate_power=-0.75, l1_regularization_strength=0.01,
+        l2_shrinkage_regularization_strength=0.05),
+    "proximal_sgd": lambda: mf.train.ProximalGradientDescentOptimizer(
+        0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01),
+    "proximal_adagrad": lambda: mf.train.ProximalAdagradOptimizer(
+        0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01),
 }
 
 

@@ -9,6 +9,9 @@ import pytest
 
 PROG = Path(__file__).parent / "progs" / "mode_matrix.py"
 OPTIMIZERS = ["sgd", "momentum", "nesterov", "adam", "adagrad", "rmsprop", "rmsprop_centered"]
+# Checked in every mode in a test of their own, on the split layout and one kind of
+# session (the layouts and sessions treat every optimizer's slots alike).
+REGULARIZED = ["adadelta", "ftrl", "ftrl_shrinkage", "proximal_adagrad", "proximal_sgd"]
 LAYOUTS = ["whole", "split"]
 SESSIONS = ["session", "monitored", "supervisor"]
 
@@ -45,6 +48,19 @@ def cases(modes, optimizers=OPTIMIZERS):
 def test_every_mode_optimizer_layout_and_session_matches_its_reference(run_mpi, num_ps,
                                                                        workers, modes):
     run_cases(run_mpi, num_ps, workers, cases(modes))
+
+
+@pytest.mark.parametrize("num_ps,workers,modes", [
+    (2, 1, ["ps", "sync", "allreduce", "hybrid"]),
+    (1, 2, ["sync", "allreduce", "hybrid"]),
+])
+def test_ftrl_adadelta_and_proximal_optimizers_match_the_reference_in_every_mode(
+        run_mpi, num_ps, workers, modes):
+    """Their slots (two for FTRL and Adadelta, none for proximal gradient descent) live
+    with each variable: on the ps in parts, on every replica alike; each mode equals one
+    process (the table's rows through the sparse update)."""
+    run_cases(run_mpi, num_ps, workers, [f"{mode}:{opt}:split:session"
+                                         for mode in modes for opt in REGULARIZED])
 
 
 @pytest.mark.parametrize("num_ps,workers,modes", [

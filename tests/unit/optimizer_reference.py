@@ -49,6 +49,38 @@ def update_adam(s, g, beta1_power, beta2_power, lr, beta1, beta2, epsilon,
     return {"var": s["var"] - lr_t * numer / (np.sqrt(v) + epsilon), "m": m, "v": v}
 
 
+def update_ftrl(s, g, lr, l1, l2, lr_power, l2_shrinkage=0.0):
+    """FTRL-Proximal: var minimises linear . w + l1 |w|_1 + (1/2) quadratic |w|^2."""
+    accum = s["accum"] + g * g
+    sigma = (accum ** -lr_power - s["accum"] ** -lr_power) / lr
+    linear = s["linear"] + (g + 2 * l2_shrinkage * s["var"]) - sigma * s["var"]
+    quadratic = accum ** -lr_power / lr + 2 * l2
+    var = np.where(np.abs(linear) > l1, -(linear - np.sign(linear) * l1) / quadratic, 0.0)
+    return {"var": var, "accum": accum, "linear": linear}
+
+
+def update_adadelta(s, g, lr, rho, epsilon):
+    accum = rho * s["accum"] + (1 - rho) * g * g
+    update = np.sqrt(s["accum_update"] + epsilon) / np.sqrt(accum + epsilon) * g
+    accum_update = rho * s["accum_update"] + (1 - rho) * update * update
+    return {"var": s["var"] - lr * update, "accum": accum, "accum_update": accum_update}
+
+
+def _proximal(prox, rate, l1, l2):
+    """argmin_w |w - prox|^2 / (2 rate) + l1 |w|_1 + (l2 / 2) |w|^2."""
+    return np.sign(prox) * np.maximum(np.abs(prox) - rate * l1, 0.0) / (1 + rate * l2)
+
+
+def update_proximal_gradient_descent(s, g, alpha, l1, l2):
+    return {"var": _proximal(s["var"] - alpha * g, alpha, l1, l2)}
+
+
+def update_proximal_adagrad(s, g, lr, l1, l2):
+    accum = s["accum"] + g * g
+    rate = lr / np.sqrt(accum)
+    return {"var": _proximal(s["var"] - rate * g, rate, l1, l2), "accum": accum}
+
+
 def densify(values, indices, rows):
     dense = np.zeros((rows,) + values.shape[1:])
     for value, i in zip(values, indices):

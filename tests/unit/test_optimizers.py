@@ -16,6 +16,10 @@ LR = 0.1
 IDS = np.array([4, 1, 4, 0, 4])       # rows 2, 3, 5 of the table are never looked up
 ADAM = dict(beta1=0.9, beta2=0.999, epsilon=1e-8)
 RMS = dict(rho=0.9, momentum=0.5, epsilon=1e-10)
+FTRL = dict(l1_regularization_strength=0.05, l2_regularization_strength=0.1)
+FTRL_REF = dict(l1=0.05, l2=0.1, lr_power=-0.5)
+PROX = dict(l1_regularization_strength=0.05, l2_regularization_strength=0.1)
+PROX_REF = dict(l1=0.05, l2=0.1)
 
 
 @dataclasses.dataclass
@@ -56,6 +60,25 @@ CASES = [
             lambda lr: mf.train.RMSPropOptimizer(lr, decay=0.9, momentum=0.5, centered=True),
             {"mg": ("mg", 0.0), "ms": ("rms", 1.0), "mom": ("momentum", 0.0)},
             lambda s, g, t, lr: ref.update_centered_rmsprop(s, g, lr, **RMS)),
+    OptCase("ftrl", lambda lr: mf.train.FtrlOptimizer(lr, **FTRL),
+            {"accum": ("accum", 0.1), "linear": ("linear", 0.0)},
+            lambda s, g, t, lr: ref.update_ftrl(s, g, lr, **FTRL_REF)),
+    OptCase("ftrl_shrinkage_power",
+            lambda lr: mf.train.FtrlOptimizer(
+                lr, learning_rate_power=-0.75, initial_accumulator_value=0.5,
+                l2_shrinkage_regularization_strength=0.3, **FTRL),
+            {"accum": ("accum", 0.5), "linear": ("linear", 0.0)},
+            lambda s, g, t, lr: ref.update_ftrl(s, g, lr, **{**FTRL_REF, "lr_power": -0.75},
+                                                l2_shrinkage=0.3)),
+    OptCase("adadelta", lambda lr: mf.train.AdadeltaOptimizer(lr * 10, rho=0.9, epsilon=1e-6),
+            {"accum": ("accum", 0.0), "accum_update": ("accum_update", 0.0)},
+            lambda s, g, t, lr: ref.update_adadelta(s, g, lr * 10, rho=0.9, epsilon=1e-6)),
+    OptCase("proximal_sgd", lambda lr: mf.train.ProximalGradientDescentOptimizer(lr, **PROX),
+            {}, lambda s, g, t, lr: ref.update_proximal_gradient_descent(s, g, lr, **PROX_REF)),
+    OptCase("proximal_adagrad",
+            lambda lr: mf.train.ProximalAdagradOptimizer(lr, **PROX),
+            {"accum": ("accumulator", 0.1)},
+            lambda s, g, t, lr: ref.update_proximal_adagrad(s, g, lr, **PROX_REF)),
     OptCase("adam", lambda lr: mf.train.AdamOptimizer(lr, **ADAM), {"m": ("m", 0.0),
                                                                    "v": ("v", 0.0)},
             _adam_step, rowwise=False),
@@ -391,6 +414,218 @@ def test_a_subclass_uses_tf1s_slot_initializer_and_callable_helpers():
         sess.run(train)
         grad = np.array([2.0, -4.0])
         np.testing.assert_allclose(sess.run(w), [1.0, -2.0] - 0.1 * grad / np.sqrt(0.5 + grad ** 2))
+
+
+# -- FTRL, Adadelta and the proximal optimizers against TensorFlow ------------------------------
+
+# Hyperparameters exact in float32, so float64 runs match TensorFlow's (which rounds them
+# through float32) to float64 rounding.
+REGULARIZED = {
+    "ftrl": lambda: mf.train.FtrlOptimizer(0.5),
+    "ftrl_l1_l2": lambda: mf.train.FtrlOptimizer(0.5, l1_regularization_strength=0.25,
+                                                 l2_regularization_strength=0.125),
+    "ftrl_shrinkage": lambda: mf.train.FtrlOptimizer(
+        0.5, l1_regularization_strength=0.0625, l2_regularization_strength=0.125,
+        l2_shrinkage_regularization_strength=0.25),
+    "ftrl_power": lambda: mf.train.FtrlOptimizer(
+        0.5, learning_rate_power=-0.75, initial_accumulator_value=0.25,
+        l1_regularization_strength=0.0625),
+    "ftrl_power0": lambda: mf.train.FtrlOptimizer(
+        0.25, learning_rate_power=0.0, initial_accumulator_value=0.0,
+        l2_regularization_strength=0.5),
+    "ftrl_beta": lambda: mf.train.FtrlOptimizer(0.5, l2_regularization_strength=0.125,
+                                                beta=0.25),
+    "adadelta": lambda: mf.train.AdadeltaOptimizer(1.0, rho=0.875, epsilon=2.0 ** -10),
+    "proximal_adagrad": lambda: mf.train.ProximalAdagradOptimizer(
+        0.5, initial_accumulator_value=0.25, l1_regularization_strength=0.125,
+        l2_regularization_strength=0.25),
+    "proximal_adagrad_l2": lambda: mf.train.ProximalAdagradOptimizer(
+        0.5, l2_regularization_strength=0.5),
+    "proximal_sgd": lambda: mf.train.ProximalGradientDescentOptimizer(
+        0.25, l1_regularization_strength=0.25, l2_regularization_strength=0.5),
+    "proximal_sgd_l2": lambda: mf.train.ProximalGradientDescentOptimizer(
+        0.25, l2_regularization_strength=0.5),
+}
+
+# w (2x3, dense gradient) then the table (5x2, gathered at ids [3, 1, 3, 0, 3]: row 3
+# three times, rows 2 and 4 never) after four steps of TF 2.21's tf.compat.v1 optimizers
+# on the model of regularized_model. TF refuses float64 for the proximal optimizers (their
+# learning rate stays float32), so those have no float64 record.
+TF_REGULARIZED = {
+    ("ftrl", np.float32): [-0.216807991, 0.395095021, -0.349766523, -0.0673739836, -0.439412892,
+        0.780035377, 0.0271605067, 0.0979713351, 0.499947548, 0.200244948, -0.699999988,
+        0.899999976, 0.515674591, -0.234318614, 1, 0.400000006],
+    ("ftrl_l1_l2", np.float32): [-0.138791353, 0.388690352, -0.349999964, -0.0588573143,
+        -0.394692659, 0.761185586, 0, 0.0996102169, 0.493451327, 0.190600902, -0.699999988,
+        0.899999976, 0.523352206, -0.233264878, 1, 0.400000006],
+    ("ftrl_shrinkage", np.float32): [-0.187910169, 0.341464818, -0.278789312, -0.0248608328,
+        -0.387439549, 0.657604873, 0, 0.0720917434, 0.388432801, 0.159960136, -0.699999988,
+        0.899999976, 0.465066016, -0.21560742, 1, 0.400000006],
+    ("ftrl_power", np.float32): [-0.137878969, 0.32162112, -0.349984378, -0.550527275,
+        -0.218677133, 0.668254495, 0, 0.0978031904, 0.496811628, 0.200097695, -0.699999988,
+        0.899999976, 0.532849848, -0.233283326, 1, 0.400000006],
+    ("ftrl_power0", np.float32): [-0.259040028, 0.401280016, -0.308960021, 0.106879994,
+        -0.517680049, 0.748749971, -0.0086400006, 0.104320005, 0.39200002, 0.148159996,
+        -0.699999988, 0.899999976, 0.534879982, -0.238719985, 1, 0.400000006],
+    ("ftrl_beta", np.float32): [-0.178317472, 0.385350883, -0.34964788, -0.0708114803,
+        -0.394259453, 0.748305023, 0.00112825516, 0.100069538, 0.484906107, 0.199759901,
+        -0.699999988, 0.899999976, 0.530598521, -0.233334422, 1, 0.400000006],
+    ("adadelta", np.float32): [0.460692614, 0.0228589103, -0.233212784, -0.757230759, 0.257587373,
+        0.347786069, -0.000107826258, 0.051612746, 0.5, 0.199892178, -0.699999988, 0.899999976,
+        0.495893449, -0.324033916, 1, 0.400000006],
+    ("proximal_adagrad", np.float32): [-0.0900313854, 0.324026525, -0.255555481, -0.0562826321,
+        -0.313791782, 0.664101124, 0, 0.0327179767, 0.395465702, 0.129711479, -0.699999988,
+        0.899999976, 0.475692272, -0.205296412, 1, 0.400000006],
+    ("proximal_adagrad_l2", np.float32): [-0.135347918, 0.338323563, -0.279942662, -0.0698064268,
+        -0.337639362, 0.654161215, 0.0472976789, 0.0769693777, 0.417719126, 0.188802958,
+        -0.699999988, 0.899999976, 0.476020336, -0.21700877, 1, 0.400000006],
+    ("proximal_sgd", np.float32): [-0.0111111142, 0.270035058, -0.171025753, 0.0333333276,
+        -0.255936563, 0.576378584, 0, 0, 0.30780369, 0.0693644285, -0.699999988, 0.899999976,
+        0.445892394, -0.192455396, 1, 0.400000006],
+    ("proximal_sgd_l2", np.float32): [-0.00246915547, 0.341289431, -0.267123908, 0.088888891,
+        -0.349977136, 0.658683121, 0.00390184415, 0.0690748394, 0.403901845, 0.165462568,
+        -0.699999988, 0.899999976, 0.482853264, -0.230391711, 1, 0.400000006],
+    ("ftrl", np.float64): [-0.21680797771284824, 0.39509499917711344, -0.34976650329417247,
+        -0.067373969380238055, -0.43941290281494699, 0.78003537951895718, 0.027160505869398062,
+        0.09797132957015231, 0.499947553702902, 0.20024494874417276, -0.69999999999999996,
+        0.90000000000000002, 0.51567462605264558, -0.23431860718001785, 1, 0.40000000000000002],
+    ("ftrl_l1_l2", np.float64): [-0.13879132346057776, 0.38869033125314234, -0.34999995943469253,
+        -0.058857281993663545, -0.39469267276164255, 0.76118556375146551, 0, 0.099610217116487376,
+        0.49345133308040345, 0.19060089719498877, -0.69999999999999996, 0.90000000000000002,
+        0.52335222461273168, -0.23326487612976118, 1, 0.40000000000000002],
+    ("ftrl_shrinkage", np.float64): [-0.18791016887019102, 0.34146479484740594,
+        -0.27878933689367524, -0.024860836500343604, -0.38743957960883674, 0.65760486282478314, 0,
+        0.072091735839165755, 0.3884328182766269, 0.15996014971172959, -0.69999999999999996,
+        0.90000000000000002, 0.46506604348958369, -0.21560742770993055, 1, 0.40000000000000002],
+    ("ftrl_power", np.float64): [-0.1378789543740464, 0.32162114599449937, -0.34998437954838924,
+        -0.5505272767599948, -0.21867720069335214, 0.66825443919460126, 0, 0.097803188989602566,
+        0.49681165060522203, 0.20009769625601637, -0.69999999999999996, 0.90000000000000002,
+        0.53284980576126095, -0.23328332404223751, 1, 0.40000000000000002],
+    ("ftrl_power0", np.float64): [-0.25904000000000005, 0.40128000000000003, -0.30896000000000001,
+        0.10688, -0.51768000000000003, 0.74875000000000003, -0.0086400000000000001,
+        0.10432000000000001, 0.39200000000000002, 0.14816000000000001, -0.69999999999999996,
+        0.90000000000000002, 0.53487999999999991, -0.23871999999999999, 1, 0.40000000000000002],
+    ("ftrl_beta", np.float64): [-0.17831747443090101, 0.38535090947322637, -0.3496479064550847,
+        -0.070811447065888475, -0.3942595021238347, 0.74830498501424014, 0.0011282554841819169,
+        0.10006953841091119, 0.48490609257488737, 0.19975990154160911, -0.69999999999999996,
+        0.90000000000000002, 0.53059859568058876, -0.23333443177240618, 1, 0.40000000000000002],
+    ("adadelta", np.float64): [0.46069258174938443, 0.022858948203743901, -0.23321280123798604,
+        -0.75723067567090085, 0.25758736345151312, 0.34778608089642299, -0.00010782653374132598,
+        0.051612745123454956, 0.5, 0.19989217346625868, -0.69999999999999996, 0.90000000000000002,
+        0.49589345812850527, -0.32403388252042165, 1, 0.40000000000000002],
+}
+
+
+def regularized_model(dtype):
+    """sum(A * w^2) + sum(C * w) + sum((gather(e, ids) - T)^2), as recorded in TF."""
+    a = np.array([[0.5, 1.5, 1.0], [2.0, 0.75, 1.25]])
+    c = np.array([[0.3, -1.2, 0.7], [-0.4, 0.9, -2.0]])
+    w0 = np.array([[0.8, -0.3, 0.05], [-1.1, 0.6, 0.02]])
+    e0 = np.array([[0.1, -0.2], [0.5, 0.3], [-0.7, 0.9], [0.25, -0.6], [1.0, 0.4]])
+    target = np.array([[1.0, -1.0], [0.5, 0.2], [-0.3, 0.8], [0.0, 0.1], [0.9, -0.5]])
+    w = mf.Variable(w0.astype(dtype), name="w")
+    e = mf.Variable(e0.astype(dtype), name="e")
+    loss = mf.reduce_sum(mf.constant(a.astype(dtype)) * w * w) + \
+        mf.reduce_sum(mf.constant(c.astype(dtype)) * w) + \
+        mf.reduce_sum(mf.square(mf.gather(e, [3, 1, 3, 0, 3]) - mf.constant(target.astype(dtype))))
+    return w, e, loss
+
+
+@pytest.mark.parametrize("name,dtype", sorted(TF_REGULARIZED, key=str),
+                         ids=[f"{n}-{d.__name__}" for n, d in sorted(TF_REGULARIZED, key=str)])
+def test_ftrl_adadelta_and_proximal_steps_match_tensorflow(name, dtype):
+    w, e, loss = regularized_model(dtype)
+    opt = REGULARIZED[name]()
+    train = opt.minimize(loss)
+    types = {op.type for op in mf.get_default_graph().get_operations()}
+    assert opt._apply_ops["dense"] in types and opt._apply_ops["sparse"] in types
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for _ in range(4):
+            sess.run(train)
+        got = np.concatenate([sess.run(w).ravel(), sess.run(e).ravel()])
+    assert got.dtype == dtype
+    tol = dict(rtol=2e-6, atol=1e-7) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(got, TF_REGULARIZED[name, dtype], **tol)
+
+
+def test_ftrl_l1_sets_coordinates_to_exactly_zero_as_tensorflow():
+    _, e, loss = regularized_model(np.float32)
+    train = REGULARIZED["ftrl_l1_l2"]().minimize(loss)
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        for _ in range(4):
+            sess.run(train)
+        assert sess.run(e)[0, 0] == 0.0 == TF_REGULARIZED["ftrl_l1_l2", np.float32][6]
+
+
+def test_ftrl_and_adadelta_slots_are_named_as_tf1_names_them():
+    w = mf.Variable(np.zeros((2, 2)), name="w")
+    loss = mf.reduce_sum(mf.square(w))
+    expected = {mf.train.FtrlOptimizer(0.1): {"accum": "w/Ftrl:0", "linear": "w/Ftrl_1:0"},
+                mf.train.AdadeltaOptimizer(): {"accum": "w/Adadelta:0",
+                                               "accum_update": "w/Adadelta_1:0"},
+                mf.train.ProximalAdagradOptimizer(0.1): {"accumulator": "w/ProximalAdagrad:0"},
+                mf.train.FtrlOptimizer(0.1, accum_name="A", linear_name="L"): {
+                    "accum": "w/A:0", "linear": "w/L:0"}}
+    for opt, slots in expected.items():
+        opt.minimize(loss)
+        assert opt.get_slot_names() == sorted(slots)
+        assert {n: opt.get_slot(w, n).name for n in slots} == slots
+    assert mf.train.ProximalGradientDescentOptimizer(0.1).get_slot_names() == []
+
+
+def test_ftrl_takes_apply_ftrl_v2_only_with_l2_shrinkage():
+    w = mf.Variable(np.zeros(3), name="w")
+    loss = mf.reduce_sum(mf.square(w - 1.0))
+    mf.train.FtrlOptimizer(0.1).minimize(loss)
+    mf.train.FtrlOptimizer(0.1, l2_shrinkage_regularization_strength=0.1).minimize(loss)
+    types = [op.type for op in mf.get_default_graph().get_operations()]
+    assert types.count("ApplyFtrl") == 1 and types.count("ApplyFtrlV2") == 1
+
+
+@pytest.mark.parametrize("make", [mf.train.FtrlOptimizer, mf.train.AdadeltaOptimizer,
+                                  mf.train.ProximalAdagradOptimizer,
+                                  mf.train.ProximalGradientDescentOptimizer],
+                         ids=lambda c: c.__name__)
+def test_regularized_optimizers_take_a_tensor_learning_rate(make):
+    results = []
+    for fed in (False, True):
+        graph = mf.Graph()
+        with graph.as_default():
+            w, e, loss = regularized_model(np.float32)
+            lr = mf.placeholder(mf.float32, []) if fed else 0.5
+            train = make(lr).minimize(loss)
+            with mf.Session() as sess:
+                sess.run(mf.global_variables_initializer())
+                for _ in range(2):
+                    sess.run(train, {lr: 0.5} if fed else None)
+                results.append(sess.run([w, e]))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: mf.train.FtrlOptimizer(0.1, learning_rate_power=0.5),
+     "learning_rate_power must be zero or negative, got 0.5"),
+    (lambda: mf.train.FtrlOptimizer(0.1, initial_accumulator_value=-1.0),
+     "initial_accumulator_value must be zero or positive"),
+    (lambda: mf.train.FtrlOptimizer(0.1, l1_regularization_strength=-1.0),
+     "l1_regularization_strength must be zero or positive"),
+    (lambda: mf.train.FtrlOptimizer(0.1, l2_shrinkage_regularization_strength=-0.1),
+     "l2_shrinkage_regularization_strength must be zero or positive"),
+    (lambda: mf.train.ProximalAdagradOptimizer(0.1, initial_accumulator_value=0.0),
+     "initial_accumulator_value must be positive, got 0.0"),
+    (lambda: mf.train.ProximalGradientDescentOptimizer(0.1, l2_regularization_strength=-1),
+     "l2_regularization_strength must be zero or positive"),
+], ids=["ftrl_power", "ftrl_accum", "ftrl_l1", "ftrl_shrinkage", "proximal_adagrad_accum",
+        "proximal_sgd_l2"])
+def test_regularized_optimizers_refuse_bad_hyperparameters_as_value_errors(make, message):
+    # TensorFlow raises ValueError for each; an initial accumulator of 0 is Ftrl's default
+    # for some users and allowed there.
+    with pytest.raises(ValueError, match=message):
+        make()
+    mf.train.FtrlOptimizer(0.1, initial_accumulator_value=0.0, learning_rate_power=0.0)
 
 
 # -- slots, names, colocation -----------------------------------------------------------------

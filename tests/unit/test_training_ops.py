@@ -34,6 +34,9 @@ class OpCase:
 ADAM_HYPERS = {"beta1_power": 0.9 ** 2, "beta2_power": 0.999 ** 2, "lr": 0.01, "beta1": 0.9,
                "beta2": 0.999, "epsilon": 1e-8}
 RMS_HYPERS = {"lr": 0.01, "rho": 0.9, "momentum": 0.5, "epsilon": 1e-3}
+FTRL_HYPERS = {"lr": 0.1, "l1": 0.3, "l2": 0.1, "lr_power": -0.5}
+FTRL_SLOTS = {"accum": (0.1, 1.0), "linear": (-1, 1)}
+PROXIMAL = {"l1": 0.02, "l2": 0.1}
 CASES = [
     OpCase("gradient_descent", "ApplyGradientDescent", "SparseApplyGradientDescent", {},
            {"alpha": 0.3}, ref.update_gradient_descent),
@@ -48,6 +51,22 @@ CASES = [
     OpCase("centered_rmsprop", "ApplyCenteredRMSProp", "SparseApplyCenteredRMSProp",
            {"mg": (-0.3, 0.3), "ms": (1, 2), "mom": (-1, 1)}, RMS_HYPERS,
            ref.update_centered_rmsprop),
+    OpCase("ftrl", "ApplyFtrl", "SparseApplyFtrl", FTRL_SLOTS, FTRL_HYPERS, ref.update_ftrl),
+    OpCase("ftrl_power", "ApplyFtrl", "SparseApplyFtrl", FTRL_SLOTS,
+           {**FTRL_HYPERS, "lr_power": -0.75}, ref.update_ftrl),
+    OpCase("ftrl_v2", "ApplyFtrlV2", "SparseApplyFtrlV2", FTRL_SLOTS,
+           {**FTRL_HYPERS, "l2_shrinkage": 0.2}, ref.update_ftrl),
+    OpCase("adadelta", "ApplyAdadelta", "SparseApplyAdadelta",
+           {"accum": (0, 1), "accum_update": (0, 1)}, {"lr": 1.0, "rho": 0.9, "epsilon": 1e-6},
+           ref.update_adadelta),
+    OpCase("proximal_gradient_descent", "ApplyProximalGradientDescent",
+           "SparseApplyProximalGradientDescent", {}, {"alpha": 0.1, **PROXIMAL},
+           ref.update_proximal_gradient_descent),
+    OpCase("proximal_gradient_descent_l2", "ApplyProximalGradientDescent",
+           "SparseApplyProximalGradientDescent", {}, {"alpha": 0.1, "l1": 0.0, "l2": 0.1},
+           ref.update_proximal_gradient_descent),
+    OpCase("proximal_adagrad", "ApplyProximalAdagrad", "SparseApplyProximalAdagrad",
+           {"accum": (0.5, 1.5)}, {"lr": 0.1, **PROXIMAL}, ref.update_proximal_adagrad),
     OpCase("adam", "ApplyAdam", "SparseApplyAdam", {"m": (-1, 1), "v": (0.1, 1)},
            ADAM_HYPERS, ref.update_adam, rowwise=False),
     OpCase("adam_nesterov", "ApplyAdam", "SparseApplyAdam", {"m": (-1, 1), "v": (0.1, 1)},
@@ -182,7 +201,10 @@ def test_every_training_op_writes_its_refs_in_place_and_has_no_gradient():
     expected = {"ApplyGradientDescent", "SparseApplyGradientDescent", "ApplyMomentum",
                 "SparseApplyMomentum", "ApplyAdagrad", "SparseApplyAdagrad", "ApplyRMSProp",
                 "SparseApplyRMSProp", "ApplyCenteredRMSProp", "SparseApplyCenteredRMSProp",
-                "ApplyAdam", "SparseApplyAdam"}
+                "ApplyAdam", "SparseApplyAdam", "ApplyFtrl", "SparseApplyFtrl", "ApplyFtrlV2",
+                "SparseApplyFtrlV2", "ApplyAdadelta", "SparseApplyAdadelta",
+                "ApplyProximalGradientDescent", "SparseApplyProximalGradientDescent",
+                "ApplyProximalAdagrad", "SparseApplyProximalAdagrad"}
     found = {t for t in registered_op_types() if isinstance(get_op_def(t),
                                                             training_ops._ApplyOp)}
     assert found == expected

@@ -53,6 +53,16 @@ OPTIMIZERS = {
     "adagrad": lambda: mf.train.AdagradOptimizer(0.2),
     "rmsprop": lambda: mf.train.RMSPropOptimizer(0.05, momentum=0.5),
     "rmsprop_centered": lambda: mf.train.RMSPropOptimizer(0.05, momentum=0.5, centered=True),
+    "adadelta": lambda: mf.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-6),
+    "ftrl": lambda: mf.train.FtrlOptimizer(0.2, l1_regularization_strength=0.01,
+                                           l2_regularization_strength=0.01),
+    "ftrl_shrinkage": lambda: mf.train.FtrlOptimizer(
+        0.2, learning_rate_power=-0.75, l1_regularization_strength=0.01,
+        l2_shrinkage_regularization_strength=0.05),
+    "proximal_adagrad": lambda: mf.train.ProximalAdagradOptimizer(
+        0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01),
+    "proximal_sgd": lambda: mf.train.ProximalGradientDescentOptimizer(
+        0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01),
 }
 VOCAB, DIM, FEATURES, HIDDEN, CLASSES = 12, 3, 5, 4, 3
 SPLIT_ROWS = 8              # the table (12 rows) and the dense weight (8 rows) qualify
