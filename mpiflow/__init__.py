@@ -46,6 +46,7 @@ from mpiflow.ops.math_ops import (
 from mpiflow.ops.math_ops import ceil, cos, expm1, round, sin
 from mpiflow.ops.clip_ops import clip_by_global_norm, clip_by_norm, clip_by_value, global_norm
 from mpiflow.ops.math_ops import div_no_nan
+from mpiflow.ops.confusion_ops import confusion_matrix
 from mpiflow.ops.math_ops import range_ as range
 from mpiflow.ops.print_ops import print_ as Print, print_v2 as print
 from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables

@@ -1,6 +1,6 @@
 """TF1 math ops a ported script reaches for beyond the basics: round and ceil, expm1,
 softsign, selu, log_sigmoid, reduce_logsumexp, reduce_all and reduce_any, cumsum and
-cumprod. Forward values against
+cumprod, confusion_matrix. Forward values against
 numpy or against values TensorFlow 2.x (compat.v1 graphs, CPU) printed for the same
 inputs; gradients against finite differences."""
 
@@ -343,3 +343,55 @@ GRAD_CASES += [
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.name)
 def test_gradient_matches_finite_differences(case):
     check_gradient(case)
+
+
+# -- confusion_matrix ---------------------------------------------------------------------
+
+CM_LABELS = np.array([0, 1, 2, 1, 3, 0, 2, 2], np.int64)
+CM_PREDICTIONS = np.array([0, 2, 2, 1, 0, 0, 1, 2], np.int64)
+CM_WEIGHTS = np.array([1.0, 2.0, 0.5, 1.0, 3.0, 0.0, 1.0, 2.0], np.float32)
+
+
+def test_confusion_matrix_counts_label_prediction_pairs_as_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1.confusion_matrix on the same inputs.
+    counted = mf.confusion_matrix(CM_LABELS, CM_PREDICTIONS)
+    weighted = mf.confusion_matrix(CM_LABELS, CM_PREDICTIONS, num_classes=5,
+                                   weights=CM_WEIGHTS)
+    as_float = mf.confusion_matrix(CM_LABELS, CM_PREDICTIONS, num_classes=4,
+                                   weights=CM_WEIGHTS, dtype=mf.float32)
+    column = mf.confusion_matrix(CM_LABELS[:, None], CM_PREDICTIONS)
+    assert counted.dtype == mf.int32 and as_float.dtype == mf.float32
+    assert as_float.shape.as_list() == [4, 4] and weighted.shape.as_list() == [5, 5]
+    with mf.Session() as sess:
+        got = sess.run({"counted": counted, "weighted": weighted, "as_float": as_float,
+                        "column": column})
+    tf_counted = [[2, 0, 0, 0], [0, 1, 1, 0], [0, 1, 2, 0], [1, 0, 0, 0]]
+    np.testing.assert_array_equal(got["counted"], tf_counted)
+    np.testing.assert_array_equal(got["column"], tf_counted)
+    np.testing.assert_array_equal(got["weighted"], [
+        [1, 0, 0, 0, 0], [0, 1, 2, 0, 0], [0, 1, 2, 0, 0], [3, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(got["as_float"], [
+        [1, 0, 0, 0], [0, 1, 2, 0], [0, 1, 2.5, 0], [3, 0, 0, 0]])
+
+
+def test_confusion_matrix_of_fed_ids_has_the_size_of_the_largest_id_seen():
+    labels = mf.placeholder(mf.int32, [None])
+    cm = mf.confusion_matrix(labels, labels)
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(cm, {labels: [0, 2, 2]}),
+                                      [[1, 0, 0], [0, 0, 0], [0, 0, 2]])
+        assert sess.run(cm, {labels: [1]}).shape == (2, 2)
+
+
+@pytest.mark.parametrize("labels,predictions,message", [
+    ([0, 1], [0, -1], "`predictions` contains negative values"),
+    ([-1, 1], [0, 1], "`labels` contains negative values"),
+    ([0, 1], [0, 4], "`predictions` out of bound"),
+    ([4, 1], [0, 1], "`labels` out of bound")])
+def test_confusion_matrix_refuses_ids_outside_the_classes_when_the_step_runs(
+        labels, predictions, message):
+    # Unchecked, [1, -1] would be counted in cell [0, 3] and [-1, 1] dropped.
+    y, p = mf.placeholder(mf.int64, [None]), mf.placeholder(mf.int64, [None])
+    cm = mf.confusion_matrix(y, p, num_classes=4)
+    with mf.Session() as sess, pytest.raises(mf.errors.InvalidArgumentError, match=message):
+        sess.run(cm, {y: labels, p: predictions})
