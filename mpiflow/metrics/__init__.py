@@ -1,6 +1,7 @@
 """``mf.metrics``: TF1's streaming metrics, as ``(value, update_op)`` pairs: the running
 means, counts and ratios (``streaming``) and the counts at a list of thresholds with the
-curves made of them (``at_thresholds``: ``auc``)."""
+curves made of them (``at_thresholds``: ``auc``), and the sums per class of class-id
+predictions (``per_class``: ``mean_iou``, ``mean_per_class_accuracy``)."""
 
 from mpiflow import unsupported
 from mpiflow.metrics.at_thresholds import (
@@ -12,6 +13,7 @@ from mpiflow.metrics.at_thresholds import (
     true_negatives_at_thresholds,
     true_positives_at_thresholds,
 )
+from mpiflow.metrics.per_class import mean_iou, mean_per_class_accuracy
 from mpiflow.metrics.streaming import (
     accuracy,
     false_negatives,
@@ -29,7 +31,7 @@ from mpiflow.metrics.streaming import (
 
 __all__ = [
     "accuracy", "auc", "false_negatives", "false_negatives_at_thresholds", "false_positives",
-    "false_positives_at_thresholds", "mean", "mean_absolute_error", "mean_squared_error",
+    "false_positives_at_thresholds", "mean", "mean_absolute_error", "mean_iou", "mean_per_class_accuracy", "mean_squared_error",
     "metric_variable", "precision", "precision_at_thresholds", "recall",
     "recall_at_thresholds", "root_mean_squared_error", "true_negatives",
     "true_negatives_at_thresholds", "true_positives", "true_positives_at_thresholds",
