@@ -20,8 +20,11 @@ from mpiflow.metrics.streaming import (
     false_positives,
     mean,
     mean_absolute_error,
+    mean_cosine_distance,
+    mean_relative_error,
     mean_squared_error,
     metric_variable,
+    percentage_below,
     precision,
     recall,
     root_mean_squared_error,
@@ -30,11 +33,13 @@ from mpiflow.metrics.streaming import (
 )
 
 __all__ = [
-    "accuracy", "auc", "false_negatives", "false_negatives_at_thresholds", "false_positives",
-    "false_positives_at_thresholds", "mean", "mean_absolute_error", "mean_iou", "mean_per_class_accuracy", "mean_squared_error",
-    "metric_variable", "precision", "precision_at_thresholds", "recall",
-    "recall_at_thresholds", "root_mean_squared_error", "true_negatives",
-    "true_negatives_at_thresholds", "true_positives", "true_positives_at_thresholds",
+    "accuracy", "auc", "false_negatives", "false_negatives_at_thresholds",
+    "false_positives", "false_positives_at_thresholds", "mean", "mean_absolute_error",
+    "mean_cosine_distance", "mean_iou", "mean_per_class_accuracy",
+    "mean_relative_error", "mean_squared_error", "metric_variable", "percentage_below",
+    "precision", "precision_at_thresholds", "recall", "recall_at_thresholds",
+    "root_mean_squared_error", "true_negatives", "true_negatives_at_thresholds",
+    "true_positives", "true_positives_at_thresholds",
 ]
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.metrics")

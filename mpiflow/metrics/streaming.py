@@ -133,6 +133,55 @@ def root_mean_squared_error(labels, predictions, weights=None, metrics_collectio
     return rmse, update_op
 
 
+def mean_relative_error(labels, predictions, normalizer, weights=None,
+                        metrics_collections=None, updates_collections=None, name=None):
+    """Return (the weighted mean of |labels - predictions| / normalizer over every element
+    so far, the update op); an element whose normalizer is 0 counts as an error of 0, as
+    in TF1. Variables ``mean_relative_error/total`` and ``/count``."""
+    metric = name or "mean_relative_error"
+    predictions, labels, weights = _prepare(predictions, labels, weights)
+    _check_same_shape(metric, labels, predictions)
+    normalizer, predictions = remove_squeezable_dimensions(convert_to_tensor(normalizer),
+                                                           predictions)
+    labels = math_ops.cast(labels, dtypes.float32)
+    predictions = math_ops.cast(predictions, dtypes.float32)
+    normalizer = math_ops.cast(normalizer, dtypes.float32)
+    zero = math_ops.equal(normalizer, 0.0)
+    relative = math_ops.divide(math_ops.abs(labels - predictions),
+                               math_ops.where(zero, math_ops.ones_like(normalizer), normalizer))
+    relative = math_ops.where(zero, math_ops.zeros_like(relative), relative)
+    return mean(relative, weights, metrics_collections, updates_collections, metric)
+
+
+def percentage_below(values, threshold, weights=None, metrics_collections=None,
+                     updates_collections=None, name=None):
+    """Return (the weighted fraction of the values so far that are below ``threshold``,
+    the update op). Variables ``percentage_below_threshold/total`` and ``/count``."""
+    below = math_ops.cast(math_ops.less(convert_to_tensor(values), threshold), dtypes.float32)
+    return mean(below, weights, metrics_collections, updates_collections,
+                name or "percentage_below_threshold")
+
+
+def mean_cosine_distance(labels, predictions, dim, weights=None, metrics_collections=None,
+                         updates_collections=None, name=None):
+    """Return (1 - the weighted mean over the examples so far of sum(labels * predictions)
+    along ``dim``, the update op): the mean cosine distance of unit-normalized vectors, as
+    TF1 computes it (nothing is normalized here). Weights are per example (size 1 along
+    ``dim``). Variables ``mean_cosine_distance/total`` and ``/count``."""
+    metric = name or "mean_cosine_distance"
+    predictions, labels, weights = _prepare(predictions, labels, weights)
+    _check_same_shape(metric, labels, predictions)
+    products = math_ops.multiply(math_ops.cast(predictions, dtypes.float32),
+                                 math_ops.cast(labels, dtypes.float32))
+    agreement = reduce_sum(products, axis=[dim], keepdims=True)
+    mean_agreement, update_agreement = mean(agreement, weights, name=metric)
+    value = math_ops.subtract(1.0, mean_agreement)
+    update_op = math_ops.subtract(1.0, update_agreement)
+    _collect(metrics_collections, value)
+    _collect(updates_collections, update_op)
+    return value, update_op
+
+
 # -- counts of a binary condition, precision, recall -------------------------------------------
 
 # Which (label, prediction) pair each count counts.

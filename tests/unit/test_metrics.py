@@ -154,3 +154,54 @@ def test_weights_of_unknown_rank_that_do_not_broadcast_are_refused_when_the_step
     with pytest.raises(errors.InvalidArgumentError, match=r"weights can not be broadcast to "
                        r"values in metric 'mean'.*AlignRank.*got weights of shape \(3, 4\)"):
         _stream(value, update, [{values: VALUES, weights: np.ones((3, 4), np.float32)}])
+
+
+# -- mean_relative_error, percentage_below, mean_cosine_distance -------------------------------
+
+# Two batches of four [4]-vectors; the expected values were recorded from TF 2.21's
+# tf.compat.v1.metrics streaming the same halves.
+VECTORS = np.array([[0.1, 0.5, 0.2, 0.2], [0.3, 0.3, 0.3, 0.1], [0.9, 0.0, 0.05, 0.05],
+                    [0.2, 0.2, 0.5, 0.1], [0.25, 0.25, 0.25, 0.25], [0.6, 0.1, 0.1, 0.2],
+                    [0.0, 0.4, 0.4, 0.2], [0.1, 0.2, 0.3, 0.4]], np.float32)
+GUESSES = (VECTORS * 2 - 0.3).astype(np.float32)
+VECTOR_WEIGHTS = np.array([1.0, 2.0, 0.5, 1.0, 3.0, 0.0, 1.0, 2.0], np.float32)
+
+_VECTOR_METRICS = {
+    "relative_error": lambda y, p, w: mf.metrics.mean_relative_error(
+        y, p, normalizer=y + 1.0, weights=w[:, None]),
+    "relative_error_zero_normalizer": lambda y, p, w: mf.metrics.mean_relative_error(
+        y, p, normalizer=y),
+    "percentage_below": lambda y, p, w: mf.metrics.percentage_below(p, 0.25,
+                                                                    weights=w[:, None]),
+    "percentage_below_unweighted": lambda y, p, w: mf.metrics.percentage_below(p, 0.25),
+    "cosine_distance": lambda y, p, w: mf.metrics.mean_cosine_distance(
+        y, p, dim=1, weights=w[:, None]),
+    "cosine_distance_unweighted": lambda y, p, w: mf.metrics.mean_cosine_distance(y, p, 1),
+}
+
+
+@pytest.mark.parametrize("metric,expected", [
+    ("relative_error", [0.10407016, 0.08458604]),
+    ("relative_error_zero_normalizer", [1.2166667, 0.9067709]),
+    ("percentage_below", [0.5277778, 0.6547619]),
+    ("percentage_below_unweighted", [0.625, 0.65625]),
+    ("cosine_distance", [0.56777775, 0.6604762]),
+    ("cosine_distance_unweighted", [0.41250002, 0.52375])])
+def test_vector_metrics_stream_weighted_means_as_tf1(metric, expected):
+    y, p = mf.placeholder(mf.float32, [None, 4]), mf.placeholder(mf.float32, [None, 4])
+    w = mf.placeholder(mf.float32, [None])
+    value, update = _VECTOR_METRICS[metric](y, p, w)
+    feeds = [{y: VECTORS[h], p: GUESSES[h], w: VECTOR_WEIGHTS[h]}
+             for h in (slice(0, 4), slice(4, 8))]
+    seen, final = _stream(value, update, feeds)
+    np.testing.assert_allclose(seen, expected, rtol=1e-6)
+    np.testing.assert_allclose(final, expected[-1], rtol=1e-6)
+
+
+def test_vector_metrics_keep_total_and_count_named_as_tf1():
+    mf.metrics.mean_relative_error(VECTORS, GUESSES, VECTORS)
+    mf.metrics.percentage_below(GUESSES, 0.5)
+    mf.metrics.mean_cosine_distance(VECTORS, GUESSES, 1)
+    assert [v.op.name for v in mf.get_collection(mf.GraphKeys.METRIC_VARIABLES)] == [
+        f"{scope}/{sum_}" for scope in ("mean_relative_error", "percentage_below_threshold",
+                                        "mean_cosine_distance") for sum_ in ("total", "count")]
