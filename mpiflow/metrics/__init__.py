@@ -5,6 +5,12 @@ predictions (``per_class``: ``mean_iou``, ``mean_per_class_accuracy``), and prec
 and recall of the k classes predicted per example (``at_k``)."""
 
 from mpiflow import unsupported
+from mpiflow.metrics.at_k import (
+    precision_at_k,
+    precision_at_top_k,
+    recall_at_k,
+    recall_at_top_k,
+)
 from mpiflow.metrics.at_thresholds import (
     auc,
     false_negatives_at_thresholds,
@@ -13,12 +19,6 @@ from mpiflow.metrics.at_thresholds import (
     recall_at_thresholds,
     true_negatives_at_thresholds,
     true_positives_at_thresholds,
-)
-from mpiflow.metrics.at_k import (
-    precision_at_k,
-    precision_at_top_k,
-    recall_at_k,
-    recall_at_top_k,
 )
 from mpiflow.metrics.per_class import mean_iou, mean_per_class_accuracy
 from mpiflow.metrics.streaming import (
