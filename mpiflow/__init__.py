@@ -57,6 +57,7 @@ from mpiflow.ops.random_ops import (
 from mpiflow.ops.reduction_ops import (
     argmax, argmin, count_nonzero, cumprod, cumsum, reduce_all, reduce_any, reduce_logsumexp,
     reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum)
+from mpiflow.ops.selection_ops import boolean_mask, gather_nd, scatter_nd
 from mpiflow.ops.sparse_ops import gather, unique, unsorted_segment_sum
 from mpiflow.ops.state_ops import (
     assign, assign_add, assign_sub, is_variable_initialized, scatter_add, scatter_sub,

@@ -15,6 +15,7 @@ from mpiflow.ops.nn_ops import (  # noqa: F401
     xw_plus_b)
 from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
 from mpiflow.ops.sampled_losses import nce_loss, sampled_softmax_loss  # noqa: F401
+from mpiflow.ops.selection_ops import top_k  # noqa: F401
 from mpiflow.ops.sparse_ops import embedding_lookup  # noqa: F401
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.nn")
