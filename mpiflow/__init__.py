@@ -21,7 +21,7 @@ from mpiflow.ops.activation_ops import log_sigmoid, sigmoid, tanh
 from mpiflow.ops.array_ops import (
     concat, expand_dims, pad, rank, reshape, sequence_mask, size, squeeze, stack, tile,
     transpose)
-from mpiflow.ops.indexing_ops import one_hot, slice, split, strided_slice, unstack
+from mpiflow.ops.indexing_ops import one_hot, reverse, slice, split, strided_slice, unstack
 from mpiflow.ops.check_ops import (
     Assert, assert_equal, assert_greater, assert_greater_equal, assert_less, assert_less_equal,
     assert_negative, assert_non_negative, assert_non_positive, assert_none_equal,
@@ -92,6 +92,7 @@ def disable_v2_behavior():
     """Nothing to do: mpiflow only has TF1 behaviour (kept so scripts run)."""
 
 sub = subtract
+reverse_v2 = reverse
 newaxis = None
 mul = multiply
 neg = negative

@@ -404,17 +404,12 @@ def tile(input, multiples, name=None) -> Tensor:
 @register_op("Pad", attrs={"paddings": REQUIRED, "constant_values": 0})
 class PadOp(OpDef):
     def infer(self, b):
-        s, paddings = b.shape(0), b.attrs["paddings"]
-        n = len(paddings) if s.ndims is None else s.ndims
-        if len(paddings) != n or any(not isinstance(p, (list, tuple)) or len(p) != 2 or
-                                     min(p) < 0 for p in paddings):
-            raise b.error("Invalid paddings", got=paddings,
-                          expected=f"{n} pairs [before, after] >= 0 for shape {s}")
+        paddings = b.attrs["paddings"]
+        dims = _check_paddings(b, b.shape(0), paddings)
         value = b.attrs["constant_values"]
         if not b.dtype(0).is_floating and value != int(value):
             raise b.error("Invalid constant_values", got=value,
                           expected=f"a value representable as {b.dtype(0).name}")
-        dims = s.as_list() if s.ndims is not None else [None] * n
         return [(b.dtype(0), [None if d is None else d + lo + hi
                               for d, (lo, hi) in zip(dims, paddings)])]
 
@@ -436,19 +431,124 @@ class PadOp(OpDef):
         return [apply_op("StridedSlice", [g], attrs).outputs[0]]
 
 
+def _check_paddings(b, s, paddings):
+    """Check ``paddings`` is one [before, after] pair >= 0 per dimension of ``s``; return
+    the dimensions (None where unknown)."""
+    n = len(paddings) if s.ndims is None else s.ndims
+    if len(paddings) != n or any(not isinstance(p, (list, tuple)) or len(p) != 2 or
+                                 min(p) < 0 for p in paddings):
+        raise b.error("Invalid paddings", got=paddings,
+                      expected=f"{n} pairs [before, after] >= 0 for shape {s}")
+    return s.as_list() if s.ndims is not None else [None] * n
+
+
+# The most padding a mirror mode takes on each side of a dimension of size d: REFLECT
+# leaves the edge out of the mirror (d - 1), SYMMETRIC repeats it (d).
+_MIRROR_LIMIT = {"REFLECT": 1, "SYMMETRIC": 0}
+
+
+def _mirror_error(mode, paddings, dims):
+    """What is wrong with mirror-padding ``dims`` by ``paddings``, or None."""
+    cut = _MIRROR_LIMIT[mode]
+    for i, ((lo, hi), d) in enumerate(zip(paddings, dims)):
+        if d is not None and max(lo, hi) > d - cut:
+            return (f"{mode} paddings must be at most the dimension size"
+                    f"{' - 1' if cut else ''}", f"dimension {i}: paddings [{lo}, {hi}] "
+                    f"for size {d}")
+    return None
+
+
+@register_op("MirrorPad", attrs={"paddings": REQUIRED, "mode": REQUIRED})
+class MirrorPadOp(OpDef):
+    """Pad with the input mirrored at its edges: REFLECT without repeating the edge
+    ([1, 2, 3] -> [3, 2, 1, 2, 3, 2, 1]), SYMMETRIC with it ([2, 1, 1, 2, 3, 3, 2])."""
+
+    def infer(self, b):
+        if b.attrs["mode"] not in _MIRROR_LIMIT:
+            raise b.error("Invalid mirror pad mode", expected="'REFLECT' or 'SYMMETRIC'",
+                          got=b.attrs["mode"])
+        paddings = b.attrs["paddings"]
+        dims = _check_paddings(b, b.shape(0), paddings)
+        wrong = _mirror_error(b.attrs["mode"], paddings, dims)
+        if wrong:
+            raise b.error(wrong[0], got=wrong[1])
+        return [(b.dtype(0), [None if d is None else d + lo + hi
+                              for d, (lo, hi) in zip(dims, paddings)])]
+
+    def forward(self, xp, ctx, x):
+        paddings, mode = ctx.attrs["paddings"], ctx.attrs["mode"]
+        if x.ndim != len(paddings):
+            raise kernel_error(ctx, "Invalid paddings", got=paddings,
+                               expected=f"{x.ndim} pairs [before, after] for shape {x.shape}")
+        wrong = _mirror_error(mode, paddings, x.shape)
+        if wrong:
+            raise kernel_error(ctx, wrong[0], got=wrong[1])
+        return xp.pad(x, [tuple(p) for p in paddings], mode=mode.lower())
+
+    def gradient(self, op, g):
+        return [apply_op("MirrorPadGrad", [g], {"paddings": op.get_attr("paddings"),
+                                                "mode": op.get_attr("mode")}).outputs[0]]
+
+
+@register_op("MirrorPadGrad", attrs={"paddings": REQUIRED, "mode": REQUIRED})
+class MirrorPadGradOp(OpDef):
+    """MirrorPad's adjoint: the padded gradient folded back onto the input, each mirrored
+    entry's gradient added to the entry it copies."""
+
+    def infer(self, b):
+        dims = _check_paddings(b, b.shape(0), b.attrs["paddings"])
+        return [(b.dtype(0), [None if d is None else d - lo - hi
+                              for d, (lo, hi) in zip(dims, b.attrs["paddings"])])]
+
+    def forward(self, xp, ctx, g):
+        cut = _MIRROR_LIMIT[ctx.attrs["mode"]]
+        for axis, (lo, hi) in enumerate(ctx.attrs["paddings"]):
+            def part(start, stop, step=1):
+                return (slice(None),) * axis + (slice(start, stop, step),)
+            n = g.shape[axis] - lo - hi
+            core = g[part(lo, lo + n)].copy()
+            # Output entry lo - 1 - j mirrors input entry cut + j; lo + n + j mirrors
+            # n - 1 - cut - j: each side reversed lands on a run of the input.
+            if lo:
+                core[part(cut, cut + lo)] += xp.flip(g[part(0, lo)], axis)
+            if hi:
+                core[part(n - cut - hi, n - cut)] += xp.flip(g[part(lo + n, None)], axis)
+            g = core
+        return g
+
+    def gradient(self, op, g):
+        return [apply_op("MirrorPad", [g], {"paddings": op.get_attr("paddings"),
+                                            "mode": op.get_attr("mode")}).outputs[0]]
+
+
+_PAD_MODES = ("CONSTANT", "REFLECT", "SYMMETRIC")
+
+
 def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tensor:
-    """Pad ``tensor`` with ``constant_values``: ``paddings[i] = [before, after]`` for dim i.
+    """Pad ``tensor``: ``paddings[i] = [before, after]`` for dimension i, with
+    ``constant_values`` (mode "CONSTANT") or the tensor mirrored at its edges ("REFLECT",
+    "SYMMETRIC"; any letter case, as TensorFlow).
 
     Raises:
-        UnimplementedError: ``mode`` is not "CONSTANT" (REFLECT/SYMMETRIC are not supported).
+        InvalidArgumentError: another mode, constant_values other than 0 with a mirror
+            mode, or a mirror padding larger than its dimension allows.
     """
-    if str(mode).upper() != "CONSTANT":
-        raise errors.UnimplementedError(
-            f"pad: mode {mode!r} is not supported: expected 'CONSTANT'")
+    kind = str(mode).upper()
+    if kind not in _PAD_MODES:
+        raise errors.InvalidArgumentError(
+            f"pad: mode must be one of 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got {mode!r}")
     paddings = static_ints(paddings, "pad paddings").tolist()
     value = static_scalar(constant_values, "pad constant_values")
-    return apply_op("Pad", [convert_to_tensor(tensor)],
-                    {"paddings": paddings, "constant_values": value}, name=name).outputs[0]
+    x = convert_to_tensor(tensor)
+    if kind != "CONSTANT":
+        if value != 0:
+            raise errors.InvalidArgumentError(
+                f"pad: constant_values={value!r} is used by mode 'CONSTANT' only, got mode "
+                f"{mode!r}")
+        return apply_op("MirrorPad", [x], {"paddings": paddings, "mode": kind},
+                        name=name).outputs[0]
+    return apply_op("Pad", [x], {"paddings": paddings, "constant_values": value},
+                    name=name).outputs[0]
 
 
 # -- sequence_mask -----------------------------------------------------------------------

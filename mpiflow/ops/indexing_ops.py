@@ -21,6 +21,7 @@ from mpiflow.ops import math_ops
 from mpiflow.ops.array_ops import (
     concat, kernel_error, runtime_axis, stack, static_axis, static_ints, static_scalar)
 from mpiflow.ops.constant_ops import convert_to_tensor, python_dtype
+from mpiflow.ops.control_ops import identity as identity_op
 from mpiflow.ops.registry import (
     REQUIRED, OpDef, apply_op, const_value, is_index, normalize_axis, register_op,
     require_dtype)
@@ -193,6 +194,57 @@ def _getitem(tensor: Tensor, key) -> Tensor:
 
 
 Tensor.__getitem__ = _getitem
+
+
+# -- reverse ------------------------------------------------------------------------------
+
+def reverse(tensor, axis, name=None) -> Tensor:
+    """Return ``tensor`` with the order of its entries reversed along each dimension in
+    ``axis`` (a list; negative counts from the end), as TensorFlow's ``tf.reverse``.
+
+    A strided slice with stride -1 on those dimensions: a view, whose gradient is the
+    same reversal. Without a known rank the axes must all be >= 0 or all < 0.
+
+    Raises:
+        InvalidArgumentError: ``axis`` not a list of ints known when the graph is built,
+            an axis out of range or named twice.
+    """
+    x = convert_to_tensor(tensor)
+    axes = static_ints(axis, "reverse axis")
+    if axes.ndim != 1:
+        raise errors.InvalidArgumentError(
+            f"reverse: axis must be a list of axes (rank 1), got {axis!r}")
+    axes = axes.tolist()
+    rank = x.shape.ndims
+    if rank is not None:
+        bad = [a for a in axes if not -rank <= a < rank]
+        if bad:
+            raise errors.InvalidArgumentError(
+                f"reverse: axis {bad[0]} is out of range for '{x.name}' of shape {x.shape}: "
+                f"expected axes in [{-rank}, {rank})")
+        axes = [a % rank for a in axes]
+    elif min(axes, default=0) < 0 <= max(axes, default=-1):
+        raise errors.InvalidArgumentError(
+            f"reverse: axes {axes} mix negative and non-negative ones, which needs the rank "
+            f"of '{x.name}' (unknown) when the graph is built")
+    if len(set(axes)) != len(axes):
+        twice = next(a for a in axes if axes.count(a) > 1)
+        raise errors.InvalidArgumentError(f"reverse: axis {twice} is given more than once")
+    if not axes:
+        return identity_op(x, name or "ReverseV2")
+    if min(axes) >= 0:
+        dims = list(range(max(axes) + 1))
+        spec = {"begin": [0] * len(dims), "end": [0] * len(dims),
+                "strides": [-1 if d in axes else 1 for d in dims]}
+        full = (1 << len(dims)) - 1
+        spec.update(begin_mask=full, end_mask=full)
+    else:
+        dims = list(range(min(axes), 0))       # after a leading ellipsis
+        spec = {"begin": [0] * (len(dims) + 1), "end": [0] * (len(dims) + 1),
+                "strides": [1] + [-1 if d in axes else 1 for d in dims]}
+        full = ((1 << (len(dims) + 1)) - 1) & ~1
+        spec.update(begin_mask=full, end_mask=full, ellipsis_mask=1)
+    return apply_op("StridedSlice", [x], spec, name=name or "ReverseV2").outputs[0]
 
 
 # -- slice --------------------------------------------------------------------------------

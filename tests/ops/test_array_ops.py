@@ -88,6 +88,13 @@ GRAD_CASES = [
     GradCase("pad", lambda a: mf.pad(a, [[1, 0], [2, 3]], constant_values=0.5), [arr(2, 3)]),
     GradCase("pad_second_order", _second_order(lambda a: mf.pad(a, [[0, 2], [1, 1]])),
              [arr(2, 2)]),
+    GradCase("pad_reflect", lambda a: mf.pad(a, [[2, 1], [3, 0]], mode="REFLECT"),
+             [arr(3, 4)]),
+    GradCase("pad_symmetric", lambda a: mf.pad(a, [[2, 3], [0, 1], [1, 1]], mode="symmetric"),
+             [arr(3, 2, 2)]),
+    GradCase("pad_reflect_second_order",
+             _second_order(lambda a: mf.pad(a, [[1, 2], [1, 0]], mode="REFLECT")), [arr(3, 2)]),
+    GradCase("reverse", lambda a: mf.reverse(a, [0, -1]), [arr(2, 3, 4)]),
     # slice / strided slice / __getitem__
     GradCase("slice", lambda a: mf.slice(a, [1, 0], [2, -1]), [arr(4, 3)]),
     GradCase("slice_second_order", _second_order(lambda a: mf.slice(a, [0, 1], [-1, 2])),
@@ -606,8 +613,8 @@ def test_shapes_of_unknown_rank_are_checked_at_run_time_naming_the_op(build, fee
 
 def test_non_constant_mode_and_layout_tensors_are_rejected():
     x = mf.placeholder(mf.float32, [2, 2])
-    with pytest.raises(mf.errors.UnimplementedError, match="REFLECT"):
-        mf.pad(x, [[1, 1], [1, 1]], mode="REFLECT")
+    with pytest.raises(mf.errors.InvalidArgumentError, match="'CONSTANT', 'REFLECT' or"):
+        mf.pad(x, [[1, 1], [1, 1]], mode="WRAP")
     with _raises(r"tile multiples must be known when the graph is built"):
         mf.tile(x, mf.placeholder(mf.int32, [2]))
 
@@ -837,3 +844,80 @@ def test_newaxis_indexes_as_none():
     with mf.Session() as sess:
         got = sess.run(x[mf.newaxis, :, mf.newaxis, 0])
     np.testing.assert_array_equal(got, X[np.newaxis, :, np.newaxis, 0])
+
+
+# -- reverse ------------------------------------------------------------------------------
+
+def test_reverse_matches_tensorflow():
+    p = mf.constant(X)
+    unknown = mf.placeholder(mf.float64, None)
+    got = {"middle": mf.reverse(p, [1]), "first_and_last": mf.reverse(p, [0, -1]),
+           "none": mf.reverse(p, []), "v2": mf.reverse_v2(p, [2]),
+           "unknown_rank_last": mf.reverse(unknown, [-1]),
+           "unknown_rank_leading": mf.reverse(unknown, [0, 2])}
+    assert got["middle"].name == "ReverseV2:0"
+    assert got["first_and_last"].shape.as_list() == [2, 3, 4]
+    with mf.Session() as sess:
+        values = sess.run(got, {unknown: X})
+    for key, want in {"middle": X[:, ::-1], "first_and_last": X[::-1, :, ::-1], "none": X,
+                      "v2": X[..., ::-1], "unknown_rank_last": X[..., ::-1],
+                      "unknown_rank_leading": X[::-1, :, ::-1]}.items():
+        np.testing.assert_array_equal(values[key], want, err_msg=key)
+
+
+@pytest.mark.parametrize("axis,words", [
+    ([3], r"axis 3 is out of range"), ([1, 1], "axis 1 is given more than once"),
+    ([1, -2], "axis 1 is given more than once"), (1, r"axis must be a list of axes \(rank 1\)"),
+])
+def test_reverse_refuses_bad_axes_as_tensorflow(axis, words):
+    with pytest.raises(mf.errors.InvalidArgumentError, match=f"reverse: {words}"):
+        mf.reverse(mf.constant(X), axis)
+
+
+# -- pad REFLECT / SYMMETRIC --------------------------------------------------------------
+
+def test_mirror_pads_and_their_gradients_match_tensorflow():
+    p = mf.constant(np.arange(12.).reshape(3, 4))
+    weights = np.arange(42.).reshape(6, 7)
+    got = {}
+    for mode in ("REFLECT", "SYMMETRIC", "reflect"):
+        padded = mf.pad(p, [[2, 1], [3, 0]], mode=mode)
+        assert padded.shape.as_list() == [6, 7] and padded.op.type == "MirrorPad"
+        got[mode] = (padded, mf.gradients(mf.reduce_sum(padded * weights), p)[0])
+    ints = mf.pad(mf.constant([1, 2, 3]), [[2, 2]], mode="SYMMETRIC")
+    assert mf.pad(mf.placeholder(mf.float32, [None, 4]), [[1, 1], [2, 2]],
+                  mode="REFLECT").shape.as_list() == [None, 8]
+    with mf.Session() as sess:
+        values, ints = sess.run([got, ints])
+    # Recorded from TF 2.21's tf.compat.v1.
+    reflect = [[11, 10, 9, 8, 9, 10, 11], [7, 6, 5, 4, 5, 6, 7], [3, 2, 1, 0, 1, 2, 3],
+               [7, 6, 5, 4, 5, 6, 7], [11, 10, 9, 8, 9, 10, 11], [7, 6, 5, 4, 5, 6, 7]]
+    symmetric = [[6, 5, 4, 4, 5, 6, 7], [2, 1, 0, 0, 1, 2, 3], [2, 1, 0, 0, 1, 2, 3],
+                 [6, 5, 4, 4, 5, 6, 7], [10, 9, 8, 8, 9, 10, 11], [10, 9, 8, 8, 9, 10, 11]]
+    for mode, want, want_grad in (
+            ("REFLECT", reflect, [[17, 34, 34, 34], [72, 144, 144, 144], [34, 68, 68, 68]]),
+            ("reflect", reflect, [[17, 34, 34, 34], [72, 144, 144, 144], [34, 68, 68, 68]]),
+            ("SYMMETRIC", symmetric,
+             [[52, 52, 52, 33], [52, 52, 52, 33], [136, 136, 136, 75]])):
+        assert values[mode][0].tolist() == want, mode
+        assert values[mode][1].tolist() == want_grad, mode
+    assert ints.tolist() == [2, 1, 1, 2, 3, 3, 2] and ints.dtype == np.int32
+
+
+@pytest.mark.parametrize("mode,paddings,words", [
+    ("REFLECT", [[3, 0], [0, 0]], r"REFLECT paddings must be at most the dimension size - 1"),
+    ("SYMMETRIC", [[4, 0], [0, 0]], r"SYMMETRIC paddings must be at most the dimension size"),
+])
+def test_mirror_pad_larger_than_its_dimension_fails_naming_the_op(mode, paddings, words):
+    x = mf.constant(np.ones((3, 4)))
+    with _raises(f"{words} in op 'MirrorPad' "):
+        mf.pad(x, paddings, mode=mode)
+    fed = mf.pad(mf.placeholder_with_default(x, [None, None]), paddings, mode=mode)
+    with mf.Session() as sess, _raises(f"{words} in op 'MirrorPad(_1)?'"):
+        sess.run(fed)
+
+
+def test_mirror_pad_refuses_constant_values():
+    with _raises(r"pad: constant_values=1 is used by mode 'CONSTANT' only"):
+        mf.pad(mf.constant(np.ones((3, 4))), [[1, 0], [0, 0]], mode="REFLECT",
+               constant_values=1)
