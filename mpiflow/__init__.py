@@ -32,6 +32,7 @@ from mpiflow.ops.constant_ops import (
 from mpiflow.ops.data_flow_ops import dynamic_partition, dynamic_stitch
 from mpiflow.ops.control_ops import (
     check_numerics, group, identity, no_op, stop_gradient, tuple_ as tuple)
+from mpiflow.ops.grid_ops import eye, linspace, meshgrid
 from mpiflow.ops.importer import import_graph_def
 from mpiflow.ops.init_ops import (
     constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
@@ -93,6 +94,7 @@ def disable_v2_behavior():
 
 sub = subtract
 reverse_v2 = reverse
+lin_space = linspace
 newaxis = None
 mul = multiply
 neg = negative
