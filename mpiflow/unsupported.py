@@ -47,6 +47,9 @@ HINTS = {
     "tf.nn.static_rnn": "recurrent cells are not provided; unroll the cell in Python",
     "tf.py_func": "a graph must be plain data to be shipped to other ranks, so it cannot "
                   "hold Python functions",
+    "tf.math": "mpiflow has no tf.math namespace: its functions are under their TF1 names, "
+               "tf.reduce_sum, tf.log, tf.unsorted_segment_sum; "
+               "tf.math.top_k as tf.nn.top_k, tf.math.in_top_k as tf.nn.in_top_k",
     "tf.string": "mpiflow has no string dtype",
     "tf.io": "mpiflow has no string dtype or file readers; load arrays with numpy and use "
              "tf.data.Dataset.from_tensor_slices",

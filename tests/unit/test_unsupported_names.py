@@ -37,6 +37,7 @@ def test_every_namespace_names_the_missing_tf_name_and_the_docs_page(tf_name, mo
     (lambda: mf.nn.dynamic_rnn, "while_loop"),
     (lambda: mf.train.shuffle_batch, "tf.data.Dataset"),
     (lambda: mf.data.TFRecordDataset, "no string dtype"),
+    (lambda: mf.math, r"tf\.math\.top_k as tf\.nn\.top_k"),
     # not "did you mean tf.summary.merge?": difflib's nearest name
     (lambda: mf.summary.image, r"tensorboardX\.summary\.image\('tag', value"),
     (lambda: mf.summary.text, r"writer\.add_summary\(tensorboardX\.summary\.text"),
