@@ -1,4 +1,4 @@
-"""Convolution over NHWC images: Conv2D and its gradient ops.
+"""Convolution over NHWC or NCHW images: Conv2D and its gradient ops.
 
 conv2d is im2col: a strided view of the padded input's windows (no copy) contracted
 with the filter in one ``tensordot``. Conv2DBackpropFilter is the same contraction with
@@ -6,7 +6,9 @@ out_backprop; Conv2DBackpropInput contracts out_backprop with the filter and sca
 with col2im, looping over the kh*kw taps of the window, never over pixels. float16 and
 bfloat16 contract in float32 where the array module does not (``accumulating_dtype``),
 col2im's sums included, and round once. Each gradient op's gradient is conv2d or the
-other backprop op. Window geometry lives in ``windows.py``, pooling in ``pooling_ops.py``.
+other backprop op. The kernels compute on NHWC arrays; an NCHW op's images are transposed
+to NHWC and back around them (``windows.NhwcKernels``). Window geometry lives in
+``windows.py``, pooling in ``pooling_ops.py``.
 """
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ from mpiflow.ops.registry import (
     OpDef, elementwise_kernel, has_fused_kernels, has_kernel_for, is_float, is_index,
     register_op, require_dtype, same_dtype)
 from mpiflow.ops.windows import (
-    WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
-    windowed_shape)
+    WINDOW_PARAMS, NhwcKernels, Window, apply_single, check_layout, data_format, four,
+    rank4, sizes, spatial_attr, windowed_shape)
 
 _CONV_ATTRS = {"strides": [1, 1, 1, 1], "padding": "VALID", "data_format": "NHWC",
                "dilations": [1, 1, 1, 1]}
 
 
-class _ConvBase(OpDef):
+class _ConvBase(NhwcKernels, OpDef):
     def prepare(self, ctx):
-        ctx.strides = tuple(ctx.attrs["strides"][1:3])
-        ctx.dilations = tuple(ctx.attrs["dilations"][1:3])
+        super().prepare(ctx)
+        ctx.strides = ctx.layout.spatial(ctx.attrs["strides"])
+        ctx.dilations = ctx.layout.spatial(ctx.attrs["dilations"])
 
     def window(self, ctx, x_shape, f_shape):
         Window.check_rank(x_shape, "input")
@@ -46,9 +49,11 @@ class _ConvBase(OpDef):
         """Validate attrs and shapes of input ``x`` and filter ``f``; return the output."""
         check_layout(b)
         d_hw = spatial_attr(b, "dilations")
-        if x[3] is not None and f[2] is not None and x[3] != f[2]:
+        channels = x[data_format(b.attrs).channel_axis]
+        if channels is not None and f[2] is not None and channels != f[2]:
             raise b.error("filter in_channels must equal the input's channels",
-                          expected=f"filter[2] == {x[3]} (input {x})", got=f"filter {f}")
+                          expected=f"filter[2] == {channels} (input {x}, "
+                          f"{b.attrs['data_format']})", got=f"filter {f}")
         return windowed_shape(b, x, (f[0], f[1]), d_hw, f[3])
 
 
@@ -63,6 +68,7 @@ def _conv_dtype(dt):
 
 @register_op("Conv2D", attrs=_CONV_ATTRS)
 class Conv2DOp(_ConvBase):
+    image_inputs = {0: "input"}
     def infer(self, b):
         dt = same_dtype(b)
         # int32 is computed in int32 (wrapping as TensorFlow's CPU kernel); its gradient
@@ -88,6 +94,8 @@ class Conv2DOp(_ConvBase):
 class Conv2DBackpropInputOp(_ConvBase):
     """Inputs (input_sizes, filter, out_backprop): d conv2d / d input."""
     host_inputs = (0,)
+    image_inputs = {2: "out_backprop"}
+    size_inputs = (0,)
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "input_sizes")
@@ -165,6 +173,8 @@ def _col2im_kernel(xp):
 class Conv2DBackpropFilterOp(_ConvBase):
     """Inputs (input, filter_sizes, out_backprop): d conv2d / d filter."""
     host_inputs = (1,)
+    image_inputs = {0: "input", 2: "out_backprop"}
+    image_output = False
 
     def infer(self, b):
         require_dtype(b, 1, is_index, "filter_sizes")
@@ -195,20 +205,24 @@ class Conv2DBackpropFilterOp(_ConvBase):
 
 
 def _conv_attr_values(strides, padding, data_format, dilations):
-    return {"strides": four(strides, "strides"), "padding": padding,
-            "data_format": data_format, "dilations": four(dilations or 1, "dilations")}
+    return {"strides": four(strides, "strides", data_format), "padding": padding,
+            "data_format": data_format,
+            "dilations": four(dilations or 1, "dilations", data_format)}
 
 
 def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,
            data_format="NHWC", dilations=None, name=None, filters=None) -> Tensor:
-    """Return the 2-D convolution (cross-correlation, as TensorFlow) of NHWC ``input``.
+    """Return the 2-D convolution (cross-correlation, as TensorFlow) of ``input``.
 
     Args:
-        input: [batch, height, width, in_channels].
+        input: [batch, height, width, in_channels], or [batch, in_channels, height,
+            width] with data_format "NCHW" (transposed to NHWC and back around the
+            kernel, see ``windows.NhwcKernels``).
         filter: [filter_height, filter_width, in_channels, out_channels].
-        strides: an int, [h, w] or [1, h, w, 1].
+        strides: an int, [h, w] or [1, h, w, 1] ([1, 1, h, w] for NCHW).
         padding: "SAME" or "VALID".
-        dilations: an int, [h, w] or [1, h, w, 1] (default 1).
+        data_format: "NHWC" or "NCHW".
+        dilations: an int, [h, w] or four ints as strides (default 1).
 
     Raises:
         InvalidArgumentError: at build time, naming the op, for mismatched channels, a bad

@@ -1,10 +1,11 @@
-"""Pooling over NHWC images: MaxPool and AvgPool with their gradient ops.
+"""Pooling over NHWC or NCHW images: MaxPool and AvgPool with their gradient ops.
 
 MaxPool's gradient routes each window's gradient to its first maximum (MaxPoolGrad);
 that scatter is linear, and its transpose MaxPoolGradGrad gathers at the same maxima, so
 each is the other's gradient. AvgPool is linear and AvgPoolGrad is its transpose. SAME
-padding pads max with -inf and averages only the real inputs, as TensorFlow. Window
-geometry lives in ``windows.py``.
+padding pads max with -inf and averages only the real inputs, as TensorFlow. The kernels
+compute on NHWC arrays; an NCHW op's images are transposed to NHWC and back around them
+(``windows.NhwcKernels``). Window geometry lives in ``windows.py``.
 """
 
 from __future__ import annotations
@@ -19,17 +20,20 @@ from mpiflow.ops.registry import (
     OpDef, elementwise_kernel, has_kernel_for, is_float, is_index, is_numeric, register_op,
     require_dtype, same_dtype)
 from mpiflow.ops.windows import (
-    WINDOW_PARAMS, Window, apply_single, check_layout, four, rank4, sizes, spatial_attr,
-    windowed_shape)
+    WINDOW_PARAMS, NhwcKernels, Window, apply_single, check_layout, data_format, four,
+    rank4, sizes, spatial_attr, windowed_shape)
 
 _POOL_ATTRS = {"ksize": [1, 1, 1, 1], "strides": [1, 1, 1, 1], "padding": "VALID",
                "data_format": "NHWC"}
 
 
-class _PoolBase(OpDef):
+class _PoolBase(NhwcKernels, OpDef):
+    image_inputs = {0: "input"}
+
     def prepare(self, ctx):
-        ctx.ksize = tuple(ctx.attrs["ksize"][1:3])
-        ctx.strides = tuple(ctx.attrs["strides"][1:3])
+        super().prepare(ctx)
+        ctx.ksize = ctx.layout.spatial(ctx.attrs["ksize"])
+        ctx.strides = ctx.layout.spatial(ctx.attrs["strides"])
 
     def window(self, ctx, x_shape):
         Window.check_rank(x_shape, "input")
@@ -39,7 +43,8 @@ class _PoolBase(OpDef):
     def pooled_shape(self, b, x):
         """Validate attrs and the input shape ``x``; return the pooled shape."""
         check_layout(b)
-        return windowed_shape(b, x, spatial_attr(b, "ksize"), (1, 1), x[3])
+        return windowed_shape(b, x, spatial_attr(b, "ksize"), (1, 1),
+                              x[data_format(b.attrs).channel_axis])
 
 
 def _pool_attrs(op):
@@ -91,6 +96,7 @@ class MaxPoolGradOp(_PoolBase):
 
     Unlike TensorFlow's op it does not take orig_output, which it does not need.
     """
+    image_inputs = {0: "orig_input", 1: "grad"}
 
     def infer(self, b):
         dt = same_dtype(b)
@@ -154,6 +160,7 @@ def _max_pool_grad_kernel(xp):
 @register_op("MaxPoolGradGrad", attrs=_POOL_ATTRS)
 class MaxPoolGradGradOp(_PoolBase):
     """Inputs (orig_input, grad of the input): gather it at each window's first maximum."""
+    image_inputs = {0: "orig_input", 1: "grad"}
 
     def infer(self, b):
         dt = same_dtype(b)
@@ -196,6 +203,8 @@ class AvgPoolOp(_PoolBase):
 class AvgPoolGradOp(_PoolBase):
     """Inputs (orig_input_shape, grad): spread each window's gradient over its inputs."""
     host_inputs = (0,)
+    image_inputs = {1: "grad"}
+    size_inputs = (0,)
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "orig_input_shape")
@@ -223,21 +232,27 @@ class AvgPoolGradOp(_PoolBase):
 
 
 def _pool(type_name, value, ksize, strides, padding, data_format, name):
-    attrs = {"ksize": four(ksize, "ksize"), "strides": four(strides, "strides"),
+    attrs = {"ksize": four(ksize, "ksize", data_format),
+             "strides": four(strides, "strides", data_format),
              "padding": padding, "data_format": data_format}
     return apply_single(type_name, [convert_to_tensor(value)], attrs, name)
 
 
 def max_pool(value, ksize, strides, padding, data_format="NHWC", name=None,
              input=None) -> Tensor:
-    """Return the max over each ksize window of NHWC ``value`` (SAME pads with -inf)."""
+    """Return the max over each ksize window of ``value`` (SAME pads with -inf).
+
+    ``value`` is NHWC, or NCHW with data_format "NCHW" (transposed to NHWC and back
+    around the kernel); ksize and strides are an int, [h, w] or four ints in the data
+    format's order."""
     return _pool("MaxPool", value if input is None else input, ksize, strides, padding,
                  data_format, name)
 
 
 def avg_pool(value, ksize, strides, padding, data_format="NHWC", name=None,
              input=None) -> Tensor:
-    """Return the mean over each ksize window of NHWC ``value`` (SAME: real inputs only)."""
+    """Return the mean over each ksize window of ``value`` (SAME: real inputs only);
+    NHWC or NCHW and the window attrs as ``max_pool``."""
     return _pool("AvgPool", value if input is None else input, ksize, strides, padding,
                  data_format, name)
 

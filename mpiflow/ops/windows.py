@@ -1,10 +1,12 @@
-"""Window geometry shared by the convolution and pooling ops (NHWC).
+"""Window geometry shared by the convolution and pooling ops.
 
 Owns TensorFlow's SAME/VALID rule
 ``pad_total = max((ceil(in / stride) - 1) * stride + (k - 1) * dilation + 1 - in, 0)``
 (``pad_total // 2`` before), the strided no-copy view of every window (im2col), the
-kh*kw taps col2im loops over (never over pixels), and the attr and shape checks the
-shape functions share. Registers no ops; imports only the framework and the registry.
+kh*kw taps col2im loops over (never over pixels), the attr and shape checks the shape
+functions share, and the two data formats (``DataFormat``): the kernels compute on NHWC
+arrays, and ``NhwcKernels`` runs them for an NCHW op. Registers no ops; imports only the
+framework and the registry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,86 @@ from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops.registry import apply_op
 
 PADDINGS = ("SAME", "VALID")
+
+
+class DataFormat:
+    """Where an image op's shapes and window attrs keep batch, height, width, channels.
+
+    ``to_nhwc`` is the permutation that takes this format's axes to NHWC, ``from_nhwc``
+    its inverse; both reorder shapes, attr lists and (``transpose``) arrays.
+    """
+
+    def __init__(self, name: str, to_nhwc: tuple):
+        self.name = name
+        self.to_nhwc = to_nhwc
+        self.from_nhwc = tuple(int(a) for a in np.argsort(to_nhwc))
+        self.channel_axis = to_nhwc[3]
+
+    def nhwc(self, seq) -> list:
+        """Return ``seq`` (a shape or a [1, h, w, 1]-style attr of this format) in NHWC
+        order."""
+        return [seq[a] for a in self.to_nhwc]
+
+    def own(self, seq) -> list:
+        """Return NHWC-ordered ``seq`` in this format's order."""
+        return [seq[a] for a in self.from_nhwc]
+
+    def spatial(self, seq) -> tuple:
+        """Return (height, width) of a shape or window attr of this format."""
+        _, h, w, _ = self.nhwc(seq)
+        return h, w
+
+
+NHWC = DataFormat("NHWC", (0, 1, 2, 3))
+NCHW = DataFormat("NCHW", (0, 2, 3, 1))
+DATA_FORMATS = {f.name: f for f in (NHWC, NCHW)}
+
+
+def data_format(attrs) -> DataFormat:
+    """The DataFormat an op's ``data_format`` attr names (NHWC for a name the shape
+    function refuses: ``check_layout`` raises before it matters)."""
+    return DATA_FORMATS.get(attrs["data_format"], NHWC)
+
+
+class NhwcKernels:
+    """Mixin of the window ops: runs their NHWC kernels for an NCHW op too.
+
+    mpiflow has one kernel per window op and it computes on NHWC arrays (im2col views,
+    col2im taps, the GPU kernels' index arithmetic). For an op whose ``data_format`` is
+    NCHW, the kernel gets its image inputs transposed to NHWC and its image-shape inputs
+    reordered, and its image result is transposed back: a copy of each image each way,
+    which is all NCHW costs here (the numbers are the NHWC kernel's). Ops name their
+    image inputs in ``image_inputs`` ({index: name}) and their image-shape inputs in
+    ``size_inputs``, and say in ``image_output`` whether the result is an image (a
+    filter gradient is not).
+    """
+
+    image_inputs = {}
+    size_inputs = ()
+    image_output = True
+
+    def prepare(self, ctx):
+        ctx.layout = data_format(ctx.attrs)
+
+    def kernel_for(self, xp):
+        nhwc_kernel = super().kernel_for(xp)
+
+        def kernel(xp, ctx, *inputs):
+            layout = ctx.layout
+            if layout is NHWC:
+                return nhwc_kernel(xp, ctx, *inputs)
+            inputs = list(inputs)
+            for i, what in self.image_inputs.items():
+                Window.check_rank(inputs[i].shape, what, layout)
+                inputs[i] = xp.ascontiguousarray(xp.transpose(inputs[i], layout.to_nhwc))
+            for i in self.size_inputs:
+                inputs[i] = np.asarray(layout.nhwc(sizes(inputs[i])), dtype=np.int64)
+            out = nhwc_kernel(xp, ctx, *inputs)
+            if not self.image_output:
+                return out
+            return xp.ascontiguousarray(xp.transpose(out, layout.from_nhwc))
+
+        return kernel
 
 
 def output_size(size, k, stride, dilation, padding):
@@ -32,11 +114,13 @@ class Window:
     """The geometry of one call on an NHWC input of spatial size (h, w)."""
 
     @staticmethod
-    def check_rank(shape, what):
-        """Raise ValueError unless ``shape`` is 4-D (NHWC): shapes the graph left unknown
-        are checked when the kernel runs, as the shape functions check known ones."""
+    def check_rank(shape, what, layout=NHWC):
+        """Raise ValueError unless ``shape`` is 4-D (``layout``): shapes the graph left
+        unknown are checked when the kernel runs, as the shape functions check known
+        ones."""
         if len(shape) != 4:
-            raise ValueError(f"{what} must be 4-D (NHWC), got shape {tuple(shape)}")
+            raise ValueError(f"{what} must be 4-D ({layout.name}), got shape "
+                             f"{tuple(shape)}")
 
     def __init__(self, h, w, ksize, strides, dilations, padding):
         self.h, self.w = h, w
@@ -116,12 +200,15 @@ def _covered(size, out, k, stride, pad_before):
 # -- shared attr and shape checks ----------------------------------------------------------
 
 def spatial_attr(b, name):
-    """Return (h, w) of a [1, h, w, 1] attr; raise naming the op otherwise."""
+    """Return (h, w) of a [1, h, w, 1] attr ([1, 1, h, w] for NCHW); raise naming the op
+    otherwise."""
     value = b.attrs[name]
-    if len(value) != 4 or value[0] != 1 or value[3] != 1 or min(value) < 1:
-        raise b.error(f"Bad {name}", expected="[1, height, width, 1] of positive ints "
-                      "(no windows over batch or channels)", got=list(value))
-    return value[1], value[2]
+    layout = data_format(b.attrs)
+    if len(value) != 4 or min(value) < 1 or layout.nhwc(value)[::3] != [1, 1]:
+        form = ", ".join(layout.own(["1", "height", "width", "1"]))
+        raise b.error(f"Bad {name}", expected=f"[{form}] of positive ints for "
+                      f"{layout.name} (no windows over batch or channels)", got=list(value))
+    return layout.spatial(value)
 
 
 def check_layout(b):
@@ -129,8 +216,8 @@ def check_layout(b):
     if b.attrs["padding"] not in PADDINGS:
         raise b.error("Unsupported padding", expected="'SAME' or 'VALID'",
                       got=repr(b.attrs["padding"]))
-    if b.attrs["data_format"] != "NHWC":
-        raise b.error("Unsupported data_format", expected="'NHWC'",
+    if b.attrs["data_format"] not in DATA_FORMATS:
+        raise b.error("Unsupported data_format", expected="'NHWC' or 'NCHW'",
                       got=repr(b.attrs["data_format"]))
 
 
@@ -153,10 +240,13 @@ def _out_dim(b, size, k, stride, dilation):
 
 
 def windowed_shape(b, x, k_hw, d_hw, channels):
-    """Return the static NHWC output shape of windows (k_hw, dilations d_hw) over ``x``."""
+    """Return the static output shape of windows (k_hw, dilations d_hw) over ``x``, both
+    in the op's data format."""
     s_hw = spatial_attr(b, "strides")
-    return TensorShape([x[0]] + [_out_dim(b, x[1 + a], k_hw[a], s_hw[a], d_hw[a])
-                                 for a in (0, 1)] + [channels])
+    layout = data_format(b.attrs)
+    n, h, w, _ = layout.nhwc([x[a] for a in range(4)])
+    return TensorShape(layout.own([n] + [_out_dim(b, size, k_hw[a], s_hw[a], d_hw[a])
+                                         for a, size in enumerate((h, w))] + [channels]))
 
 
 def sizes(t):
@@ -164,18 +254,21 @@ def sizes(t):
     return tuple(int(d) for d in t)
 
 
-def four(value, what):
-    """Normalize an int, [h, w] or [1, h, w, 1] window attr to a list of four ints."""
+def four(value, what, data_format_name="NHWC"):
+    """Normalize an int, [h, w] or four-int window attr to a list of four ints in the
+    order of ``data_format_name`` ([1, h, w, 1] for NHWC, [1, 1, h, w] for NCHW), as
+    TensorFlow places them."""
     if value is None:
         raise errors.InvalidArgumentError(f"{what} is required: an int, [h, w] or "
-                                          "[1, h, w, 1]")
+                                          "four ints")
+    layout = DATA_FORMATS.get(data_format_name, NHWC)
     if isinstance(value, (int, np.integer)):
-        return [1, int(value), int(value), 1]
+        value = [int(value)]
     value = [int(v) for v in value]
     if len(value) == 1:
-        return [1, value[0], value[0], 1]
+        value = value * 2
     if len(value) == 2:
-        return [1] + value + [1]
+        return layout.own([1] + value + [1])
     if len(value) == 4:
         return value
     raise errors.InvalidArgumentError(

@@ -15,8 +15,17 @@ def arr(*shape):
     return R.uniform(-1.0, 1.0, size=shape)
 
 
-def conv(strides, padding, dilations=1):
-    return lambda x, f: mf.nn.conv2d(x, f, strides, padding, dilations=dilations)
+def conv(strides, padding, dilations=1, data_format="NHWC"):
+    return lambda x, f: mf.nn.conv2d(x, f, strides, padding, dilations=dilations,
+                                     data_format=data_format)
+
+
+def nchw(x):
+    return np.transpose(x, (0, 3, 1, 2))
+
+
+def nhwc(x):
+    return np.transpose(x, (0, 2, 3, 1))
 
 
 GRAD_CASES = [
@@ -32,6 +41,18 @@ GRAD_CASES = [
     GradCase("conv2d_backprop_filter",
              lambda x, dy: mf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, 2, "VALID"),
              [arr(1, 5, 5, 2), arr(1, 2, 2, 3)]),
+    GradCase("conv2d_nchw_same_s2", conv(2, "SAME", data_format="NCHW"),
+             [arr(1, 2, 5, 4), arr(3, 2, 2, 3)]),
+    GradCase("conv2d_nchw_valid_dilated", conv([1, 2], "VALID", 2, data_format="NCHW"),
+             [arr(2, 1, 5, 6), arr(2, 2, 1, 2)]),
+    GradCase("conv2d_backprop_input_nchw",
+             lambda f, dy: mf.nn.conv2d_backprop_input([1, 2, 5, 5], f, dy, 2, "SAME",
+                                                       data_format="NCHW"),
+             [arr(3, 3, 2, 3), arr(1, 3, 3, 3)]),
+    GradCase("conv2d_backprop_filter_nchw",
+             lambda x, dy: mf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, 2, "VALID",
+                                                        data_format="NCHW"),
+             [arr(1, 2, 5, 5), arr(1, 3, 2, 2)]),
 ]
 
 
@@ -56,6 +77,59 @@ def test_conv2d_matches_direct_loop_reference(x_shape, f_shape, strides, padding
                                             dilations=list(dilations)),
                   [x, f], ref_conv2d(x, f, strides, padding, dilations), rtol=1e-10,
                   atol=1e-12)
+
+
+@pytest.mark.parametrize("x_shape,f_shape,strides,padding,dilations", [
+    ((2, 5, 5, 2), (3, 3, 2, 3), (2, 2), "SAME", (1, 1)),
+    ((2, 6, 7, 3), (2, 3, 3, 4), (2, 1), "SAME", (1, 1)),
+    ((1, 7, 8, 1), (3, 2, 1, 2), (1, 1), "VALID", (2, 3)),
+])
+def test_conv2d_nchw_is_the_nhwc_convolution_in_channels_first_order(
+        x_shape, f_shape, strides, padding, dilations):
+    # It was refused ('Unsupported data_format'), so TF1 GPU scripts written for NCHW
+    # could not run; [h, w] strides and dilations go to NCHW's last two places, as in TF.
+    x, f = arr(*x_shape), arr(*f_shape)
+    check_forward(lambda a, b: mf.nn.conv2d(a, b, list(strides), padding,
+                                            dilations=list(dilations), data_format="NCHW"),
+                  [nchw(x), f], nchw(ref_conv2d(x, f, strides, padding, dilations)),
+                  rtol=1e-10, atol=1e-12)
+
+
+def test_conv2d_nchw_and_its_gradients_match_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1: conv2d(x, f, 2, "SAME", data_format="NCHW")
+    # and the gradients of reduce_sum(y * y).
+    x = (np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5) % 7 - 3) / 4
+    f = (np.arange(36, dtype=np.float32).reshape(3, 3, 2, 2) % 5 - 2) / 2
+    y = mf.nn.conv2d(mf.constant(x), mf.constant(f), 2, "SAME", data_format="NCHW")
+    assert y.op.get_attr("strides") == [1, 1, 2, 2]
+    dx, df = mf.gradients(mf.reduce_sum(y * y), [y.op.inputs[0], y.op.inputs[1]])
+    assert y.shape.as_list() == [1, 2, 2, 3] and dx.shape.as_list() == [1, 2, 4, 5]
+    assert df.shape.as_list() == [3, 3, 2, 2]
+    with mf.Session() as sess:
+        got_y, got_dx, got_df = sess.run([y, dx, df])
+    np.testing.assert_allclose(got_y, [[[[-1.25, 3.25, -1.25], [0.375, -0.875, -2.0]],
+                                        [[1.0, 0.75, -2.25], [-0.625, -0.125, 1.0]]]])
+    np.testing.assert_allclose(got_dx, [[
+        [[-4.5, -6.5, 5.0, 9.5, 2.0], [1.25, 2.25, -3.25, -9.5, 1.25],
+         [2.75, 7.0, 3.25, 4.625, -11.75], [-0.375, -0.25, 0.875, 2.875, 2.0]],
+        [[1.25, 2.25, -3.25, -9.5, 1.25], [0.75, 6.0, 4.75, 2.75, -5.75],
+         [1.125, -8.0, -6.375, 9.125, 6.75], [-0.875, -2.125, -1.125, -6.125, 0.0]]]])
+    np.testing.assert_allclose(got_df[..., 0], [
+        [[-6.6875, -6.25], [1.75, -8.75], [0.125, -0.625]],
+        [[5.5625, 6.0], [-7.875, 4.375], [-5.75, -6.5]],
+        [[-0.25, -1.25], [5.125, 0.375], [4.25, 3.25]]])
+
+
+def test_conv2d_nchw_static_shapes_with_an_unknown_batch():
+    x = mf.placeholder(mf.float32, [None, 3, 7, 6])
+    f = mf.zeros([3, 3, 3, 8])
+    y = mf.nn.conv2d(x, f, [1, 1, 2, 2], "SAME", data_format="NCHW")
+    assert y.shape.as_list() == [None, 8, 4, 3]
+    dx, df = mf.gradients(mf.reduce_sum(y), [x, f])
+    assert dx.shape.as_list() == [None, 3, 7, 6] and df.shape.as_list() == [3, 3, 3, 8]
+    with mf.Session() as sess:
+        got = sess.run([y, dx, df], {x: np.ones((2, 3, 7, 6), np.float32)})
+    assert [g.shape for g in got] == [(2, 8, 4, 3), (2, 3, 7, 6), (3, 3, 3, 8)]
 
 
 def test_conv2d_float32_keeps_its_dtype():
@@ -111,7 +185,8 @@ def test_conv2d_channel_mismatch_is_a_build_error_naming_the_op():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"padding": "same"}, r"Unsupported padding in op 'Conv2D'.*'same'"),
-    ({"padding": "SAME", "data_format": "NCHW"}, r"data_format in op 'Conv2D'.*'NCHW'"),
+    ({"padding": "SAME", "data_format": "channels_first"},
+     r"data_format in op 'Conv2D'.*'NHWC' or 'NCHW'.*'channels_first'"),
     ({"padding": "SAME", "strides": [2, 1, 1, 1]}, r"Bad strides in op 'Conv2D'"),
     ({"padding": "VALID", "dilations": 3}, r"smaller than the window in op 'Conv2D'"),
 ])
@@ -120,6 +195,14 @@ def test_conv2d_bad_attrs_are_build_errors_naming_the_op(kwargs, message):
     kwargs.setdefault("strides", 1)
     with pytest.raises(mf.errors.InvalidArgumentError, match=message):
         mf.nn.conv2d(x, mf.zeros([3, 3, 2, 4]), **kwargs)
+
+
+def test_conv2d_nchw_refuses_strides_over_channels_naming_the_layout():
+    # [1, 2, 2, 1] is NHWC's form; under NCHW it strides the channels, which TF refuses.
+    x = mf.placeholder(mf.float32, [1, 2, 5, 5])
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"Bad strides in op 'Conv2D'.*\[1, 1, height, width\].*NCHW"):
+        mf.nn.conv2d(x, mf.zeros([3, 3, 2, 4]), [1, 2, 2, 1], "SAME", data_format="NCHW")
 
 
 def test_conv2d_filter_of_wrong_rank_names_the_op():

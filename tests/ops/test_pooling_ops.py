@@ -16,14 +16,23 @@ def arr(*shape):
     return R.uniform(-1.0, 1.0, size=shape)
 
 
-def pool(fn, ksize, strides, padding):
-    return lambda x: fn(x, ksize, strides, padding)
+def pool(fn, ksize, strides, padding, data_format="NHWC"):
+    return lambda x: fn(x, ksize, strides, padding, data_format=data_format)
 
 
-def pool_op(type_name, ksize, strides, padding):
-    attrs = {"ksize": [1, ksize, ksize, 1], "strides": [1, strides, strides, 1],
-             "padding": padding}
+def pool_op(type_name, ksize, strides, padding, data_format="NHWC"):
+    window = [ksize, ksize]
+    step = [strides, strides]
+    if data_format == "NHWC":
+        attrs = {"ksize": [1, *window, 1], "strides": [1, *step, 1]}
+    else:
+        attrs = {"ksize": [1, 1, *window], "strides": [1, 1, *step]}
+    attrs.update(padding=padding, data_format=data_format)
     return lambda *inputs: apply_op(type_name, list(inputs), attrs).outputs[0]
+
+
+def nchw(x):
+    return np.transpose(x, (0, 3, 1, 2))
 
 
 GRAD_CASES = [
@@ -39,6 +48,18 @@ GRAD_CASES = [
     GradCase("avg_pool_grad",
              lambda g: pool_op("AvgPoolGrad", 3, 2, "SAME")(mf.constant([1, 5, 5, 2]), g),
              [arr(1, 3, 3, 2)]),
+    GradCase("max_pool_nchw_same_s2", pool(mf.nn.max_pool, 2, 2, "SAME", "NCHW"),
+             [arr(1, 2, 5, 4)]),
+    GradCase("max_pool_grad_nchw", pool_op("MaxPoolGrad", 2, 2, "SAME", "NCHW"),
+             [arr(1, 2, 5, 5), arr(1, 2, 3, 3)], wrt=[1]),
+    GradCase("max_pool_grad_grad_nchw", pool_op("MaxPoolGradGrad", 3, 2, "VALID", "NCHW"),
+             [arr(1, 2, 5, 5), arr(1, 2, 5, 5)], wrt=[1]),
+    GradCase("avg_pool_nchw_same_s2", pool(mf.nn.avg_pool, 3, 2, "SAME", "NCHW"),
+             [arr(1, 2, 5, 4)]),
+    GradCase("avg_pool_grad_nchw",
+             lambda g: pool_op("AvgPoolGrad", 3, 2, "SAME", "NCHW")(
+                 mf.constant([1, 2, 5, 5]), g),
+             [arr(1, 2, 3, 3)]),
 ]
 
 
@@ -91,6 +112,48 @@ def test_avg_pool_of_integers_and_max_pool_of_bools_are_refused_as_in_tensorflow
         with pytest.raises(mf.errors.InvalidArgumentError,
                            match=r"input 0 in op 'MaxPool' \(MaxPool\).*got bool"):
             mf.nn.max_pool(x, [1, 2, 2, 1], [1, 1, 1, 1], "VALID")
+
+
+@pytest.mark.parametrize("ksize,strides,padding", [
+    ((2, 2), (2, 2), "SAME"), ((2, 3), (1, 2), "SAME"), ((3, 3), (2, 2), "VALID"),
+])
+def test_pooling_nchw_is_the_nhwc_pooling_in_channels_first_order(ksize, strides, padding):
+    # It was refused ('Unsupported data_format'); [h, w] windows go to NCHW's last two
+    # places, as in TF.
+    x = arr(2, 5, 6, 3)
+    for fn, reduce in ((mf.nn.max_pool, np.max), (mf.nn.avg_pool, np.mean)):
+        check_forward(lambda a, fn=fn: fn(a, list(ksize), list(strides), padding,
+                                          data_format="NCHW"),
+                      [nchw(x)], nchw(ref_pool(x, ksize, strides, padding, reduce)))
+
+
+def test_pooling_nchw_and_its_gradient_match_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1: max_pool(x, 2, 2, "SAME"), avg_pool(x,
+    # [1, 1, 2, 3], [1, 1, 2, 2], "SAME"), both NCHW, and the gradient of the sum of their
+    # squares (x has ties, which go to the first maximum in both).
+    x = (np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5) % 7 - 3) / 4
+    xt = mf.constant(x)
+    m = mf.nn.max_pool(xt, 2, 2, "SAME", data_format="NCHW")
+    a = mf.nn.avg_pool(xt, [1, 1, 2, 3], [1, 1, 2, 2], "SAME", data_format="NCHW")
+    dx = mf.gradients(mf.reduce_sum(a * a) + mf.reduce_sum(m * m), xt)[0]
+    assert m.shape.as_list() == a.shape.as_list() == [1, 2, 2, 3]
+    assert dx.shape.as_list() == [1, 2, 4, 5]
+    with mf.Session() as sess:
+        got_m, got_a, got_dx = sess.run([m, a, dx])
+    np.testing.assert_allclose(got_m, [[[[0.75, 0.0, 0.25], [0.25, 0.75, 0.5]],
+                                        [[0.75, 0.75, 0.0], [0.0, 0.5, 0.75]]]])
+    np.testing.assert_allclose(got_a, [[[[0.0, -0.208333, -0.125], [-0.125, 0.25, 0.1875]],
+                                        [[0.1875, -0.166667, -0.375],
+                                         [-0.375, 0.0, 0.375]]]], rtol=1e-5)
+    np.testing.assert_allclose(got_dx, [[
+        [[0.0, -0.069444, -0.069444, -0.131944, 0.4375],
+         [0.0, 1.430556, -0.069444, -0.131944, -0.0625],
+         [-0.0625, 0.520833, 0.083333, 1.677083, 0.09375],
+         [-0.0625, 0.020833, 0.083333, 0.177083, 1.09375]],
+        [[1.59375, 0.038194, -0.055556, -0.243056, -0.1875],
+         [0.09375, 0.038194, 1.444444, -0.243056, -0.1875],
+         [-0.1875, -0.1875, 0.0, 1.1875, 1.6875],
+         [-0.1875, -0.1875, 0.0, 0.1875, 0.1875]]]], rtol=1e-5, atol=1e-6)
 
 
 def test_pooling_bad_ksize_and_padding_name_the_op():
