@@ -7,7 +7,7 @@ from mpiflow.ops.activation_ops import (  # noqa: F401
 from mpiflow.ops.candidate_sampling_ops import (  # noqa: F401
     log_uniform_candidate_sampler, uniform_candidate_sampler)
 from mpiflow.ops.conv_ops import (  # noqa: F401
-    conv2d, conv2d_backprop_filter, conv2d_backprop_input)
+    conv1d, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose)
 from mpiflow.ops.nn_ops import (  # noqa: F401
     bias_add, dropout, in_top_k, l2_loss, moments, sigmoid_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,

@@ -7,7 +7,18 @@ variable names carry over. Only framework and ops are used underneath.
 
 from mpiflow import unsupported
 from mpiflow.layers.base import Layer
-from mpiflow.layers.convolutional import Conv2D, Convolution2D, conv2d, convolution2d
+from mpiflow.layers.convolutional import (
+    Conv1D,
+    Conv2D,
+    Conv2DTranspose,
+    Convolution1D,
+    Convolution2D,
+    conv1d,
+    conv2d,
+    conv2d_transpose,
+    convolution1d,
+    convolution2d,
+)
 from mpiflow.layers.core import Dense, Dropout, Flatten, dense, dropout, flatten
 from mpiflow.layers.normalization import BatchNormalization, batch_normalization
 from mpiflow.layers.pooling import (
@@ -24,7 +35,10 @@ __all__ = [
     "AveragePooling2D",
     "AvgPool2D",
     "BatchNormalization",
+    "Conv1D",
     "Conv2D",
+    "Conv2DTranspose",
+    "Convolution1D",
     "Convolution2D",
     "Dense",
     "Dropout",
@@ -34,7 +48,10 @@ __all__ = [
     "MaxPooling2D",
     "average_pooling2d",
     "batch_normalization",
+    "conv1d",
     "conv2d",
+    "conv2d_transpose",
+    "convolution1d",
     "convolution2d",
     "dense",
     "dropout",

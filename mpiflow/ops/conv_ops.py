@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.graph import Tensor
+from mpiflow.framework.scopes import name_scope
 from mpiflow.framework.tensor_shape import TensorShape
-from mpiflow.ops import math_ops
+from mpiflow.ops import array_ops, math_ops
 from mpiflow.ops.constant_ops import convert_to_tensor, is_tensor_like
 from mpiflow.ops.registry import (
     OpDef, elementwise_kernel, has_fused_kernels, has_kernel_for, is_float, is_index,
@@ -99,6 +101,9 @@ class Conv2DBackpropInputOp(_ConvBase):
 
     def infer(self, b):
         require_dtype(b, 0, is_index, "input_sizes")
+        if not b.shape(0).is_compatible_with([4]):
+            raise b.error("input_sizes must hold the 4 sizes of the input",
+                          expected="a shape of 4 values", got=b.shape(0))
         dt = same_dtype(b, [1, 2])
         require_dtype(b, 1, is_float)
         x = math_ops.shape_from_tensor(b.inputs[0])
@@ -253,3 +258,109 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
                         [convert_to_tensor(input), convert_to_tensor(filter_sizes),
                          convert_to_tensor(out_backprop)],
                         _conv_attr_values(strides, padding, data_format, dilations), name)
+
+
+def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None,
+                     padding="SAME", data_format="NHWC", name=None, input=None, filters=None,
+                     dilations=None) -> Tensor:
+    """Return the transposed convolution of ``value`` (a decoder's or generator's
+    upsampling), as TensorFlow: the gradient of conv2d with respect to its input, the
+    Conv2DBackpropInput op named ``conv2d_transpose``.
+
+    Args:
+        value: [batch, height, width, in_channels] (NCHW with data_format "NCHW").
+        filter: [filter_height, filter_width, out_channels, in_channels], the filter of
+            the conv2d this is the transpose of.
+        output_shape: the 4 sizes of the result (a list, which may hold a computed batch
+            size, or a 1-D int tensor); conv2d of a tensor of that shape with these
+            strides and padding must give ``value``'s shape.
+        strides, padding, dilations: those of that conv2d.
+
+    Raises:
+        InvalidArgumentError: at build time, naming the op, where value's channels are not
+            filter[3], output_shape's are not filter[2], or the shapes do not fit.
+    """
+    x = convert_to_tensor(input if value is None else value)
+    f = filters if filter is None else filter
+    f = convert_to_tensor(f, dtype=None if is_tensor_like(f) else x.dtype)
+    if output_shape is None:
+        raise errors.InvalidArgumentError("conv2d_transpose needs output_shape: the 4 sizes "
+                                          "of its result")
+    with name_scope(name, "conv2d_transpose", [x, f]) as scope:
+        sizes_t = convert_to_tensor(output_shape, dtype=dtypes.int32) \
+            if not is_tensor_like(output_shape) else convert_to_tensor(output_shape)
+        axis = 3 if data_format == "NHWC" else 1
+        out = math_ops.shape_from_tensor(sizes_t)
+        for what, shape, f_axis, f_name in (("value", x.shape, 3, "in_channels"),
+                                            ("output_shape", out, 2, "out_channels")):
+            _check_transpose_channels(what, shape, axis, f.shape, f_axis, f_name)
+        return apply_single("Conv2DBackpropInput", [sizes_t, f, x],
+                            _conv_attr_values(strides, padding, data_format, dilations),
+                            scope)
+
+
+def _check_transpose_channels(what, shape, axis, f_shape, f_axis, f_name):
+    """Refuse, naming conv2d_transpose, a ``what`` whose channels are not filter[f_axis]
+    (the op's own check speaks of conv2d's input and filter, not of these arguments)."""
+    if shape.ndims != 4 or f_shape.ndims != 4:
+        return
+    channels, want = shape[axis], f_shape[f_axis]
+    if channels is not None and want is not None and channels != want:
+        raise errors.InvalidArgumentError(
+            f"conv2d_transpose: {what}'s channels must equal the filter's {f_name} "
+            f"(filter[{f_axis}] of [height, width, out_channels, in_channels]): expected "
+            f"{want} (filter {f_shape}), got {channels} ({what} {shape})")
+
+
+# conv1d's data formats -> (the conv2d format it runs as, the axis the height of 1 is
+# inserted at).
+_CONV1D_FORMATS = {"NWC": ("NHWC", 1), "NCW": ("NCHW", 2)}
+
+
+def _one(value, what):
+    """conv1d's stride or dilation (an int, or a list of 1 or 3 ints, the middle one the
+    width's) as the width's int."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    value = [int(v) for v in value]
+    if len(value) == 1:
+        return value[0]
+    if len(value) == 3:
+        return value[1]
+    raise errors.InvalidArgumentError(f"conv1d: {what} must be an int or a list of 1 or 3 "
+                                      f"ints, got {value}")
+
+
+def conv1d(value=None, filters=None, stride=None, padding=None, use_cudnn_on_gpu=None,
+           data_format=None, name=None, input=None, dilations=None) -> Tensor:
+    """Return the 1-D convolution of ``value``, as TensorFlow builds it: a conv2d over a
+    height of 1 (ExpandDims of value and filters, Conv2D, Squeeze), so its gradient is
+    conv2d's.
+
+    Args:
+        value: [batch, width, in_channels] ("NWC", the default) or [batch, in_channels,
+            width] ("NCW").
+        filters: [filter_width, in_channels, out_channels].
+        stride: an int, or a list of 1 or 3 ints.
+        padding: "SAME" or "VALID".
+        dilations: as stride (default 1).
+    """
+    x = convert_to_tensor(input if value is None else value)
+    f = convert_to_tensor(filters, dtype=None if is_tensor_like(filters) else x.dtype)
+    layout = data_format or "NWC"
+    if layout not in _CONV1D_FORMATS:
+        raise errors.InvalidArgumentError(f"conv1d: data_format must be 'NWC' or 'NCW', "
+                                          f"got {data_format!r}")
+    if stride is None:
+        raise errors.InvalidArgumentError("conv1d: stride is required: an int, or a list "
+                                          "of 1 or 3 ints")
+    conv_format, axis = _CONV1D_FORMATS[layout]
+    for t, what in ((x, "value"), (f, "filters")):
+        if t.shape.ndims not in (None, 3):
+            raise errors.InvalidArgumentError(f"conv1d: {what} must be 3-D, got shape "
+                                              f"{t.shape}")
+    with name_scope(name, "conv1d", [x, f]) as scope:
+        y = conv2d(array_ops.expand_dims(x, axis), array_ops.expand_dims(f, 0),
+                   [1, _one(stride, "stride")], padding, data_format=conv_format,
+                   dilations=[1, _one(dilations or 1, "dilations")], name=scope)
+        return array_ops.squeeze(y, [axis])

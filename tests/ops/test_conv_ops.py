@@ -53,6 +53,18 @@ GRAD_CASES = [
              lambda x, dy: mf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, 2, "VALID",
                                                         data_format="NCHW"),
              [arr(1, 2, 5, 5), arr(1, 3, 2, 2)]),
+    GradCase("conv2d_transpose_same_s2",
+             lambda x, f: mf.nn.conv2d_transpose(x, f, [2, 6, 5, 3], 2, "SAME"),
+             [arr(2, 3, 3, 2), arr(3, 2, 3, 2)]),
+    GradCase("conv2d_transpose_valid_nchw",
+             lambda x, f: mf.nn.conv2d_transpose(x, f, [1, 3, 7, 7], [1, 1, 2, 2], "VALID",
+                                                 data_format="NCHW"),
+             [arr(1, 2, 3, 3), arr(3, 3, 3, 2)]),
+    GradCase("conv1d_same_s2", lambda x, f: mf.nn.conv1d(x, f, 2, "SAME"),
+             [arr(2, 7, 3), arr(3, 3, 2)]),
+    GradCase("conv1d_ncw_valid_dilated",
+             lambda x, f: mf.nn.conv1d(x, f, 1, "VALID", data_format="NCW", dilations=2),
+             [arr(2, 3, 7), arr(2, 3, 2)]),
 ]
 
 
@@ -130,6 +142,92 @@ def test_conv2d_nchw_static_shapes_with_an_unknown_batch():
     with mf.Session() as sess:
         got = sess.run([y, dx, df], {x: np.ones((2, 3, 7, 6), np.float32)})
     assert [g.shape for g in got] == [(2, 8, 4, 3), (2, 3, 7, 6), (3, 3, 3, 8)]
+
+
+def test_conv2d_transpose_stamps_the_filter_as_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1 (tf.nn.conv2d_transpose was missing:
+    # UnsupportedAPIError). SAME with an odd kernel pads at the end only, as conv2d does.
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1)
+    f = np.array([[1.0, 10.0], [100.0, 1000.0]], np.float32).reshape(2, 2, 1, 1)
+    f3 = np.arange(1, 10, dtype=np.float32).reshape(3, 3, 1, 1)
+    same = mf.nn.conv2d_transpose(x, f, [1, 4, 4, 1], 2, "SAME")
+    valid = mf.nn.conv2d_transpose(x, f3, [1, 5, 5, 1], [2, 2], "VALID")
+    odd_same = mf.nn.conv2d_transpose(x, f3, [1, 4, 4, 1], [1, 2, 2, 1], "SAME")
+    assert same.op.type == "Conv2DBackpropInput" and same.op.name == "conv2d_transpose"
+    assert valid.shape.as_list() == [1, 5, 5, 1] and same.dtype is mf.float32
+    with mf.Session() as sess:
+        got_same, got_valid, got_odd = sess.run([same, valid, odd_same])
+    np.testing.assert_array_equal(got_same[0, :, :, 0], [
+        [1, 10, 2, 20], [100, 1000, 200, 2000], [3, 30, 4, 40], [300, 3000, 400, 4000]])
+    expected_valid = [[1, 2, 5, 4, 6], [4, 5, 14, 10, 12], [10, 14, 36, 24, 30],
+                      [12, 15, 34, 20, 24], [21, 24, 55, 32, 36]]
+    np.testing.assert_array_equal(got_valid[0, :, :, 0], expected_valid)
+    np.testing.assert_array_equal(got_odd[0, :, :, 0], np.array(expected_valid)[:4, :4])
+
+
+def test_conv2d_transpose_is_the_adjoint_of_conv2d():
+    z, f, x = arr(2, 7, 6, 3), arr(3, 2, 3, 4), arr(2, 4, 3, 4)
+    up = mf.nn.conv2d_transpose(mf.constant(x), mf.constant(f), list(z.shape), 2, "SAME")
+    with mf.Session() as sess:
+        got = sess.run(up)
+    # <conv2d(z, f), x> == <z, conv2d_transpose(x, f)>
+    np.testing.assert_allclose((z * got).sum(),
+                               (ref_conv2d(z, f, (2, 2), "SAME") * x).sum(), rtol=1e-10)
+
+
+def test_conv2d_transpose_takes_a_computed_batch_size():
+    x = mf.placeholder(mf.float32, [None, 3, 4, 2])
+    f = mf.ones([3, 3, 5, 2])
+    listed = mf.nn.conv2d_transpose(x, f, [mf.shape(x)[0], 6, 8, 5], 2, "SAME")
+    stacked = mf.nn.conv2d_transpose(x, f, mf.stack([mf.shape(x)[0], 6, 8, 5]), 2, "SAME")
+    assert listed.shape.as_list() == stacked.shape.as_list() == [None, 6, 8, 5]
+    with mf.Session() as sess:
+        got = sess.run([listed, stacked], {x: np.ones((3, 3, 4, 2), np.float32)})
+    assert [g.shape for g in got] == [(3, 6, 8, 5)] * 2
+
+
+@pytest.mark.parametrize("value,f_shape,output_shape,message", [
+    ((1, 3, 4, 2), (3, 3, 2, 5), [1, 6, 8, 2],
+     r"conv2d_transpose: value's channels must equal the filter's in_channels "
+     r"\(filter\[3\].*expected 5.*got 2"),
+    ((1, 3, 4, 2), (3, 3, 2, 2), [1, 6, 8, 3],
+     r"conv2d_transpose: output_shape's channels must equal the filter's out_channels "
+     r"\(filter\[2\].*expected 2.*got 3"),
+    ((1, 3, 4, 2), (3, 3, 2, 2), [1, 6, 8],
+     r"input_sizes must hold the 4 sizes.* in op 'conv2d_transpose'.*got \(3,\)"),
+    ((1, 3, 4, 2), (3, 3, 2, 2), [1, 9, 8, 2],
+     r"out_backprop does not match the conv2d output in op 'conv2d_transpose'"),
+])
+def test_conv2d_transpose_mismatches_are_build_errors_naming_what_is_wrong(
+        value, f_shape, output_shape, message):
+    with pytest.raises(mf.errors.InvalidArgumentError, match=message):
+        mf.nn.conv2d_transpose(mf.zeros(value), mf.zeros(f_shape), output_shape, 2, "SAME")
+
+
+def test_conv1d_is_a_conv2d_over_a_height_of_one_as_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1 (tf.nn.conv1d was missing: UnsupportedAPIError);
+    # TF names the Conv2D op after the scope and the result .../Squeeze.
+    z = np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32).reshape(1, 5, 1)
+    k = np.array([1.0, 10.0, 100.0], np.float32).reshape(3, 1, 1)
+    strided = mf.nn.conv1d(z, k, 2, "SAME")
+    dilated = mf.nn.conv1d(np.transpose(z, (0, 2, 1)), k, [1, 1, 1], "VALID",
+                           data_format="NCW", dilations=2)
+    assert strided.name == "conv1d/Squeeze:0" and strided.shape.as_list() == [1, 3, 1]
+    assert mf.get_default_graph().get_operation_by_name("conv1d").type == "Conv2D"
+    assert dilated.shape.as_list() == [1, 1, 1]
+    with mf.Session() as sess:
+        got_strided, got_dilated = sess.run([strided, dilated])
+    np.testing.assert_array_equal(got_strided.ravel(), [210, 432, 54])
+    np.testing.assert_array_equal(got_dilated.ravel(), [531])
+
+
+def test_conv1d_refuses_a_bad_layout_or_rank_naming_conv1d():
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"conv1d: data_format.*'NHWC'"):
+        mf.nn.conv1d(mf.zeros([1, 5, 2]), mf.zeros([3, 2, 2]), 1, "SAME", data_format="NHWC")
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"conv1d: value must be 3-D"):
+        mf.nn.conv1d(mf.zeros([1, 5, 5, 2]), mf.zeros([3, 2, 2]), 1, "SAME")
+    with pytest.raises(mf.errors.InvalidArgumentError, match=r"conv1d: stride must be"):
+        mf.nn.conv1d(mf.zeros([1, 5, 2]), mf.zeros([3, 2, 2]), [1, 2], "SAME")
 
 
 def test_conv2d_float32_keeps_its_dtype():

@@ -294,6 +294,54 @@ def test_channels_first_layers_equal_channels_last_ones_on_transposed_images(rng
     np.testing.assert_allclose(b, a.transpose(0, 3, 1, 2), rtol=1e-5)
 
 
+def test_conv1d_layer_matches_tensorflow_with_its_variables_named_as_tf1():
+    # Recorded from TF 2.21's tf.compat.v1.layers (conv1d was missing: UnsupportedAPIError).
+    z = mf.constant(np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32).reshape(1, 5, 1))
+    out = mf.layers.conv1d(z, 2, 2, kernel_initializer=mf.constant_initializer(1.0),
+                           bias_initializer=mf.constant_initializer(0.5))
+    first = mf.layers.Conv1D(3, 2, dilation_rate=2, data_format="channels_first")(
+        mf.zeros([2, 4, 7]))
+    assert [(v.name, v.shape.as_list()) for v in mf.global_variables()] == [
+        ("conv1d/kernel:0", [2, 1, 2]), ("conv1d/bias:0", [2]),
+        ("conv1d_1/kernel:0", [2, 4, 3]), ("conv1d_1/bias:0", [3])]
+    assert out.shape.as_list() == [1, 4, 2] and first.shape.as_list() == [2, 3, 5]
+    np.testing.assert_array_equal(_run(out)[0], [[3.5, 3.5], [5.5, 5.5], [7.5, 7.5],
+                                                 [9.5, 9.5]])
+
+
+def test_conv2d_transpose_layer_upsamples_as_tensorflow():
+    # Recorded from TF 2.21's tf.compat.v1.layers (conv2d_transpose was missing): VALID
+    # gives in * stride + max(k - stride, 0), SAME in * stride; the kernel is
+    # [kh, kw, filters, in].
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1)
+    out = mf.layers.conv2d_transpose(mf.constant(x), 1, 3, strides=2,
+                                     kernel_initializer=mf.constant_initializer(1.0))
+    assert out.shape.as_list() == [1, 5, 5, 1]
+    np.testing.assert_array_equal(_run(out)[0, :, :, 0], [
+        [1, 1, 3, 2, 2], [1, 1, 3, 2, 2], [4, 4, 10, 6, 6], [3, 3, 7, 4, 4], [3, 3, 7, 4, 4]])
+    fed = mf.placeholder(mf.float32, [None, 3, 4, 2])
+    same = mf.layers.Conv2DTranspose(5, [2, 3], strides=(2, 1), padding="same")(fed)
+    assert same.shape.as_list() == [None, 6, 4, 5]
+    assert [(v.name, v.shape.as_list()) for v in mf.global_variables()][2:] == [
+        ("conv2d_transpose_1/kernel:0", [2, 3, 5, 2]), ("conv2d_transpose_1/bias:0", [5])]
+    assert _run(same, {fed: np.ones((3, 3, 4, 2), np.float32)}).shape == (3, 6, 4, 5)
+    with pytest.raises(errors.InvalidArgumentError, match="Bad dilation_rate in layer"):
+        mf.layers.Conv2DTranspose(2, 3, dilation_rate=2)
+
+
+def test_conv2d_transpose_layer_channels_first_is_channels_last_transposed(rng):
+    xs = rng.standard_normal((2, 3, 4, 2)).astype(np.float32)
+    init = mf.constant_initializer(rng.standard_normal((3, 3, 5, 2)))
+    last = mf.layers.conv2d_transpose(mf.constant(xs), 5, 3, strides=2, padding="same",
+                                      kernel_initializer=init)
+    first = mf.layers.conv2d_transpose(mf.constant(xs.transpose(0, 3, 1, 2)), 5, 3,
+                                       strides=2, padding="same",
+                                       data_format="channels_first", kernel_initializer=init)
+    assert first.shape.as_list() == [2, 5, 6, 8]
+    a, b = _run([last, first])
+    np.testing.assert_allclose(b, a.transpose(0, 3, 1, 2), rtol=1e-5)
+
+
 def test_pooling_layers_take_window_maxima_and_means():
     xs = np.arange(32, dtype=np.float32).reshape(1, 4, 4, 2)
     x = mf.constant(xs)
