@@ -92,6 +92,18 @@ HINTS["tf.train.AdagradDAOptimizer"] = (
     "AdagradOptimizer, AdadeltaOptimizer, RMSPropOptimizer, AdamOptimizer, FtrlOptimizer, "
     "ProximalAdagradOptimizer and ProximalGradientDescentOptimizer; another can be written "
     "as a subclass of tf.train.Optimizer (_create_slots, _apply_dense, _apply_sparse)")
+# Convolutions mpiflow lacks: a near name (conv1d for conv3d) is no answer, what it has is.
+_CONVOLUTIONS = ("mpiflow's convolutions are tf.nn.conv1d, conv2d and conv2d_transpose "
+                 "(and tf.layers.conv1d, conv2d, conv2d_transpose)")
+for _conv in ("tf.nn.conv3d", "tf.nn.conv3d_transpose", "tf.nn.conv1d_transpose",
+              "tf.nn.conv_transpose", "tf.nn.depthwise_conv2d", "tf.nn.separable_conv2d",
+              "tf.layers.conv3d", "tf.layers.Conv3D", "tf.layers.conv3d_transpose",
+              "tf.layers.Conv3DTranspose", "tf.layers.separable_conv1d",
+              "tf.layers.SeparableConv1D", "tf.layers.separable_conv2d",
+              "tf.layers.SeparableConv2D"):
+    HINTS[_conv] = _CONVOLUTIONS
+HINTS["tf.nn.convolution"] = "use tf.nn.conv1d or tf.nn.conv2d (each takes dilations)"
+HINTS["tf.nn.atrous_conv2d"] = "use tf.nn.conv2d(value, filters, 1, padding, dilations=rate)"
 # Summaries other than scalars and histograms: fetch the tensor and hand tensorboardX's
 # record of it to the FileWriter, which writes any Summary protocol buffer.
 for _kind, _example in (("image", "image('tag', value, dataformats='HWC')"),

@@ -45,6 +45,11 @@ def test_every_namespace_names_the_missing_tf_name_and_the_docs_page(tf_name, mo
     (lambda: mf.train.AdagradDAOptimizer,
      r"optimizers are tf\.train\.GradientDescent.*FtrlOptimizer.*subclass of "
      r"tf\.train\.Optimizer"),
+    # not "did you mean tf.nn.conv1d?": the convolutions that exist
+    (lambda: mf.nn.conv3d, r"convolutions are tf\.nn\.conv1d, conv2d and conv2d_transpose"),
+    (lambda: mf.layers.separable_conv2d, r"tf\.layers\.conv1d, conv2d, conv2d_transpose"),
+    (lambda: mf.nn.atrous_conv2d, r"tf\.nn\.conv2d\(value, filters, 1, padding, "
+                                  r"dilations=rate\)"),
 ])
 def test_common_tf1_names_say_what_to_do_instead(use, words):
     with pytest.raises(mf.errors.UnsupportedAPIError, match=words):
