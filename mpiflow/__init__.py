@@ -53,6 +53,7 @@ from mpiflow.ops.print_ops import print_ as Print, print_v2 as print
 from mpiflow.ops.partitioned_variables import PartitionedVariable, create_partitioned_variables
 from mpiflow.ops.partitioners import (
     fixed_size_partitioner, min_max_variable_partitioner, variable_axis_size_partitioner)
+from mpiflow.ops.image_ops import random_crop
 from mpiflow.ops.random_ops import (
     fill, ones, random_normal, random_uniform, set_random_seed, truncated_normal, zeros)
 from mpiflow.ops.reduction_ops import (
@@ -81,6 +82,7 @@ from mpiflow import compat  # noqa: E402
 from mpiflow import timeline  # noqa: E402
 from mpiflow import layers, losses, metrics  # noqa: E402  (tf.layers, tf.losses, tf.metrics)
 from mpiflow import data  # noqa: E402  (tf.data; also the input helpers)
+from mpiflow import image  # noqa: E402  (tf.image)
 
 flags = app.flags
 

@@ -104,6 +104,12 @@ for _conv in ("tf.nn.conv3d", "tf.nn.conv3d_transpose", "tf.nn.conv1d_transpose"
     HINTS[_conv] = _CONVOLUTIONS
 HINTS["tf.nn.convolution"] = "use tf.nn.conv1d or tf.nn.conv2d (each takes dilations)"
 HINTS["tf.nn.atrous_conv2d"] = "use tf.nn.conv2d(value, filters, 1, padding, dilations=rate)"
+# Resizes mpiflow lacks: a near name is no answer, the ones it has are.
+for _resize in ("tf.image.resize_bicubic", "tf.image.resize_area",
+                "tf.image.resize_image_with_pad", "tf.image.crop_and_resize"):
+    HINTS[_resize] = ("mpiflow's resizes are tf.image.resize_bilinear and "
+                      "resize_nearest_neighbor (tf.image.resize_images with "
+                      "ResizeMethod.BILINEAR or NEAREST_NEIGHBOR)")
 # Summaries other than scalars and histograms: fetch the tensor and hand tensorboardX's
 # record of it to the FileWriter, which writes any Summary protocol buffer.
 for _kind, _example in (("image", "image('tag', value, dataformats='HWC')"),
