@@ -78,8 +78,9 @@ HINTS = {
                                "tf.data.Dataset.from_tensor_slices",
     "tf.data.experimental.shuffle_and_repeat": "use dataset.shuffle(buffer_size, seed)"
                                                ".repeat(count)",
-    "tf.data.experimental.map_and_batch": "batch first, then map with a function written "
-                                          "for a batch: dataset.batch(n).map(fn)",
+    "tf.data.experimental.map_and_batch": "dataset.map(fn).batch(n) (fn runs per element), "
+                                          "or, faster, dataset.batch(n).map(fn) with a "
+                                          "function written for a batch",
     "tf.data.TFRecordDataset": "mpiflow has no string dtype; read the records with numpy "
                                "and use tf.data.Dataset.from_tensor_slices",
     "tf.data.TextLineDataset": "mpiflow has no string dtype; read the file with numpy and "

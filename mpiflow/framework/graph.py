@@ -272,6 +272,15 @@ class Graph:
         self._per_graph_slots = {}
 
     # -- op creation ---------------------------------------------------------------
+    def foreign_input_error(self, tensor, op_name: str, op_type: str, index: int):
+        """The error for input ``index`` of a new op ``op_name``, ``tensor``, which belongs
+        to another graph. A function's graph (``Dataset.map``'s) overrides it to say what
+        to do there instead."""
+        return errors.InvalidArgumentError(
+            f"Input {index} of op '{op_name}' ({op_type}): tensor '{tensor.name}' must be "
+            "from the same graph as the op (the default graph); build every op of a "
+            "model inside one 'with graph.as_default()' block")
+
     def create_op(self, op_type: str, inputs, attrs: dict, output_specs, name: str,
                   control_inputs=(), device=None) -> Operation:
         """Add an op; apply control-dependency, colocation and device scopes to it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 
+import msgpack
 import numpy as np
 
 from mpiflow import errors
@@ -88,6 +89,17 @@ def as_graph_def(graph: Graph, ops=None) -> dict:
     selected = graph.get_operations() if ops is None else sorted(ops, key=lambda o: o._id)
     return {"versions": {"producer": GRAPH_DEF_VERSION},
             "node": [node_def(op) for op in selected]}
+
+
+def to_bytes(graph_def: dict) -> bytes:
+    """``graph_def`` as one bytes value (msgpack): how a graph travels as an op's attr (a
+    ``Dataset.map`` function in its iterator's ops), since attr values hold no dicts."""
+    return msgpack.packb(graph_def, use_bin_type=True)
+
+
+def from_bytes(data: bytes) -> dict:
+    """The GraphDef dict that ``to_bytes`` made ``data`` of."""
+    return msgpack.unpackb(bytes(data), raw=False)
 
 
 def import_graph_def(graph_def: dict, name: str = "import", graph: Graph = None,

@@ -14,7 +14,8 @@ that builds the iterator (``replica_device_setter`` sends only variables to a ps
   Past the end it raises ``OutOfRangeError``, the end-of-input signal that
   ``MonitoredTrainingSession`` and ``Coordinator`` treat as a clean stop.
 
-What to produce is computed by ``dataset_streams`` on indices; the kernels only gather.
+What to produce is computed by ``dataset_streams`` on indices; the kernels gather, and
+apply the maps a batch follows to each element (``dataset_maps``, the ``maps`` attr).
 All three run on the host (the arrays are host memory; a GPU consumer gets a copy).
 """
 
@@ -28,6 +29,7 @@ from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import dataset_streams
+from mpiflow.ops.dataset_maps import ElementMaps
 from mpiflow.ops.registry import REQUIRED, OpDef, apply_op, register_op
 
 
@@ -37,6 +39,7 @@ class IteratorResource:
     def __init__(self):
         self.lock = threading.Lock()
         self.arrays = None
+        self.maps = None                # ElementMaps of the pass, or None
         self._chunks = None
         self._chunk = None
         self._at = 0
@@ -45,9 +48,9 @@ class IteratorResource:
     def initialized(self) -> bool:
         return self.arrays is not None
 
-    def start(self, arrays, pipeline, slices: bool, op) -> None:
+    def start(self, arrays, pipeline, slices: bool, op, maps=None) -> None:
         """Begin a new pass over ``arrays`` (examples along axis 0 when ``slices``, else
-        each array is one example)."""
+        each array is one example), applying ``maps`` (``ElementMaps``) to its elements."""
         arrays = [a if slices else a[np.newaxis] for a in arrays]
         counts = [int(a.shape[0]) if a.ndim else None for a in arrays]
         if None in counts:
@@ -59,6 +62,7 @@ class IteratorResource:
                                   "same number of examples (their first dimension)", op,
                                   expected="equal first dimensions", got=counts)
         self.arrays = arrays
+        self.maps = maps
         self._chunks = dataset_streams.build(counts[0], pipeline).chunks()
         self._chunk, self._at = None, 0
 
@@ -104,7 +108,16 @@ class IteratorAnchorOp(_IteratorOp):
         _resource(ctx)
 
 
+def _element_maps(ctx):
+    """The ``ElementMaps`` of a starting pass, or None: a new session per function at each
+    start, so a seeded random map draws the same values again, as a seeded shuffle."""
+    specs = ctx.attrs["maps"]
+    return ElementMaps(specs, ctx.env) if specs else None
+
+
 def _check_inputs(b, what: str):
+    if b.attrs.get("maps"):
+        return      # the maps' input placeholders take the arrays' dtypes; checked there
     types = list(b.attrs["output_types"])
     for i, t in enumerate(b.inputs):
         if t.dtype is not types[i]:
@@ -113,7 +126,8 @@ def _check_inputs(b, what: str):
 
 
 @register_op("IteratorInit", attrs={"shared_name": REQUIRED, "output_types": REQUIRED,
-                                    "pipeline": REQUIRED, "slices": True, "copy": []})
+                                    "pipeline": REQUIRED, "slices": True, "copy": [],
+                                    "maps": []})
 class IteratorInitOp(_IteratorOp):
     """Start the iterator over the arrays given as inputs (copied where ``copy`` says so:
     a fed array the caller may change later)."""
@@ -130,12 +144,13 @@ class IteratorInitOp(_IteratorOp):
         arrays = [np.array(a) if c else np.asarray(a) for a, c in zip(arrays, copies)]
         iterator = _resource(ctx)
         with iterator.lock:
-            iterator.start(arrays, ctx.attrs["pipeline"], ctx.attrs["slices"], ctx.op)
+            iterator.start(arrays, ctx.attrs["pipeline"], ctx.attrs["slices"], ctx.op,
+                           _element_maps(ctx))
 
 
 @register_op("IteratorGetNext", attrs={"shared_name": REQUIRED, "output_types": REQUIRED,
                                        "output_shapes": REQUIRED, "pipeline": [],
-                                       "slices": True})
+                                       "slices": True, "maps": []})
 class IteratorGetNextOp(_IteratorOp):
     """The next item of the iterator; with inputs (a one-shot iterator), they are the
     dataset's arrays, read on the first run only."""
@@ -147,9 +162,11 @@ class IteratorGetNextOp(_IteratorOp):
         if len(types) != len(shapes) or not types:
             raise b.error("IteratorGetNext needs one dtype and one shape per output",
                           got=f"{len(types)} dtypes and {len(shapes)} shapes")
-        if b.inputs and len(b.inputs) != len(types):
+        maps = b.attrs["maps"]
+        arrays = len(maps[0][3]) if maps else len(types)    # the first map's inputs
+        if b.inputs and len(b.inputs) != arrays:
             raise b.error("A one-shot IteratorGetNext needs one input per dataset array",
-                          expected=len(types), got=len(b.inputs))
+                          expected=arrays, got=len(b.inputs))
         _check_inputs(b, "Dataset")
         return list(zip(types, shapes))
 
@@ -170,7 +187,7 @@ class IteratorGetNextOp(_IteratorOp):
                         "(sess.run(iterator.initializer)) before getting the next element",
                         ctx.op)
                 iterator.start([np.asarray(a) for a in arrays], ctx.attrs["pipeline"],
-                               ctx.attrs["slices"], ctx.op)
+                               ctx.attrs["slices"], ctx.op, _element_maps(ctx))
             item = iterator.next_item()
             if item is None:
                 again = "" if arrays else " (run its initializer to start again)"
@@ -178,8 +195,11 @@ class IteratorGetNextOp(_IteratorOp):
                     errors.OutOfRangeError, "End of sequence: the iterator has returned "
                     f"every element of its dataset{again}", ctx.op)
             indices = dataset_streams.dense_indices(item, ctx.op)
-            # np.take copies, so no value handed out aliases the dataset's arrays.
-            out = tuple(np.take(a, indices, axis=0) for a in iterator.arrays)
+            if iterator.maps is not None:
+                out = iterator.maps.gather(iterator.arrays, indices, ctx.op)
+            else:
+                # np.take copies, so no value handed out aliases the dataset's arrays.
+                out = tuple(np.take(a, indices, axis=0) for a in iterator.arrays)
         _check_shapes(out, ctx)
         return out
 
@@ -208,19 +228,19 @@ def iterator_anchor(shared_name: str, output_types, output_shapes, name=None):
 
 
 def iterator_init(shared_name: str, arrays, output_types, pipeline, slices: bool, copy,
-                  name=None):
+                  maps=(), name=None):
     return apply_op("IteratorInit", list(arrays),
                     {"shared_name": shared_name, "output_types": list(output_types),
                      "pipeline": pipeline, "slices": bool(slices),
-                     "copy": [bool(c) for c in copy]},
+                     "copy": [bool(c) for c in copy], "maps": list(maps)},
                     name=name or "MakeIterator")
 
 
 def iterator_get_next(shared_name: str, output_types, output_shapes, arrays=(),
-                      pipeline=(), slices: bool = True, name=None) -> list:
+                      pipeline=(), slices: bool = True, maps=(), name=None) -> list:
     op = apply_op("IteratorGetNext", list(arrays),
                   {"shared_name": shared_name, "output_types": list(output_types),
                    "output_shapes": [TensorShape(s) for s in output_shapes],
-                   "pipeline": list(pipeline), "slices": bool(slices)},
+                   "pipeline": list(pipeline), "slices": bool(slices), "maps": list(maps)},
                   name=name or "IteratorGetNext")
     return list(op.outputs)

@@ -344,10 +344,7 @@ def apply_op(op_type: str, inputs, attrs=None, name=None, control_inputs=(), gra
                 f"Input {i} of op '{pending_name}' ({op_type}): expected a Tensor, got "
                 f"{type(t).__name__}")
         if t.graph is not graph:
-            raise errors.InvalidArgumentError(
-                f"Input {i} of op '{pending_name}' ({op_type}): tensor '{t.name}' must be "
-                "from the same graph as the op (the default graph); build every op of a "
-                "model inside one 'with graph.as_default()' block")
+            raise graph.foreign_input_error(t, pending_name, op_type, i)
     build = BuildContext(pending_name, op_type, list(inputs), full_attrs)
     specs = [(dtypes.as_dtype(d), as_shape(s)) for d, s in op_def.infer(build)]
     unique = pending_name if exact else graph.unique_name(base)

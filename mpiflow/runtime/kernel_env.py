@@ -2,7 +2,8 @@
 
 A kernel gets ``ctx.env``, a ``KernelEnv``: the variables (``ref``), its random generator
 (``rng``), memory for a result that may become a variable's buffer (``value_empty``),
-shared resources (``resource``), the rank's output (``print_lines``), signals for steps
+shared resources (``resource``), graphs run on the host by themselves
+(``host_function``), the rank's output (``print_lines``), signals for steps
 parked on an event (``notify``), the collectives of its process group (``collectives``),
 collective handles to advance between kernels (``track``) or to be woken by once done
 (``watch``), who has left the job or rests in join (``departed``, ``tasks_of``,
@@ -67,6 +68,13 @@ class KernelEnv:
     def resource(self, name: str, factory):
         """The shared resource ``name`` of this task, made by ``factory()`` if new."""
         return self.store.resource(name, factory)
+
+    def host_function(self, graph_def: bytes, inputs, outputs):
+        """``f(*values)`` running the graph ``graph_def`` (msgpack bytes) on the host in
+        a session of its own: ``outputs``' values with ``inputs`` fed ``values`` (a
+        ``Dataset.map`` function the dataset engine applies to each element)."""
+        from mpiflow.runtime.host_functions import host_function
+        return host_function(graph_def, inputs, outputs)
 
     def track(self, handle, key=None) -> None:
         """Advance collective ``handle`` until it is done (a fusion bucket started early,

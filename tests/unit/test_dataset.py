@@ -295,15 +295,141 @@ def test_map_of_single_elements_then_shuffle_and_repeat_is_exact():
     assert sorted(order) == sorted([v * 10 for v in range(6)] * 2)
 
 
-def test_batch_after_map_is_refused_with_what_to_do():
-    ds = mf.data.Dataset.range(6).map(lambda v: v * 2)
-    with pytest.raises(mf.errors.UnimplementedError, match=r"call \.batch\(\) first"):
+# Recorded from TF 2.21's tf.compat.v1: from_tensor_slices((XM, arange(8))).map(_parse)
+# .batch(3); each row is centered on its own mean and scaled by its own sum.
+XM = (np.arange(24, dtype=np.float32).reshape(8, 3) ** 1.5) / 7
+TF_PARSED_X = [
+    [[-0.05139843747019768, -0.011122021824121475, 0.06252046674489975],
+     [-0.06455643475055695, -0.0027656801976263523, 0.06732214987277985],
+     [-0.05098511651158333, -0.0012312071630731225, 0.05221636965870857]],
+    [[-0.040496595203876495, -0.000681338831782341, 0.0411779060959816],
+     [-0.03319833055138588, -0.00042863740236498415, 0.033626988530159],
+     [-0.027993036434054375, -0.00029322277987375855, 0.028286289423704147]],
+    [[-0.02414023131132126, -0.0002127530606230721, 0.024352984502911568],
+     [-0.021190742030739784, -0.00016115675680339336, 0.02135193906724453]]]
+
+
+def _parse(a, b):
+    return {"x": (a - mf.reduce_mean(a)) / mf.reduce_sum(a + 1.0), "y": mf.cast(b, mf.int32) * 2}
+
+
+def test_a_map_before_batch_runs_on_each_element_as_tensorflow():
+    ds = mf.data.Dataset.from_tensor_slices((XM, np.arange(8))).map(_parse).batch(3)
+    got = drain(ds.make_one_shot_iterator().get_next())
+    assert len(got) == 3
+    for batch, want in zip(got, TF_PARSED_X):
+        np.testing.assert_array_equal(batch["x"], np.array(want, np.float32))
+    assert [b["y"].tolist() for b in got] == [[0, 2, 4], [6, 8, 10], [12, 14]]
+    assert got[0]["y"].dtype == np.int32
+
+
+def test_map_shuffle_batch_gives_each_shuffled_element_mapped_on_its_own():
+    def centered(x, y):
+        return x - mf.reduce_mean(x), y        # on a whole batch: the batch's mean
+    ds = mf.data.Dataset.from_tensor_slices((X, Y)).map(centered).shuffle(10, seed=3)
+    x, y = ds.batch(4).repeat(2).make_one_shot_iterator().get_next()
+    got = drain((x, y))
+    plain = mf.data.Dataset.from_tensor_slices((X, Y)).shuffle(10, seed=3).batch(4).repeat(2)
+    order = [b[1] for b in drain(plain.make_one_shot_iterator().get_next())]
+    assert [b[1].tolist() for b in got] == [o.tolist() for o in order]
+    for xb, yb in got:
+        rows = X[yb // 10]
+        np.testing.assert_array_equal(xb, rows - rows.mean(axis=1, keepdims=True))
+        assert xb.shape[1:] == (2,) and xb.dtype == np.float32
+
+
+def test_a_mapped_dataset_knows_its_output_types_and_shapes_as_tensorflow():
+    ds = mf.data.Dataset.from_tensor_slices((XM, np.arange(8))).map(_parse)
+    assert ds.output_types == {"x": mf.float32, "y": mf.int32}
+    assert {k: v.as_list() for k, v in ds.output_shapes.items()} == {"x": [3], "y": []}
+    batched = ds.batch(3)       # TF's: {'x': (None, 3), 'y': (None,)}
+    assert {k: v.as_list() for k, v in batched.output_shapes.items()} == \
+        {"x": [None, 3], "y": [None]}
+    after = batched.map(lambda e: (e["x"][:, :2], e["y"]))
+    assert after.output_types == (mf.float32, mf.int32)
+    assert [s.as_list() for s in after.output_shapes] == [[None, 2], [None]]
+    it = after.make_one_shot_iterator()
+    assert it.output_types == (mf.float32, mf.int32)     # before get_next, as TF's
+
+
+def test_from_structure_takes_a_mapped_dataset_and_its_maps_run_per_element():
+    train = mf.data.Dataset.from_tensor_slices((XM, np.arange(8))).map(_parse).batch(3)
+    test = mf.data.Dataset.from_tensor_slices((XM[:2], np.arange(2))).map(_parse).batch(3) \
+        .map(lambda e: {"x": e["x"] * 2.0, "y": e["y"]})   # after the last batch
+    it = mf.data.Iterator.from_structure(train.output_types, train.output_shapes)
+    element = it.get_next()
+    to_train, to_test = it.make_initializer(train), it.make_initializer(test)
+    with mf.Session() as sess:
+        sess.run(to_train)
+        np.testing.assert_array_equal(sess.run(element)["x"], np.float32(TF_PARSED_X[0]))
+        sess.run(to_test)
+        got = sess.run(element)
+    np.testing.assert_array_equal(got["x"], np.float32(TF_PARSED_X[0][:2]) * 2)
+    assert got["y"].tolist() == [0, 2]
+
+
+def test_maps_between_batches_run_on_each_element_of_their_depth():
+    ds = mf.data.Dataset.range(8).map(lambda v: v * 10).batch(2) \
+        .map(lambda b: b - mf.reduce_min(b)).batch(2)
+    assert ds.output_shapes.as_list() == [None, None]
+    got = drain(ds.make_one_shot_iterator().get_next())
+    assert [b.tolist() for b in got] == [[[0, 10], [0, 10]], [[0, 10], [0, 10]]]
+
+
+def test_a_random_map_draws_per_element_and_a_seeded_one_again_at_each_initialization():
+    with mf.Graph().as_default():
+        mf.set_random_seed(7)
+        ds = mf.data.Dataset.from_tensor_slices(np.zeros((6, 2), np.float32))
+        ds = ds.map(lambda v: v + mf.random_uniform([])).batch(6)
+        it = ds.make_initializable_iterator()
+        element = it.get_next()
+        with mf.Session() as sess:
+            sess.run(it.initializer)
+            first = sess.run(element)
+            sess.run(it.initializer)
+            again = sess.run(element)
+    assert len(set(first[:, 0].tolist())) == 6           # one draw per element
+    np.testing.assert_array_equal(first[:, 0], first[:, 1])
+    np.testing.assert_array_equal(first, again)
+
+
+def test_a_map_that_reads_an_outer_tensor_is_refused_where_it_runs_per_element():
+    scale = mf.placeholder(mf.float32, [])
+    weight = mf.Variable(2.0)
+    for fn in (lambda v: v * scale, lambda v: v * weight, lambda v: scale):
+        ds = mf.data.Dataset.from_tensor_slices(X).map(fn)
+        with pytest.raises(mf.errors.UnimplementedError,
+                           match=r"Dataset.batch after Dataset.map: Dataset.map\(<lambda>\) "
+                                 r"reads tensor .* of the outer graph.*pass the value as a "
+                                 r"component of the dataset .* or map after batching"):
+            ds.batch(2)
+        with pytest.raises(mf.errors.UnimplementedError, match="outer graph"):
+            ds.output_types
+    # After the last batch it runs in the graph, on the batch, and may read it.
+    ds = mf.data.Dataset.from_tensor_slices(X).batch(4).map(lambda v: v * scale)
+    x = ds.make_one_shot_iterator().get_next()
+    with mf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(x, {scale: 3.0}), X[:4] * 3)
+    it = mf.data.Iterator.from_structure(mf.float32, [None, 2])
+    with pytest.raises(mf.errors.UnimplementedError, match="make_initializer: .*outer graph"):
+        it.make_initializer(ds)
+
+
+def test_a_map_that_creates_a_variable_is_refused():
+    ds = mf.data.Dataset.from_tensor_slices(X).map(lambda v: v * mf.get_variable("w", []))
+    with pytest.raises(mf.errors.UnimplementedError, match="creates a variable"):
         ds.batch(2)
-    with pytest.raises(mf.errors.UnimplementedError, match="iterator.output_types"):
-        ds.output_types
-    it = ds.make_one_shot_iterator()
-    it.get_next()
-    assert it.output_types == mf.int64
+
+
+def test_map_outputs_of_different_shapes_cannot_be_batched_naming_the_map_and_component():
+    def ragged(v):
+        return v, mf.range(v)
+    ds = mf.data.Dataset.range(1, 4).map(ragged).batch(3)
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"Cannot batch the outputs of Dataset.map\(ragged\): component 1 "
+                             r"has different shapes .* in op 'IteratorGetNext.*expected shape "
+                             r"\[1\] \(element 0\), got shape \[2\] \(element 1\)"):
+        drain(ds.make_one_shot_iterator().get_next())
 
 
 # -- iterators ------------------------------------------------------------------------------
@@ -443,6 +569,16 @@ def test_iterator_ops_are_plain_data_that_import_into_another_graph():
     assert len(got) == len(want) == 4
     for a, b in zip(want, got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_per_element_maps_travel_in_the_iterator_ops_and_import_into_another_graph():
+    with mf.Graph().as_default() as g:
+        ds = mf.data.Dataset.from_tensor_slices((XM, np.arange(8))).map(_parse).batch(3)
+        x = ds.make_one_shot_iterator().get_next()["x"]
+    with mf.Graph().as_default() as h:
+        import_graph_def(as_graph_def(g), name="")
+        got = drain(h.get_tensor_by_name(x.name))
+    np.testing.assert_array_equal(got[1], np.float32(TF_PARSED_X[1]))
 
 
 def test_autotune_is_taken_by_map_and_prefetch():

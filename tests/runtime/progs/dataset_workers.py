@@ -1,4 +1,5 @@
-"""Each worker reads its shard of a tf.data.Dataset through a one-shot iterator and trains
+"""Each worker reads its shard of a tf.data.Dataset (mapped per element before its batch)
+through a one-shot iterator and trains
 until the end of its input, which MonitoredTrainingSession takes as a clean stop; the
 iterator lives and runs on the worker, the variables on the ps.
 Usage: mpiexec -n K python dataset_workers.py
@@ -22,8 +23,10 @@ def main():
     features = np.stack([ids, -ids], axis=1).astype(np.float32)
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         ds = mf.data.Dataset.from_tensor_slices((features, ids))
+        # A map before the batch runs per element, in the engine, on the worker.
+        ds = ds.map(lambda f, i: (f, i, f - mf.reduce_mean(f)))
         ds = ds.shard(workers, server.task_index).shuffle(24, seed=1).batch(5)
-        x, y = ds.make_one_shot_iterator().get_next()
+        x, y, centered = ds.make_one_shot_iterator().get_next()
         w = mf.get_variable("w", [2], initializer=mf.zeros_initializer())
         loss = mf.reduce_mean(mf.square(mf.reduce_sum(x * w, axis=1) - 1.0))
         step = mf.train.get_or_create_global_step()
@@ -31,13 +34,17 @@ def main():
     seen = []
     with mf.train.MonitoredTrainingSession(server.target, is_chief=server.is_chief) as sess:
         while not sess.should_stop():
-            _, ids_seen = sess.run([train_op, y])
+            _, ids_seen, centered_seen = sess.run([train_op, y, centered])
             seen.extend(int(i) for i in ids_seen)
+            # each row (i, -i) centered on its own mean, not on the batch's
+            want = np.stack([ids_seen, -ids_seen], axis=1).astype(np.float32)
+            assert np.array_equal(centered_seen, want), (centered_seen, ids_seen)
     mine = list(range(server.task_index, 24, workers))
     assert sorted(seen) == mine, (seen, mine)
     assert seen != mine, "not shuffled"
     kinds = sorted({name.split(":")[0] for name in server._service.store.resources})
-    print(f"OK worker {server.task_index}: read {len(seen)} examples of its shard; "
+    print(f"OK worker {server.task_index}: read {len(seen)} examples of its shard, mapped "
+          "per element; "
           f"resources {kinds}", flush=True)
 
 
