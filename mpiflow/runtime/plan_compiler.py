@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from mpiflow import backend, config
+from mpiflow import backend, config, errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
 from mpiflow.ops.registry import DONATE_MIN_BYTES, GATE_ATTR, get_op_def
@@ -376,8 +376,18 @@ def _collectives():
 
 
 def kernel_placement(op, device_of):
-    """(array module, GPU or None) of the kernel that runs ``op``."""
+    """(array module, GPU or None) of the kernel that runs ``op``.
+
+    Where this process has no GPU, the error names the op and the ways out, soft placement
+    among them: a TF1 script written for a GPU node (``tf.device('/gpu:0')``) first meets
+    this on a machine without one, and TensorFlow names the op there too."""
     device = kernel_device(op, get_op_def(op.type), device_of)
+    if backend.device_type(device) == "GPU" and not backend.gpu_available():
+        raise errors.PlacementError(
+            f"Cannot place op '{op.name}' ({op.type}) on {device}: it needs cupy and a GPU, "
+            f"which are not available here ({backend.gpu_reason()}); install "
+            "mpiflow[cuda12], place the op on a CPU, or set "
+            "ConfigProto(allow_soft_placement=True) to run it on the CPU", op)
     xp = backend.array_module(device)
     if backend.device_type(device) == "CPU":
         return xp, None

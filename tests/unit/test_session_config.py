@@ -30,6 +30,16 @@ def test_soft_placement_runs_gpu_ops_on_the_cpu_of_an_in_process_session():
         sess.run(y)
 
 
+@pytest.mark.skipif(backend.gpu_available(), reason="this machine has a GPU")
+def test_a_gpu_op_without_a_gpu_is_refused_naming_the_op_and_soft_placement():
+    y = _gpu_op()
+    with mf.Session() as sess, pytest.raises(
+            errors.PlacementError,
+            match=r"Cannot place op 'on_gpu' \(Add\) on /device:GPU:0: it needs cupy and a "
+                  r"GPU.*allow_soft_placement=True"):
+        sess.run(y)
+
+
 def test_device_count_hides_gpus_and_soft_placement_moves_their_ops_to_the_cpu():
     y = _gpu_op()
     hidden = mf.ConfigProto(device_count={"GPU": 0})
