@@ -3,6 +3,7 @@
     mode = mf.train.TrainingMode("hybrid", cluster, server.task_index)
     with mode.scope():
         ...build the model with mf.get_variable / mf.nn.embedding_lookup...
+        step = mf.train.get_or_create_global_step()
         train_op = mode.optimizer(mf.train.AdamOptimizer(1e-3)).minimize(loss, global_step=step)
     with mf.train.MonitoredTrainingSession(server.target, is_chief=server.is_chief) as sess:
         ...
