@@ -106,6 +106,10 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
         placed = {v.op.name: job_and_task(v.device) for v in
                   graph.get_collection(GraphKeys.GLOBAL_VARIABLES) +
                   graph.get_collection(GraphKeys.LOCAL_VARIABLES)}
+        if master and missing:
+            own = _on_own_task(graph, missing)
+            if own:
+                return own
         tasks = sorted({t for t in placed.values() if None not in t})
         if not missing or not tasks:
             return None
@@ -142,6 +146,31 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
             "; ".join(problems[:5]) + more + ". Every worker must make the same variables, "
             "in the same order (replica_device_setter spreads them over the ps in the order "
             "they are made) and with the same partitioner")
+
+
+def _on_own_task(graph, missing) -> str | None:
+    """Why global variables made with no task in their device (outside
+    ``replica_device_setter``) will never be initialized for this worker, or None.
+
+    Such a variable lives on the task of each session that runs it: the chief initializes
+    its own copy, on its own task, and nobody initializes this worker's, so waiting for
+    the chief is waiting for ever (a global step made before the device scope is the
+    usual case). Replicated variables (this worker initializes them itself) and local
+    variables (its local_init_op does) are not among them."""
+    own = {v.op.name for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+           if job_and_task(v.device)[0] is None}
+    own -= {v.op.name for v in graph.get_collection(GraphKeys.LOCAL_VARIABLES) +
+            graph.get_collection(GraphKeys.REPLICATED_VARIABLES)}
+    names = [n for n in missing if n in own]
+    if not names:
+        return None
+    listed = ", ".join(f"'{n}'" for n in names[:5]) + \
+        (f" (and {len(names) - 5} more)" if len(names) > 5 else "")
+    return (f"{listed}: made outside replica_device_setter (no task in the device), so "
+            "this worker's copy lives on its own task, where nobody initializes it (the "
+            "chief initializes its own copy, on its task): make it inside the "
+            "replica_device_setter scope (or TrainingMode.scope()), as the other variables, "
+            "and every worker shares the one on the ps")
 
 
 def _restore_newest(sess, saver, checkpoint_dir) -> bool:

@@ -25,3 +25,11 @@ def test_a_table_partitioned_otherwise_is_named(run_mpi):
     assert done.returncode != 0
     assert "'table' is initialized whole, but this worker splits it into parts " \
         "('table/part_0')" in done.stderr, done.stderr
+
+
+def test_a_global_step_made_outside_the_device_scope_is_named(run_mpi):
+    done = run_mpi(3, PROG, "step_outside", check=False, timeout=90, env=LONG_WAIT)
+    assert done.returncode != 0
+    assert "'global_step': made outside replica_device_setter (no task in the device), so " \
+        "this worker's copy lives on its own task, where nobody initializes it" \
+        in done.stderr, done.stderr

@@ -6,6 +6,8 @@ Usage: mpiexec -n K python built_otherwise.py CASE
 - ``extra_variable`` (2 ps): worker 1 alone makes a variable first, which moves every
   later one to the other ps in replica_device_setter's round robin.
 - ``partitioned`` (1 ps): worker 1 splits the table in 2 parts; the chief keeps it whole.
+- ``step_outside`` (1 ps): every worker makes the global step before the device scope, so
+  each has its own, on its own task.
 """
 
 import sys
@@ -20,6 +22,8 @@ def main(case):
         server.join()
         return
     odd = server.task_index == 1
+    if case == "step_outside":
+        step = mf.train.get_or_create_global_step()
     with mf.device(mf.train.replica_device_setter(cluster=cluster)):
         if odd and case == "extra_variable":
             mf.Variable(0.0, name="extra")
@@ -27,7 +31,8 @@ def main(case):
         table = mf.get_variable("table", [8, 2], partitioner=partitioner)
         w = mf.get_variable("w", [2, 1])
         loss = mf.reduce_sum(mf.matmul(mf.nn.embedding_lookup(table, [1, 5]), w))
-        step = mf.train.get_or_create_global_step()
+        if case != "step_outside":
+            step = mf.train.get_or_create_global_step()
         train = mf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
     with mf.train.MonitoredTrainingSession(master=server.target, is_chief=server.is_chief,
                                            progress_bar=False,
