@@ -37,3 +37,22 @@ def test_mlp_reads_mnist_files_from_data_dir(tmp_path, capsys):
              y_test=rng.integers(0, 10, 64).astype(np.uint8))
     _load_example().main(["--data-dir", str(tmp_path), "--epochs", "1"])
     assert "784 features" in capsys.readouterr().out
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block under ``heading`` in README.md, as a user copies it."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_single_process_example_runs_as_written(tmp_path, capsys):
+    import re
+    import runpy
+    script = tmp_path / "readme_example.py"
+    script.write_text(_readme_block("## A single-process example"))
+    runpy.run_path(str(script), run_name="__main__")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    found = re.fullmatch(r"loss (\d+\.\d{3}), test accuracy (\d\.\d{3})", line)
+    assert found, line
+    assert float(found.group(2)) >= 0.9, line
