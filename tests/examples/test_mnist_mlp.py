@@ -1,6 +1,8 @@
 """The main example trains to the accuracy the README promises."""
 
 import importlib.util
+import re
+import runpy
 import sys
 from pathlib import Path
 
@@ -47,8 +49,6 @@ def _readme_block(heading: str) -> str:
 
 
 def test_readme_single_process_example_runs_as_written(tmp_path, capsys):
-    import re
-    import runpy
     script = tmp_path / "readme_example.py"
     script.write_text(_readme_block("## A single-process example"))
     runpy.run_path(str(script), run_name="__main__")
