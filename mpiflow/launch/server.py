@@ -56,6 +56,7 @@ class RankState:
     spoke: bool = True
     # Set when the rank's own line has been read to its end.
     line_closed: threading.Event = field(default_factory=threading.Event)
+    fault: Fault | None = None      # the fault its end was reported as, if it was one
 
     def title(self) -> str:
         return self.name or f"rank {self.rank} on {self.host}"
@@ -234,7 +235,11 @@ class LaunchServer:
 
     def _died(self, rank: RankState, why: str) -> None:
         rank.ended, rank.why = "died", why
-        self.faults.put(Fault("died", rank.title(), why, rank.role, rank.rank))
+        self._report(rank, "died")
+
+    def _report(self, rank: RankState, kind: str) -> None:
+        rank.fault = Fault(kind, rank.title(), rank.why, rank.role, rank.rank)
+        self.faults.put(rank.fault)
 
     def _handle(self, conn, state, message) -> None:
         kind = message.get("k")
@@ -265,8 +270,7 @@ class LaunchServer:
                 lost = self.ranks.get(int(message.get("rank", -1)))
                 if lost is not None and lost.ended is None:
                     lost.ended, lost.why = "gone", str(message.get("why", ""))
-                    self.faults.put(Fault("gone", lost.title(), lost.why, lost.role,
-                                          lost.rank))
+                    self._report(lost, "gone")
             elif kind == "chief_moves":
                 self.chief_can_move = True      # an elastic job's chief may be lost too
             elif kind == "name" and rank is not None:
@@ -275,8 +279,7 @@ class LaunchServer:
                 if rank.ended is None:
                     rank.ended, rank.why = kind, str(message.get("why", ""))
                     if kind in FAULTS:
-                        self.faults.put(Fault(kind, rank.title(), rank.why, rank.role,
-                                              rank.rank))
+                        self._report(rank, kind)
             elif kind == "stacks" and rank is not None:
                 answers = self._answers.get(message.get("id"))
                 if answers is not None:
@@ -303,6 +306,10 @@ class LaunchServer:
                     watched.ended = "bye"
                 elif watched.ended is None:
                     self._died(watched, _how_it_ended(code, watched.spoke))
+                elif watched.ended == "gone" and code != 0 and watched.fault is not None:
+                    # The others' guess ("no longer runs (killed?)") came first: the
+                    # watcher knows how it ended, and the job's last word names that.
+                    watched.why = watched.fault.why = _how_it_ended(code, watched.spoke)
         _send(conn, {"k": "answer", "id": message.get("id")})
 
     def _answer_report(self, conn) -> None:

@@ -138,3 +138,22 @@ def test_a_rank_that_imported_mpiflow_and_vanished_is_still_taken_for_dead():
         assert "without a word" in fault.why, fault.why
     finally:
         watcher.close()
+
+
+def test_a_rank_the_others_guessed_lost_is_named_by_how_its_watcher_saw_it_end():
+    # The survivors' liveness check can report a killed worker before its watcher does:
+    # the fault the job went on without then takes the watcher's exact cause.
+    server = LaunchServer("127.0.0.1")
+    watcher, rank = watched_rank(server, 1)
+    survivor = connect(server, 0)
+    try:
+        survivor.tell("gone", rank=1, why="its process 7 on here no longer runs (killed?)")
+        fault = server.faults.get(timeout=1)
+        assert fault.kind == "gone" and "killed?" in fault.why, fault.why
+        rank.close()
+        assert watcher.ask("child_ended", 3.0, code=-signal.SIGKILL) is not None
+        assert fault.why == "its process was killed by SIGKILL (signal 9)", fault.why
+        assert server.faults.empty()
+    finally:
+        for line in (watcher, survivor):
+            line.close()
