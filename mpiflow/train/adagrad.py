@@ -28,12 +28,18 @@ class AdagradOptimizer(Optimizer):
         self._initial_accumulator_value = initial_accumulator_value
 
     def _create_slots(self, var_list):
-        for v in var_list:
-            init = init_ops.Constant(self._initial_accumulator_value)
-            self._get_or_make_slot(
-                v, lambda v=v, init=init: init(v.shape.as_list(), dtype=v.dtype),
-                "accumulator", self._name)
+        make_accumulators(self, var_list, self._initial_accumulator_value)
 
     def _apply_inputs(self, var, grad_inputs):
         return [var, self.get_slot(var, "accumulator"),
                 self._hyper(self._learning_rate, var, "learning_rate"), *grad_inputs]
+
+
+def make_accumulators(optimizer: Optimizer, var_list, initial_value) -> None:
+    """Each variable's "accumulator" slot of squared gradients, filled with
+    ``initial_value``: Adagrad's, which ProximalAdagrad keeps too."""
+    init = init_ops.Constant(initial_value)
+    for v in var_list:
+        optimizer._get_or_make_slot(
+            v, lambda v=v: init(v.shape.as_list(), dtype=v.dtype), "accumulator",
+            optimizer._name)

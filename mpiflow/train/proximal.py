@@ -5,7 +5,7 @@ proximal map of L1 and L2 regularization, which sets small coordinates to exactl
 from __future__ import annotations
 
 from mpiflow import errors
-from mpiflow.ops import init_ops
+from mpiflow.train.adagrad import make_accumulators
 from mpiflow.train.optimizer import Optimizer, check_at_least_zero
 
 
@@ -73,11 +73,7 @@ class ProximalAdagradOptimizer(_ProximalOptimizer):
         self._initial_accumulator_value = initial_accumulator_value
 
     def _create_slots(self, var_list):
-        for v in var_list:
-            init = init_ops.Constant(self._initial_accumulator_value)
-            self._get_or_make_slot(
-                v, lambda v=v, init=init: init(v.shape.as_list(), dtype=v.dtype),
-                "accumulator", self._name)
+        make_accumulators(self, var_list, self._initial_accumulator_value)
 
     def _apply_inputs(self, var, grad_inputs):
         return [var, self.get_slot(var, "accumulator"),

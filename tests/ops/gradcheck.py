@@ -106,3 +106,13 @@ def check_forward(build, inputs, expected, rtol=1e-6, atol=1e-7):
         f"static dtype {out.dtype.name} disagrees with the kernel's {got.dtype}"
     assert got.shape == expected.shape, f"shape {got.shape}, expected {expected.shape}"
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+def second_order(build_first):
+    """A build whose output is a gradient of ``build_first``'s, so that the gradient's own
+    ops are differentiated too."""
+    def build(*xs):
+        y = build_first(*xs)
+        g = mf.gradients(mf.reduce_sum(y * y * y), xs[0])[0]
+        return densify(g) * xs[0]
+    return build

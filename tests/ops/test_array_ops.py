@@ -9,7 +9,7 @@ import pytest
 import mpiflow as mf
 from mpiflow.gradients import densify
 from mpiflow.ops.weights_broadcast import align_rank
-from tests.ops.gradcheck import GradCase, check_forward, check_gradient
+from tests.ops.gradcheck import GradCase, check_forward, check_gradient, second_order
 
 R = np.random.default_rng(11)
 
@@ -22,24 +22,15 @@ def ints(*values):
     return np.array(values, dtype=np.int32)
 
 
-def _second_order(build_first):
-    """Return a build whose output is a gradient, so the gradient's ops are differentiated."""
-    def build(*xs):
-        y = build_first(*xs)
-        g = mf.gradients(mf.reduce_sum(y * y * y), xs[0])[0]
-        return densify(g) * xs[0]
-    return build
-
-
 GRAD_CASES = [
     # existing ops: Reshape, ConcatV2, ConcatGrad, gather family
     GradCase("reshape", lambda a: mf.reshape(a, [4, -1]) * 1.0, [arr(2, 6)]),
-    GradCase("reshape_second_order", _second_order(lambda a: mf.reshape(a, [-1])), [arr(2, 3)]),
+    GradCase("reshape_second_order", second_order(lambda a: mf.reshape(a, [-1])), [arr(2, 3)]),
     GradCase("concat_axis1", lambda a, b: mf.concat([a, b], 1), [arr(2, 3), arr(2, 2)]),
     GradCase("concat_negative_axis", lambda a, b, c: mf.concat([a, b, c], -1),
              [arr(2, 1), arr(2, 3), arr(2, 2)]),
     GradCase("concat_grad_second_order",
-             _second_order(lambda a, b: mf.concat([a, b], 0)), [arr(2, 3), arr(1, 3)]),
+             second_order(lambda a, b: mf.concat([a, b], 0)), [arr(2, 3), arr(1, 3)]),
     GradCase("concat_grad_one_piece_used",
              lambda a, b: mf.gradients(mf.reduce_sum(mf.concat([a, b], 0) ** 3), a)[0] * b,
              [arr(2, 3), arr(2, 3)]),
@@ -51,9 +42,9 @@ GRAD_CASES = [
     GradCase("gather_axis1", lambda p, i: mf.gather(p, i, axis=1),
              [arr(2, 4, 3), ints(3, 0, 3)]),
     GradCase("gather_dense_grad_second_order",
-             _second_order(lambda p, i: mf.gather(p, i, axis=1)), [arr(3, 4), ints(1, 1, 2)]),
+             second_order(lambda p, i: mf.gather(p, i, axis=1)), [arr(3, 4), ints(1, 1, 2)]),
     GradCase("gather_sparse_grad_second_order",
-             _second_order(lambda p, i: mf.gather(p, i)), [arr(4, 2), ints(3, 0, 3)]),
+             second_order(lambda p, i: mf.gather(p, i)), [arr(4, 2), ints(3, 0, 3)]),
     GradCase("unsorted_segment_sum", lambda d, s: mf.unsorted_segment_sum(d, s, 4),
              [arr(5, 2), ints(0, 3, 0, 1, 3)]),
     GradCase("unsorted_segment_sum_negative_ids_dropped",
@@ -71,39 +62,39 @@ GRAD_CASES = [
              [arr(5, 2)]),
     GradCase("split_one_output_used", lambda a: mf.split(a, 3, axis=-1)[1], [arr(2, 6)]),
     GradCase("split_second_order_zero_fill",
-             _second_order(lambda a: mf.split(a, [2, 1], axis=0)[0]), [arr(3, 2)]),
+             second_order(lambda a: mf.split(a, [2, 1], axis=0)[0]), [arr(3, 2)]),
     GradCase("stack_axis1", lambda a, b: mf.stack([a, b], axis=1), [arr(2, 3), arr(2, 3)]),
-    GradCase("stack_second_order", _second_order(lambda a, b: mf.stack([a, b], -1)),
+    GradCase("stack_second_order", second_order(lambda a, b: mf.stack([a, b], -1)),
              [arr(3), arr(3)]),
     GradCase("unstack", lambda a: mf.unstack(a, axis=1)[0] * mf.unstack(a, axis=1)[2],
              [arr(2, 3)]),
-    GradCase("unstack_second_order", _second_order(lambda a: mf.unstack(a)[1]), [arr(3, 2)]),
+    GradCase("unstack_second_order", second_order(lambda a: mf.unstack(a)[1]), [arr(3, 2)]),
     # expand_dims / squeeze / tile / pad
     GradCase("expand_dims", lambda a: mf.expand_dims(a, -1), [arr(2, 3)]),
     GradCase("squeeze_axis", lambda a: mf.squeeze(a, axis=[1]), [arr(3, 1, 2)]),
     GradCase("squeeze_all", mf.squeeze, [arr(1, 3, 1)]),
     GradCase("tile", lambda a: mf.tile(a, [2, 3]), [arr(2, 2)]),
-    GradCase("tile_second_order", _second_order(lambda a: mf.tile(a, [1, 2, 2])),
+    GradCase("tile_second_order", second_order(lambda a: mf.tile(a, [1, 2, 2])),
              [arr(2, 1, 3)]),
     GradCase("pad", lambda a: mf.pad(a, [[1, 0], [2, 3]], constant_values=0.5), [arr(2, 3)]),
-    GradCase("pad_second_order", _second_order(lambda a: mf.pad(a, [[0, 2], [1, 1]])),
+    GradCase("pad_second_order", second_order(lambda a: mf.pad(a, [[0, 2], [1, 1]])),
              [arr(2, 2)]),
     GradCase("pad_reflect", lambda a: mf.pad(a, [[2, 1], [3, 0]], mode="REFLECT"),
              [arr(3, 4)]),
     GradCase("pad_symmetric", lambda a: mf.pad(a, [[2, 3], [0, 1], [1, 1]], mode="symmetric"),
              [arr(3, 2, 2)]),
     GradCase("pad_reflect_second_order",
-             _second_order(lambda a: mf.pad(a, [[1, 2], [1, 0]], mode="REFLECT")), [arr(3, 2)]),
+             second_order(lambda a: mf.pad(a, [[1, 2], [1, 0]], mode="REFLECT")), [arr(3, 2)]),
     GradCase("reverse", lambda a: mf.reverse(a, [0, -1]), [arr(2, 3, 4)]),
     # slice / strided slice / __getitem__
     GradCase("slice", lambda a: mf.slice(a, [1, 0], [2, -1]), [arr(4, 3)]),
-    GradCase("slice_second_order", _second_order(lambda a: mf.slice(a, [0, 1], [-1, 2])),
+    GradCase("slice_second_order", second_order(lambda a: mf.slice(a, [0, 1], [-1, 2])),
              [arr(2, 4)]),
     GradCase("getitem_int_drops_dim", lambda a: a[1], [arr(3, 2)]),
     GradCase("getitem_negative_and_steps", lambda a: a[-1, ::-2], [arr(2, 5)]),
     GradCase("getitem_ellipsis_newaxis", lambda a: a[..., None, 1:3], [arr(2, 3, 4)]),
     GradCase("getitem_all_ints", lambda a: a[1, -2] * a[0, 0], [arr(2, 3)]),
-    GradCase("strided_slice_grad_second_order", _second_order(lambda a: a[1:, ::2]),
+    GradCase("strided_slice_grad_second_order", second_order(lambda a: a[1:, ::2]),
              [arr(3, 5)]),
     # AlignRank (weights and labels of a rank known only at run time): each branch
     GradCase("align_rank_expands_weights",

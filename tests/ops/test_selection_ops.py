@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mpiflow as mf
-from tests.ops.gradcheck import GradCase, check_gradient
+from tests.ops.gradcheck import GradCase, check_gradient, second_order
 
 R = np.random.default_rng(5)
 
@@ -19,14 +19,6 @@ def ints(*values):
     return np.array(values, dtype=np.int32)
 
 
-def _second_order(build_first):
-    def build(*xs):
-        y = build_first(*xs)
-        g = mf.gradients(mf.reduce_sum(y * y * y), xs[0])[0]
-        return mf.convert_to_tensor(g) * xs[0]
-    return build
-
-
 # Distinct values (spaced well beyond the finite-difference step) keep top_k's choice fixed.
 DISTINCT = R.permutation(24).reshape(2, 3, 4) / 7.0
 
@@ -34,7 +26,7 @@ GRAD_CASES = [
     GradCase("top_k_values", lambda a: mf.nn.top_k(a, 2)[0], [DISTINCT]),
     GradCase("top_k_all_of_a_vector", lambda a: mf.nn.top_k(a, 5)[0],
              [R.permutation(5) / 3.0]),
-    GradCase("top_k_second_order", _second_order(lambda a: mf.nn.top_k(a, 3)[0]),
+    GradCase("top_k_second_order", second_order(lambda a: mf.nn.top_k(a, 3)[0]),
              [DISTINCT[0]]),
     GradCase("gather_nd_slices_repeated", lambda p: mf.gather_nd(p, [[0, 1], [1, 2], [0, 1]]),
              [arr(2, 3, 4)]),
@@ -42,12 +34,12 @@ GRAD_CASES = [
              [arr(3, 4), np.array([[[2, 3], [0, 0]], [[2, 3], [1, 2]]], dtype=np.int64)]),
     GradCase("gather_nd_batch_dims", lambda p: mf.gather_nd(p, [[[1], [0]], [[2], [2]]],
                                                             batch_dims=1), [arr(2, 3, 2)]),
-    GradCase("gather_nd_second_order", _second_order(lambda p: mf.gather_nd(p, [[1], [1]])),
+    GradCase("gather_nd_second_order", second_order(lambda p: mf.gather_nd(p, [[1], [1]])),
              [arr(3, 2)]),
     GradCase("scatter_nd_repeated", lambda u: mf.scatter_nd([[0], [2], [0]], u, [4, 2]),
              [arr(3, 2)]),
     GradCase("scatter_nd_second_order",
-             _second_order(lambda u: mf.scatter_nd([[1, 0], [0, 1]], u, [2, 2, 3])),
+             second_order(lambda u: mf.scatter_nd([[1, 0], [0, 1]], u, [2, 2, 3])),
              [arr(2, 3)]),
     GradCase("boolean_mask_2d_mask",
              lambda a: mf.boolean_mask(a, [[True, False, True], [False, False, True]]),
