@@ -9,8 +9,8 @@ from mpiflow.ops.candidate_sampling_ops import (  # noqa: F401
 from mpiflow.ops.conv_ops import (  # noqa: F401
     conv1d, conv2d, conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose)
 from mpiflow.ops.nn_ops import (  # noqa: F401
-    bias_add, dropout, in_top_k, l2_loss, moments, sigmoid_cross_entropy_with_logits,
-    softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,
+    batch_normalization, bias_add, dropout, in_top_k, l2_loss, l2_normalize, moments,
+    sigmoid_cross_entropy_with_logits, softmax_cross_entropy_with_logits, softmax_cross_entropy_with_logits_v2,
     sparse_softmax_cross_entropy_with_logits, weighted_cross_entropy_with_logits,
     xw_plus_b)
 from mpiflow.ops.pooling_ops import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401

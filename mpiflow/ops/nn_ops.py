@@ -235,6 +235,33 @@ def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
         return mean, variance
 
 
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None):
+    """``x / sqrt(max(sum(x ** 2, axis), epsilon))`` along ``axis`` (every axis when None;
+    ``dim`` is TF1's older name for it), as TensorFlow computes it: the clipped sum's
+    rsqrt times ``x``, so a slice of zeros stays zeros and its gradient is finite."""
+    axis = dim if axis is None else axis
+    with name_scope(name, "l2_normalize"):
+        x = convert_to_tensor(x, name="x")
+        square_sum = reduce_sum(math_ops.square(x), axis, keepdims=True)
+        floor = math_ops.cast(epsilon, square_sum.dtype)
+        return math_ops.multiply(x, math_ops.rsqrt(math_ops.maximum(square_sum, floor)))
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """``(x - mean) / sqrt(variance + variance_epsilon) * scale + offset``, as TensorFlow
+    arranges it: ``x * inv + (offset - mean * inv)`` with ``inv`` the rsqrt times
+    ``scale``, so the statistics' side is computed at their (usually smaller) shape.
+    ``offset`` and ``scale`` may be None; every argument broadcasts against ``x``."""
+    with name_scope(name, "batchnorm"):
+        x = convert_to_tensor(x, name="x")
+        inv = math_ops.rsqrt(convert_to_tensor(variance) + variance_epsilon)
+        if scale is not None:
+            inv = inv * scale
+        shift = -convert_to_tensor(mean) * inv if offset is None else \
+            offset - convert_to_tensor(mean) * inv
+        return x * math_ops.cast(inv, x.dtype) + math_ops.cast(shift, x.dtype)
+
+
 # -- softmax cross entropy -----------------------------------------------------------------
 
 def _is_zero(grad):

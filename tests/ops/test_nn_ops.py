@@ -82,6 +82,11 @@ GRAD_CASES = [
              [arr(3, 2, 4)]),
     GradCase("moments_keepdims",
              lambda x: mf.multiply(*mf.nn.moments(x, axes=[1], keepdims=True)), [arr(3, 4)]),
+    GradCase("l2_normalize", lambda x: mf.nn.l2_normalize(x, axis=1), [arr(3, 4)]),
+    GradCase("l2_normalize_all_axes", lambda x: mf.nn.l2_normalize(x), [arr(2, 3)]),
+    GradCase("batch_normalization",
+             lambda x, m, v, o, s: mf.nn.batch_normalization(x, m, v, o, s, 1e-3),
+             [arr(3, 4), arr(4), arr(4, low=0.5, high=2.0), arr(4), arr(4)]),
 ]
 
 
@@ -393,3 +398,50 @@ def test_sparse_xent_label_out_of_range_fails_at_run_time_naming_op_and_label(ba
 def test_in_top_k_batch_mismatch_names_the_op():
     with pytest.raises(mf.errors.InvalidArgumentError, match=r"op 'InTopK'.*3 targets"):
         mf.nn.in_top_k(mf.zeros([3, 4]), mf.constant([1, 2]), 1)
+
+
+# Recorded from TensorFlow 2.21's tf.compat.v1 (float32).
+NORM_X = np.array([[1.0, -2.0, 2.0], [0.0, 0.0, 0.0], [3e-7, 4e-7, 0.0]], np.float32)
+
+
+def test_l2_normalize_clips_the_square_sum_at_epsilon_as_tensorflow():
+    def run(**kwargs):
+        with mf.Graph().as_default():
+            x = mf.constant(NORM_X)
+            out = mf.nn.l2_normalize(x, **kwargs)
+            grad = mf.gradients(mf.reduce_sum(out * mf.constant([[1.0, 2.0, 3.0]] * 3)), x)[0]
+            with mf.Session() as sess:
+                return sess.run([out, grad])
+    rows, grad = run(axis=1)
+    np.testing.assert_allclose(rows, [[1 / 3, -2 / 3, 2 / 3], [0, 0, 0], [0.3, 0.4, 0]],
+                               rtol=1e-6)
+    # A slice below epsilon is scaled by epsilon's rsqrt, with a finite gradient.
+    np.testing.assert_allclose(grad, [[0.22222222, 0.88888896, 0.77777779],
+                                      [1e6, 2e6, 3e6], [1e6, 2e6, 3e6]], rtol=1e-5)
+    np.testing.assert_allclose(run(axis=0, epsilon=1e-3)[0],
+                               [[1, -1, 1], [0, 0, 0], [3e-7, 2e-7, 0]], rtol=1e-6)
+    np.testing.assert_allclose(run(dim=[0, 1])[0][2], [1.0000001e-07, 1.3333334e-07, 0],
+                               rtol=1e-6)
+
+
+def test_batch_normalization_matches_tensorflow_with_and_without_offset_and_scale():
+    mean = np.array([0.5, -1.0, 1.0], np.float32)
+    variance = np.array([2.0, 0.25, 1e-4], np.float32)
+    offset = np.array([0.1, 0.2, 0.3], np.float32)
+    scale = np.array([2.0, -1.0, 0.5], np.float32)
+    with mf.Graph().as_default():
+        x = mf.constant(NORM_X)
+        full = mf.nn.batch_normalization(x, mean, variance, offset, scale, 1e-3)
+        bare = mf.nn.batch_normalization(x, mean, variance, None, None, 1e-3)
+        grad = mf.gradients(mf.reduce_sum(full * full), x)[0]
+        with mf.Session() as sess:
+            got_full, got_bare, got_grad = sess.run([full, bare, grad])
+    np.testing.assert_allclose(got_full, [[0.8069301, 2.196012, 15.375567],
+                                          [-0.6069301, -1.796012, -14.775567],
+                                          [-0.60692966, -1.7960129, -14.775567]], rtol=1e-6)
+    np.testing.assert_allclose(got_bare, [[0.35346505, -1.9960121, 30.151134],
+                                          [-0.35346505, 1.9960121, -30.151134],
+                                          [-0.35346484, 1.9960129, -30.151134]], rtol=1e-6)
+    np.testing.assert_allclose(got_grad, [[2.2817729, -8.766533, 463.5908],
+                                          [-1.7162286, 7.1697235, -445.50012],
+                                          [-1.7162274, 7.169727, -445.50012]], rtol=1e-5)
