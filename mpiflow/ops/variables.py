@@ -8,11 +8,11 @@ gradients are taken against), colocated with the buffer.
 from __future__ import annotations
 
 from mpiflow import errors
+from mpiflow.framework.dtypes import as_dtype
 from mpiflow.framework.graph import GraphKeys, Tensor, get_default_graph
 from mpiflow.framework.tensor_shape import TensorShape
 from mpiflow.ops import control_ops, state_ops
 from mpiflow.ops.constant_ops import convert_to_tensor
-from mpiflow.ops.math_ops import cast
 from mpiflow.ops.registry import apply_op
 
 
@@ -103,7 +103,13 @@ class Variable:
                 value = initial_value() if callable(initial_value) else initial_value
                 if isinstance(value, Tensor) or hasattr(value, "_as_tensor"):
                     value = convert_to_tensor(value)
-                    value = cast(value, dtype) if dtype is not None else value
+                    if dtype is not None and value.dtype.base_dtype != \
+                            as_dtype(dtype).base_dtype:
+                        # As TensorFlow: a cast would be silent (1.5 becomes 1).
+                        raise errors.InvalidArgumentError(
+                            f"Variable '{op_name}': initial_value '{value.name}' is "
+                            f"{value.dtype.name}, but dtype={as_dtype(dtype).name} was "
+                            "asked for: cast it first (tf.cast) or leave dtype out")
                 else:
                     value = convert_to_tensor(value, dtype=dtype, name="initial_value")
             shape = value.shape if validate_shape else TensorShape(None)

@@ -349,3 +349,14 @@ def test_a_value_initializer_of_another_dtype_than_the_explicit_one_is_refused(v
 def test_a_function_initializer_still_takes_the_scopes_dtype():
     with mf.variable_scope("half", dtype=mf.float16):
         assert mf.get_variable("v", [2]).dtype is mf.float16
+
+
+@pytest.mark.parametrize("value,dtype", [(1.5, mf.int32), (2.0, mf.float64), (2, mf.float32)])
+def test_a_tensor_initial_value_of_another_dtype_is_refused_as_in_tensorflow(value, dtype):
+    # TensorFlow raises ValueError ("Tensor conversion requested dtype int32 for Tensor with
+    # dtype float32"); a silent cast made 1.5 an int32 variable holding 1.
+    with mf.Graph().as_default():
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=rf"initial_value 'Const:0' is \w+, but dtype={dtype.name}"):
+            mf.Variable(mf.constant(value), dtype=dtype)
+        assert mf.Variable(mf.constant(value), dtype=mf.constant(value).dtype) is not None
