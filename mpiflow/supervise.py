@@ -50,9 +50,18 @@ def supervise(command: list[str], status_variable: str, link=None) -> int:
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, True)
     env = dict(os.environ, **{status_variable: str(write_end)})
-    # Every descriptor is inherited: the launcher's own (MPICH's PMI_FD) belong to the rank.
-    child = subprocess.Popen(command, env=env, close_fds=False,
-                             preexec_fn=on_parent_death(signal.SIGKILL))
+    try:
+        # Every descriptor is inherited: the launcher's own (MPICH's PMI_FD) belong to the
+        # rank.
+        child = subprocess.Popen(command, env=env, close_fds=False,
+                                 preexec_fn=on_parent_death(signal.SIGKILL))
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        code = _not_started(command[0], exc)
+        if link is not None:
+            link.ask("child_ended", _LAUNCH_ANSWER_S, code=code)
+        return code
     os.close(write_end)
     forwarded = []
 
@@ -86,6 +95,27 @@ def supervise(command: list[str], status_variable: str, link=None) -> int:
                              f"{signum}); {ending}\n")
             sys.stderr.flush()
         return 128 + signum
+    return code
+
+
+# What a shell exits with when it cannot run a command: 127 when there is no such command,
+# 126 when there is one but it cannot be executed (no permission, not a program).
+_NOT_FOUND_CODE = 127
+_NOT_EXECUTABLE_CODE = 126
+
+
+def _not_started(program: str, exc: OSError) -> int:
+    """Say in one line why ``program`` could not be started, and return the code a shell
+    would exit with: a user who mistypes the command given to ``mpiflow launch`` sees
+    which command it was on every rank, not a Python traceback of this watcher."""
+    if isinstance(exc, FileNotFoundError):
+        why, code = "command not found", _NOT_FOUND_CODE
+    else:
+        why, code = f"cannot execute it ({exc.strerror or exc})", _NOT_EXECUTABLE_CODE
+    rank = launch_rank()
+    where = f"[rank {rank}] " if rank is not None else ""
+    sys.stderr.write(f"{where}mpiflow.supervise: {program!r}: {why}\n")
+    sys.stderr.flush()
     return code
 
 

@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Mapping
 
-from mpiflow import errors, logger, supervise
+from mpiflow import errors, logger
 from mpiflow.comm import arrival, launch_link
 from mpiflow.comm.cluster import check_agreement
 from mpiflow.runtime import interrupts
@@ -43,6 +43,11 @@ def name_roles(service, cluster) -> None:
         {r: "{}:{}".format(*cluster.task_of_rank(r)) for r in range(service.size)})
     logger.set_role(*cluster.task_of_rank(service.rank), service.rank)
     launch_link.tell("name", name=service.describe_self())
+    # Imported here, not with mpiflow: ``python -m mpiflow.supervise`` (every rank of
+    # ``mpiflow launch``) would otherwise find the module already imported by the package
+    # and print runpy's RuntimeWarning on every rank.
+    from mpiflow import supervise  # noqa: PLC0415
+
     if supervise.STATUS_VARIABLE in os.environ:
         # The parent watching this rank (mpiflow launch runs every rank under one, and
         # mpiflow.run) names it so if a signal kills it: "[rank 2 (worker:1) on node3]".

@@ -151,3 +151,20 @@ def test_run_says_a_syntax_error_of_the_script_once_before_mpi_starts(tmp_path):
             assert proc.stderr.splitlines()[-1] == "SyntaxError: invalid syntax", proc.stderr
         else:
             assert proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("case, code, why", [
+    ("no such command", 127, "command not found"),
+    ("a file that is not executable", 126, "cannot execute it (Permission denied)"),
+])
+def test_the_rank_watcher_says_in_one_line_which_command_it_cannot_run_and_exits_as_a_shell(
+        tmp_path, case, code, why):
+    # What mpiflow launch runs on every rank: a mistyped command must read as a shell's
+    # "command not found" (127) or "cannot execute" (126), not a watcher's traceback.
+    command = str(tmp_path / "no_such_program")
+    if case != "no such command":
+        Path(command).write_text("echo never\n")
+        Path(command).chmod(0o644)
+    proc = _run("-m", "mpiflow.supervise", command)
+    assert proc.returncode == code
+    assert proc.stderr == f"mpiflow.supervise: {command!r}: {why}\n"
