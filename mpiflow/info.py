@@ -127,9 +127,8 @@ def main(argv=None) -> int:
     given = [name for name in sorted(config.OPTIONS) if settings.is_set(name)]
     print("MPIFLOW_* set: " + (", ".join(f"{n}={settings.get(n)!r}" for n in given)
                               or "none (all defaults)"))
-    unknown = settings.unknown_with_hints()
-    if unknown:
-        print(f"warning: unknown MPIFLOW_* variables ignored: {', '.join(unknown)}")
+    # Misspelt MPIFLOW_* variables are not repeated here: importing mpiflow warned of them
+    # already, on rank 0 (mpiflow.startup), with the option each may mean.
     return 0
 
 

@@ -168,3 +168,11 @@ def test_the_rank_watcher_says_in_one_line_which_command_it_cannot_run_and_exits
     proc = _run("-m", "mpiflow.supervise", command)
     assert proc.returncode == code
     assert proc.stderr == f"mpiflow.supervise: {command!r}: {why}\n"
+
+
+def test_info_warns_of_a_misspelt_variable_once():
+    proc = _run("-m", "mpiflow", "info", env=_env(MPIFLOW_TIMEOTU="3"))
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout + proc.stderr
+    assert said.count("MPIFLOW_TIMEOTU") == 1, said
+    assert "MPIFLOW_TIMEOTU (did you mean MPIFLOW_TIMEOUT?)" in proc.stderr
