@@ -22,6 +22,7 @@ from mpiflow.ops.variables import (
     local_variables_initializer,
 )
 from mpiflow.runtime import interrupts, process, whereabouts
+from mpiflow.runtime.feeds import feed_tensor
 from mpiflow.runtime.session_options import RunMetadata, RunOptions
 from mpiflow.train import basic_hooks, reporting_hooks, succession
 from mpiflow.train.coordinator import Coordinator
@@ -316,7 +317,8 @@ class _MonitoredSession:
                 options = _merged_options(options, request.options)
         if hook_feeds and feed_dict:
             _check_disjoint(feed_dict, hook_feeds, "a hook and the caller")
-        feeds = {**hook_feeds, **(feed_dict or {})}
+        feeds = _feeds_by_tensor(self._sess.graph, hook_feeds, feed_dict) \
+            if hook_feeds else feed_dict
         if run_metadata is None:
             # As TensorFlow's: hooks always get one, so a hook that asked for a trace in
             # before_run reads it in after_run (run_values.run_metadata.step_stats).
@@ -416,6 +418,20 @@ def _check_disjoint(feeds, more, who):
     if common:
         names = sorted(getattr(k, "name", str(k)) for k in common)
         raise errors.FeedConflictError(f"The same tensor is fed by {who}: {names}")
+
+
+def _feeds_by_tensor(graph, hook_feeds, feed_dict):
+    """One feed per tensor: the hooks' (in hook order) overridden by the caller's.
+
+    Hooks and the caller may name one tensor by different keys (the Tensor, its name
+    'x:0'), which ``_check_disjoint`` does not see as the same key; as in TensorFlow, the
+    caller's value is then fed (or the later hook's), where the session alone would refuse
+    a feed_dict that feeds one tensor twice.
+    """
+    merged = {}
+    for key, value in [*hook_feeds.items(), *(feed_dict or {}).items()]:
+        merged[feed_tensor(graph, key)] = value
+    return merged
 
 
 class MonitoredSession(_MonitoredSession):

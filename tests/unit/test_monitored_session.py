@@ -418,3 +418,21 @@ def test_where_a_rank_is_counts_the_training_steps_not_every_session_run(tmp_pat
     assert f"steps run: {now['training_steps']} (MonitoredSession.run calls; " \
         f"{now['steps']} Session.run calls in all" in text
     assert "Session.run calls: 7\n" in whereabouts.format_report("rank 1", {"steps": 7})
+
+
+def test_a_tensor_a_hook_and_the_caller_feed_by_different_keys_takes_the_callers_value():
+    # As TF 2.21's tf.compat.v1 MonitoredSession: a hook feeding x and the caller 'x:0'
+    # (or the other way round) run with the caller's value, 2 * 1.0 = 2.0; of two hooks,
+    # the later one's value (10.0 over 5.0 gives 20.0, 5.0 over 10.0 gives 10.0).
+    counter_model()
+    x = mf.placeholder(mf.float32, [], name="x")
+    y = x * 2
+    for hook_key, caller_key in ((x, "x:0"), ("x:0", x)):
+        with mf.train.SingularMonitoredSession(
+                hooks=[RecordingHook(feeds={hook_key: 10.0})]) as sess:
+            assert sess.run(y, feed_dict={caller_key: 1.0}) == 2.0
+    for first, second, expected in (((x, 10.0), ("x:0", 5.0), 10.0),
+                                    (("x:0", 5.0), (x, 10.0), 20.0)):
+        hooks = [RecordingHook(feeds=dict([first])), RecordingHook(feeds=dict([second]))]
+        with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+            assert sess.run(y) == expected
