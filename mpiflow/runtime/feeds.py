@@ -29,11 +29,18 @@ def sorted_feeds(graph, feed_dict):
         raise errors.InvalidArgumentError(
             f"feed_dict must be a dict of {{tensor or name: value}}, got "
             f"{type(feed_dict).__name__}")
-    items = sorted(((feed_tensor(graph, k), v) for k, v in feed_dict.items()),
+    keys = {k: feed_tensor(graph, k) for k in feed_dict}
+    items = sorted(((keys[k], v) for k, v in feed_dict.items()),
                    key=lambda kv: (kv[0].op._id, kv[0].value_index))
     tensors = tuple(t for t, _ in items)
-    if fed_twice(tensors) is not None:
-        raise errors.InvalidArgumentError("feed_dict feeds the same tensor twice")
+    twice = fed_twice(tensors)
+    if twice is not None:
+        named = " and ".join(repr(k) if isinstance(k, str) else
+                             f"the {type(k).__name__} {getattr(k, 'name', k)!r}"
+                             for k, t in keys.items() if t is twice)
+        raise errors.InvalidArgumentError(
+            f"feed_dict feeds Tensor '{twice.name}' twice, by the keys {named}: each "
+            "tensor takes one value")
     return tensors, [check_feed(t, v) for t, v in items]
 
 

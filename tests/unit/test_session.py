@@ -471,3 +471,12 @@ def test_feeding_a_tensor_as_a_value_names_both(graph_xy):
             mf.errors.InvalidArgumentError,
             match="value fed for Tensor 'x:0' is a graph element, 'value:0'"):
         sess.run(y, {x: value})
+
+
+def test_a_feed_dict_feeding_a_tensor_by_two_keys_is_refused_naming_it_and_both_keys(
+        graph_xy):
+    x, y = graph_xy
+    with mf.Session() as sess, pytest.raises(
+            mf.errors.InvalidArgumentError,
+            match=r"feeds Tensor 'x:0' twice, by the keys the Tensor 'x:0' and 'x:0'"):
+        sess.run(y, {x: [[1.0, 2.0]], "x:0": [[3.0, 4.0]]})
