@@ -359,21 +359,39 @@ class Saver:
     def set_last_checkpoints(self, last_checkpoints) -> None:
         """Take over ``last_checkpoints`` (prefixes) as this Saver's, never to be deleted
         by its rotation: timed at infinity, as TensorFlow does."""
-        self._last_checkpoints = [(p, math.inf) for p in last_checkpoints]
+        _check_list("set_last_checkpoints", last_checkpoints, "checkpoint prefixes")
+        for prefix in last_checkpoints:
+            if not isinstance(prefix, (str, os.PathLike)):
+                raise TypeError(
+                    f"set_last_checkpoints takes a list of checkpoint prefixes (str), got "
+                    f"{prefix!r} in it (set_last_checkpoints_with_time takes (prefix, "
+                    "time) pairs)")
+        self._last_checkpoints = [(os.fspath(p), math.inf) for p in last_checkpoints]
 
     def set_last_checkpoints_with_time(self, last_checkpoints_with_time) -> None:
+        """Take over ``last_checkpoints_with_time``, a list of (prefix, time) pairs."""
+        _check_list("set_last_checkpoints_with_time", last_checkpoints_with_time,
+                    "(prefix, time) pairs")
         self._last_checkpoints = [(p, float(t)) for p, t in last_checkpoints_with_time]
 
     def recover_last_checkpoints(self, checkpoint_paths) -> None:
         """Adopt the existing ones of ``checkpoint_paths`` (e.g. from the state file)."""
         existing = [p for p in checkpoint_paths if ckpt.checkpoint_exists(p)]
         self.set_last_checkpoints_with_time(
-            zip(existing, ckpt.get_checkpoint_mtimes(existing)))
+            list(zip(existing, ckpt.get_checkpoint_mtimes(existing))))
 
     def _check_built(self) -> None:
         if not self._built:
             raise errors.FailedPreconditionError(
                 "Saver was created with defer_build=True: call build() before save/restore")
+
+
+def _check_list(method: str, value, of: str) -> None:
+    """Refuse anything but a list, as TensorFlow does (it asserts one): a string given
+    where a list of prefixes is expected would otherwise be taken letter by letter."""
+    if not isinstance(value, list):
+        raise TypeError(f"{method} takes a list of {of}, got {type(value).__name__} "
+                        f"{value!r}")
 
 
 _DIRECTORY_LOCKS = {}

@@ -709,3 +709,27 @@ def test_checkpoints_handed_to_set_last_checkpoints_are_never_rotated_away(tmp_p
         new = [keeper.save(sess, str(tmp_path / "new"), global_step=s) for s in (3, 4)]
     assert all(mf.train.checkpoint_exists(p) for p in old + new)
     assert keeper.last_checkpoints == new
+
+
+@pytest.mark.parametrize("method, given", [
+    ("set_last_checkpoints", "model.ckpt-1"),
+    ("set_last_checkpoints", ("model.ckpt-1", "model.ckpt-2")),
+    ("set_last_checkpoints_with_time", "model.ckpt-1"),
+    ("set_last_checkpoints_with_time", (("model.ckpt-1", 1.0),)),
+])
+def test_set_last_checkpoints_refuses_anything_but_a_list(method, given):
+    # TensorFlow asserts a list (AssertionError for a str or a tuple): a prefix given
+    # alone was taken letter by letter, ['m', 'o', 'd', ...].
+    mf.Variable(1.0, name="v")
+    saver = mf.train.Saver()
+    with pytest.raises(TypeError, match=rf"{method} takes a list of .*, got "
+                                        rf"{type(given).__name__}"):
+        getattr(saver, method)(given)
+    assert saver.last_checkpoints == []
+
+
+def test_set_last_checkpoints_refuses_pairs_naming_the_method_that_takes_them():
+    mf.Variable(1.0, name="v")
+    with pytest.raises(TypeError, match=r"got \('a', 1.0\) in it \(set_last_checkpoints_"
+                                        r"with_time takes"):
+        mf.train.Saver().set_last_checkpoints([("a", 1.0)])
