@@ -67,8 +67,8 @@ class Scaffold:
     ``global_variables_initializer()``; ``ready_op`` = ``report_uninitialized_variables()``
     (a bool mask, True = uninitialized); ``ready_for_local_init_op`` = the same for the
     global variables; ``local_init_op`` = ``local_variables_initializer()``; ``summary_op``
-    = ``mf.summary.merge_all()``; ``saver`` = the one in the SAVERS collection (a session
-    that needs one and has none makes a sharded ``Saver`` before the graph is finalized).
+    = ``mf.summary.merge_all()``; ``saver`` = the one in the SAVERS collection, else a new
+    ``Saver(sharded=True, allow_empty=True)`` added to it (more than one there is an error).
     """
 
     def __init__(self, init_op=None, init_feed_dict=None, init_fn=None, ready_op=None,
@@ -141,9 +141,12 @@ class Scaffold:
                                                  local_variables_initializer)
         if self.summary_op is None:
             self.summary_op = _get_or_default("summary_op", SUMMARY_OP, summary.merge_all)
-        if self.saver is None:
-            savers = graph.get_collection(GraphKeys.SAVERS)
-            self.saver = savers[0] if len(savers) == 1 else None
+        if self.saver is None and (graph.get_collection(GraphKeys.SAVERS) or
+                                   not graph.finalized):
+            # As TensorFlow's: the SAVERS collection's one, else a new sharded Saver that
+            # may be empty, so ``scaffold.saver.save(...)`` works in every session (a
+            # graph the script finalized itself, with no saver, keeps None).
+            self.saver = get_saver_or_default()
         if hasattr(self.saver, "build"):
             self.saver.build()          # a Saver made with defer_build adds its ops now
         graph.finalize()
@@ -174,8 +177,6 @@ class ChiefSessionCreator(SessionCreator):
         self._checkpoint_filename_with_path = checkpoint_filename_with_path
 
     def create_session(self):
-        if self._checkpoint_dir or self._checkpoint_filename_with_path:
-            self._scaffold._ensure_saver()
         s = self._scaffold.finalize()
         manager = SessionManager(local_init_op=s.local_init_op, ready_op=s.ready_op,
                                  ready_for_local_init_op=s.ready_for_local_init_op)

@@ -436,3 +436,32 @@ def test_a_tensor_a_hook_and_the_caller_feed_by_different_keys_takes_the_callers
         hooks = [RecordingHook(feeds=dict([first])), RecordingHook(feeds=dict([second]))]
         with mf.train.SingularMonitoredSession(hooks=hooks) as sess:
             assert sess.run(y) == expected
+
+
+def test_a_scaffold_always_has_a_saver_once_finalized_as_tensorflow(tmp_path):
+    # TF 2.21's Scaffold.finalize takes the SAVERS collection's one, else adds a new
+    # Saver(sharded=True, allow_empty=True): scaffold.saver.save works in any session.
+    m = counter_model()
+    set_v = m.v.assign(7.0)
+    scaffold = mf.train.Scaffold()
+    assert scaffold.saver is None
+    with mf.train.SingularMonitoredSession(scaffold=scaffold) as sess:
+        assert mf.get_collection(mf.GraphKeys.SAVERS) == [scaffold.saver]
+        sess.run(set_v)
+        prefix = scaffold.saver.save(sess, str(tmp_path / "model.ckpt"))
+    assert mf.train.load_variable(prefix, m.v.op.name) == 7.0
+
+
+def test_a_scaffold_of_a_graph_without_variables_gets_an_empty_saver():
+    with mf.Graph().as_default():
+        scaffold = mf.train.Scaffold().finalize()
+        assert scaffold.saver is not None
+        assert mf.get_collection(mf.GraphKeys.SAVERS) == [scaffold.saver]
+
+
+def test_a_scaffold_refuses_two_savers_in_the_collection():
+    mf.Variable(1.0, name="v")
+    for _ in range(2):
+        mf.add_to_collection(mf.GraphKeys.SAVERS, mf.train.Saver())
+    with pytest.raises(mf.errors.InvalidArgumentError, match="SAVERS collection holds 2"):
+        mf.train.Scaffold().finalize()
