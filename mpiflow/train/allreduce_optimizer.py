@@ -7,7 +7,9 @@ with the wrapped optimizer's fused ops. All copies start equal and so stay equal
 ``apply_gradients`` records the replicated variables (``GraphKeys.REPLICATED_VARIABLES``)
 and one op broadcasting them from worker 0 (``GraphKeys.REPLICA_BROADCAST_OPS``), which
 ``MonitoredTrainingSession``, ``Supervisor`` and ``TrainingMode.initialize`` run once the
-session is ready (after the chief's initialization or restore).
+session is ready (after the chief's initialization or restore). Variables made on the
+workers after that (an ExponentialMovingAverage's shadows) are recorded, with a broadcast
+op of their own, when a session is made (``session_manager.register_replicas``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from mpiflow import errors
 from mpiflow.framework import dtypes
 from mpiflow.framework.device_spec import DeviceSpec
-from mpiflow.framework.graph import GraphKeys
+from mpiflow.framework.graph import GraphKeys, get_default_graph
 from mpiflow.framework.indexed_slices import IndexedSlices
 from mpiflow.ops import array_ops, collective_ops, control_ops, math_ops, sparse_ops
 from mpiflow.ops.constant_ops import constant, placeholder_with_default
@@ -25,7 +27,7 @@ from mpiflow.ops.variables import global_variables
 from mpiflow.runtime import process
 from mpiflow.train.compression import parse_compression, top_k_with_feedback
 from mpiflow.train.optimizer import WrappingOptimizer
-from mpiflow.train.session_manager import broadcast_replicas
+from mpiflow.train.session_manager import REPLICA_OWNERS, broadcast_replicas, register_replicas
 from mpiflow.train.session_run_hook import SessionRunHook
 
 JOINABLE_OPTIMIZERS = "joinable_allreduce_optimizers"    # graph collection: see join()
@@ -242,7 +244,10 @@ class AllreduceOptimizer(WrappingOptimizer):
             train_op = self._opt.apply_gradients(grads_and_vars, global_step=global_step,
                                                  name=name)
         self._train_op = train_op
-        self._register_replicas(train_op.graph)
+        graph = train_op.graph
+        if self not in graph.get_collection(REPLICA_OWNERS):
+            graph.add_to_collection(REPLICA_OWNERS, self)
+        self.register_replicas(graph)
         return train_op
 
     def join(self, session) -> int:
@@ -287,11 +292,23 @@ class AllreduceOptimizer(WrappingOptimizer):
                 if DeviceSpec.from_string(v.device).job in (None, self._group) and
                 not self._keep_local(v)]
 
-    def _register_replicas(self, graph) -> None:
+    def register_replicas(self, graph) -> None:
+        """Record this group's replicated variables not yet recorded, and add one op
+        broadcasting them from worker 0 to ``REPLICA_BROADCAST_OPS`` (see
+        ``session_manager.register_replicas``)."""
         known = set(graph.get_collection(GraphKeys.REPLICATED_VARIABLES))
         new = [v for v in self.replicated_variables(graph) if v not in known]
         if not new:
             return
+        if graph.finalized:
+            names = ", ".join(f"'{v.op.name}'" for v in new[:5]) + \
+                (f" (and {len(new) - 5} more)" if len(new) > 5 else "")
+            raise errors.FailedPreconditionError(
+                f"{names}: variables replicated on every worker that were made after the "
+                "replicas' broadcast was built, and the graph is finalized, so none can be "
+                "built for them: each worker would keep its own initial values. Create the "
+                "session before finalizing the graph (MonitoredTrainingSession and "
+                "Supervisor finalize it after adding the broadcast)")
         with graph.as_default():
             op = self.broadcast_variables_op(new)
         for v in new:
@@ -367,7 +384,14 @@ class _BroadcastHook(SessionRunHook):
     def __init__(self, op):
         self._op = op
 
+    def begin(self):
+        graph = get_default_graph()
+        if not graph.finalized:
+            register_replicas(graph)
+
     def after_create_session(self, session, coord):
+        if self._op is None and not session.graph.finalized:
+            register_replicas(session.graph)
         if self._op is not None:
             session.run(self._op)
         else:

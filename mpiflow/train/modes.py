@@ -47,7 +47,8 @@ from mpiflow.train.device_setter import (GreedyLoadBalancingStrategy, byte_size_
                                          replica_device_setter)
 from mpiflow.train.hybrid import REPLICATED, TABLE, HybridOptimizer, TableChoice, on_ps
 from mpiflow.train.optimizer import WrappingOptimizer
-from mpiflow.train.session_manager import broadcast_replicas, initialize_replicas
+from mpiflow.train.session_manager import (broadcast_replicas, initialize_replicas,
+                                           register_replicas)
 from mpiflow.train.staleness import StalenessAwareOptimizer
 
 MODES = ("ps", "allreduce", "hybrid")
@@ -275,7 +276,10 @@ class TrainingMode:
     def initialize(self, sess, is_chief, timeout=None):
         """Initialize a plain Session's variables: the chief those on the ps, every worker
         its own; then the replicated ones take worker 0's values. (A
-        MonitoredTrainingSession or Supervisor does all of this itself.)"""
+        MonitoredTrainingSession or Supervisor does all of this itself.) Variables made
+        on the workers after ``minimize`` (an ExponentialMovingAverage's shadows) are
+        replicated too, and take worker 0's values as well."""
+        register_replicas(sess.graph)
         variables = global_variables()
         replicas = set(sess.graph.get_collection(GraphKeys.REPLICATED_VARIABLES))
         shared = [v for v in variables if on_ps(v)]

@@ -30,6 +30,7 @@ from mpiflow.train.global_step import get_global_step
 from mpiflow.train.session_manager import (
     SessionManager,
     get_saver_or_default,
+    register_replicas,
     report_uninitialized_variables,
 )
 from mpiflow.train.session_run_hook import SessionRunArgs, SessionRunContext, SessionRunValues
@@ -149,6 +150,9 @@ class Scaffold:
             self.saver = get_saver_or_default()
         if hasattr(self.saver, "build"):
             self.saver.build()          # a Saver made with defer_build adds its ops now
+        # Variables replicated on the workers made after minimize (an EMA's shadows) get
+        # their broadcast from worker 0 while ops can still be added.
+        register_replicas(graph)
         graph.finalize()
         return self
 

@@ -6,7 +6,10 @@ naming what is still uninitialized. Variables every worker holds its own copy of
 (``GraphKeys.REPLICATED_VARIABLES``: allreduce mode, hybrid's dense part) are the one
 thing a non-chief initializes itself, since nobody else can reach them; once the model is
 ready, every worker's copies take worker 0's values (``broadcast_replicas``), so a
-restore on the chief reaches every replica. mpiflow has no string tensors, so the ready op is not
+restore on the chief reaches every replica. The replicated variables are those on the
+workers' tasks when the session is made, not only when ``minimize`` ran
+(``register_replicas``): an ExponentialMovingAverage's shadows, or any variable made
+after it, start at each worker's own draw. mpiflow has no string tensors, so the ready op is not
 TensorFlow's list of names: ``report_uninitialized_variables`` returns a bool mask (True =
 uninitialized) and the graph keeps the matching variable names on the Python side.
 """
@@ -34,6 +37,9 @@ from mpiflow.train.saver import Saver
 _LOG = get_logger("mpiflow.train")
 # The variable names behind each report_uninitialized_variables mask, per graph.
 _REPORT_NAMES = PerGraph(dict)
+# Graph collection: the optimizers that own replicated variables (AllreduceOptimizer and
+# the modes built on it); each records and broadcasts those of its process group.
+REPLICA_OWNERS = "replica_owners"
 # Polls of the ready op start fast (the chief is usually a moment behind) and back off.
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.25
@@ -74,6 +80,27 @@ def uninitialized_names(report, mask) -> list:
     return [n for n, m in zip(names, mask) if m]
 
 
+def register_replicas(graph) -> None:
+    """Record as replicated (with an op broadcasting them from worker 0) every variable of
+    ``graph`` on the workers' tasks made since its replica owners last looked: those made
+    after ``minimize`` (an ExponentialMovingAverage's shadows, a user's variable) start
+    at each worker's own random draw, and would otherwise stay different on each worker.
+
+    Sessions call it as they are made: ``Scaffold.finalize`` (MonitoredTrainingSession,
+    Supervisor) before it finalizes the graph, ``TrainingMode.initialize`` and the
+    broadcast hook before they initialize and broadcast. Every worker building the same
+    graph registers the same variables at the same points, so the broadcasts are issued
+    in one order on all of them; a variable made by some workers only makes their
+    broadcasts differ, which the collectives' cross-rank check refuses, naming it.
+
+    Raises:
+        FailedPreconditionError: new replicated variables, but the graph is finalized
+            (no broadcast op can be added): they are named.
+    """
+    for owner in graph.get_collection(REPLICA_OWNERS):
+        owner.register_replicas(graph)
+
+
 def initialize_replicas(session) -> None:
     """Initialize this worker's own copies of the replicated variables: no other task can
     (they live on this one), and ``broadcast_replicas`` then gives them worker 0's values."""
@@ -91,7 +118,8 @@ def broadcast_replicas(session) -> None:
     """
     ops = session.graph.get_collection(GraphKeys.REPLICA_BROADCAST_OPS)
     if ops and not session.replicas_broadcast:
-        session.run(ops)
+        for op in ops:      # one at a time: their collectives issued in one order everywhere
+            session.run(op)
         session.replicas_broadcast = True
 
 

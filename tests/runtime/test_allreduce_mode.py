@@ -53,3 +53,27 @@ def test_the_embedding_example_trains_in_the_mode_auto_chooses_and_says_why(run_
                       r"(\d+\.\d+) -> (\d+\.\d+)", proc.stdout)
     assert found, proc.stdout
     assert float(found[2]) < float(found[1]) - 0.02, proc.stdout
+
+
+@pytest.mark.parametrize("session", ["session", "monitored", "supervisor"])
+@pytest.mark.parametrize("mode,ps", [("allreduce", 0), ("hybrid", 1)])
+def test_variables_made_after_minimize_take_worker_0s_values_on_every_worker(
+        run_mpi, mode, ps, session):
+    """An ExponentialMovingAverage's shadows and a plain variable made after minimize,
+    each worker drawing its own initial values, are bit-identical on both workers once the
+    session is made and after a step, the shadows as one process's average (see
+    progs/late_replicas.py)."""
+    out = run_mpi(2 + ps, PROGS / "late_replicas.py", mode, session, timeout=120,
+                  env={"MPIFLOW_PS": str(ps), "MPIFLOW_TIMEOUT": "30"}).stdout
+    assert out.count(f"OK {mode} {session}") == 2, out
+
+
+@pytest.mark.parametrize("session", ["session", "monitored"])
+def test_a_variable_made_after_minimize_on_one_worker_only_is_refused_naming_it(run_mpi,
+                                                                                session):
+    out = run_mpi(2, PROGS / "late_replicas.py", "allreduce", session, "mismatch",
+                  timeout=120, env={"MPIFLOW_PS": "0", "MPIFLOW_TIMEOUT": "30"}).stdout
+    refused = re.findall(r"^REFUSED InvalidArgumentError: broadcast '(\S+)'.*cross-rank "
+                         r"check failed", out, re.MULTILINE)
+    assert sorted(refused) == ["broadcast/only_on_worker_1",
+                               "broadcast/w/ExponentialMovingAverage"], out
