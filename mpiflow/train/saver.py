@@ -252,21 +252,29 @@ class Saver:
                 "directory)")
         sess = _raw_session(sess, "save")
         prefix = os.fspath(save_path)
-        if global_step is not None:
-            prefix += ("-%08d" if self._pad_step_number else "-%d") % \
-                _step_number(sess, global_step)
         directory = os.path.dirname(prefix) or "."
         if self._is_empty:
-            _LOG.info("Saver: nothing to save (allow_empty=True): %s not written", prefix)
+            _LOG.info("Saver: nothing to save (allow_empty=True): %s not written",
+                      self._stepped(sess, prefix, global_step))
             return None
         if not os.path.isdir(directory):
             raise errors.InvalidArgumentError(
                 f"Parent directory of {prefix} doesn't exist, can't save.")
-        absolute = os.path.abspath(prefix)
         with _directory_lock(directory):
-            self._save_locked(sess, prefix, absolute, directory, latest_filename,
-                              write_state)
+            # The step is read when this save's turn comes: read before waiting for another
+            # save (the Supervisor's checkpoint thread beside a script's own save), it
+            # named this later save after an older step, which then became the latest.
+            prefix = self._stepped(sess, prefix, global_step)
+            self._save_locked(sess, prefix, os.path.abspath(prefix), directory,
+                              latest_filename, write_state)
         return prefix
+
+    def _stepped(self, sess, prefix: str, global_step) -> str:
+        """``prefix``, with ``-<global step>`` when a step is given."""
+        if global_step is None:
+            return prefix
+        return prefix + ("-%08d" if self._pad_step_number else "-%d") % \
+            _step_number(sess, global_step)
 
     def _save_locked(self, sess, prefix, absolute, directory, latest_filename, write_state):
         """The save itself, alone in its directory among this process's saves (a

@@ -5,6 +5,8 @@ checkpoints."""
 import json
 import re
 import os
+import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 import mpiflow as mf
 from mpiflow.ops import checkpoint_format as fmt
 from mpiflow.ops import io_ops
+from mpiflow.train import saver as saver_module
 
 FULL = np.arange(70, dtype=np.float32).reshape(14, 5) / 7
 
@@ -733,3 +736,22 @@ def test_set_last_checkpoints_refuses_pairs_naming_the_method_that_takes_them():
     with pytest.raises(TypeError, match=r"got \('a', 1.0\) in it \(set_last_checkpoints_"
                                         r"with_time takes"):
         mf.train.Saver().set_last_checkpoints([("a", 1.0)])
+
+
+def test_a_save_reads_its_step_when_its_turn_comes_so_the_latest_is_the_newest(tmp_path):
+    # A Supervisor's checkpoint thread and a script's own save can save at once: a step
+    # read before waiting for the other save named this later save after an older step
+    # (model.ckpt-0 holding step 30's values), and that became the latest checkpoint.
+    step = mf.train.get_or_create_global_step()
+    advance = step.assign(30)
+    saver = mf.train.Saver()
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        with saver_module._directory_lock(str(tmp_path)):     # another save under way
+            waiting = threading.Thread(target=saver.save, args=(sess, str(tmp_path / "m")),
+                                       kwargs={"global_step": step})
+            waiting.start()
+            time.sleep(0.3)
+            sess.run(advance)           # the step moves on while this save waits
+        waiting.join(10)
+    assert mf.train.latest_checkpoint(str(tmp_path)).endswith("m-30")
