@@ -301,8 +301,7 @@ class AllreduceOptimizer(WrappingOptimizer):
         if not new:
             return
         if graph.finalized:
-            names = ", ".join(f"'{v.op.name}'" for v in new[:5]) + \
-                (f" (and {len(new) - 5} more)" if len(new) > 5 else "")
+            names = errors.first_of((f"'{v.op.name}'" for v in new), 5)
             raise errors.FailedPreconditionError(
                 f"{names}: variables replicated on every worker that were made after the "
                 "replicas' broadcast was built, and the graph is finalized, so none can be "

@@ -135,7 +135,7 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
                   graph.get_collection(GraphKeys.GLOBAL_VARIABLES) +
                   graph.get_collection(GraphKeys.LOCAL_VARIABLES)}
         if master and missing:
-            own = _on_own_task(graph, missing)
+            own = _on_own_task(graph, missing, placed)
             if own:
                 return own
         tasks = sorted({t for t in placed.values() if None not in t})
@@ -176,7 +176,7 @@ def _built_otherwise(sess, ready_op, master, config) -> str | None:
             "they are made) and with the same partitioner")
 
 
-def _on_own_task(graph, missing) -> str | None:
+def _on_own_task(graph, missing, placed) -> str | None:
     """Why global variables made with no task in their device (outside
     ``replica_device_setter``) will never be initialized for this worker, or None.
 
@@ -184,16 +184,15 @@ def _on_own_task(graph, missing) -> str | None:
     its own copy, on its own task, and nobody initializes this worker's, so waiting for
     the chief is waiting for ever (a global step made before the device scope is the
     usual case). Replicated variables (this worker initializes them itself) and local
-    variables (its local_init_op does) are not among them."""
-    own = {v.op.name for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
-           if job_and_task(v.device)[0] is None}
+    variables (its local_init_op does) are not among them. ``placed``: each variable's
+    (job, task), as ``_built_otherwise`` found them."""
+    own = {name for name, (job, _) in placed.items() if job is None}
     own -= {v.op.name for v in graph.get_collection(GraphKeys.LOCAL_VARIABLES) +
             graph.get_collection(GraphKeys.REPLICATED_VARIABLES)}
     names = [n for n in missing if n in own]
     if not names:
         return None
-    listed = ", ".join(f"'{n}'" for n in names[:5]) + \
-        (f" (and {len(names) - 5} more)" if len(names) > 5 else "")
+    listed = errors.first_of((f"'{n}'" for n in names), 5)
     return (f"{listed}: made outside replica_device_setter (no task in the device), so "
             "this worker's copy lives on its own task, where nobody initializes it (the "
             "chief initializes its own copy, on its task): make it inside the "
