@@ -175,7 +175,7 @@ _declare(
                "each with a scratch buffer of MPIFLOW_RING_CHUNK_BYTES)"),
     Option("MPIFLOW_RING_MIN_BYTES", "int", None, minimum=0,
            doc="algorithm='auto' uses mpiflow's ring for host arrays of at least this many "
-               "bytes and MPI's Iallreduce below; 0 = never the ring; unset: 256 KiB "
+               "bytes and MPI's Iallreduce below; 0 = never the ring; unset: 512 KiB "
                "between 2 ranks, 4 MiB among more (the measurements behind it are in "
                "mpiflow/comm/collectives/__init__.py)"),
     Option("MPIFLOW_CHECK_CARRY_BYTES", "int", 32 << 10, minimum=0,

@@ -79,14 +79,14 @@ class _Ranks:
 
 
 @pytest.mark.parametrize("ranks,nbytes,takes_ring", [
-    (2, (256 << 10) - 4, False),
-    (2, 256 << 10, True),               # a pair: the ring's two steps win from 256 KiB
-    (3, 256 << 10, False),
+    (2, (512 << 10) - 4, False),
+    (2, 512 << 10, True),               # a pair: the ring's two steps win from 512 KiB
+    (3, 512 << 10, False),
     (4, (4 << 20) - 4, False),
     (4, 4 << 20, True),                 # more ranks: from 4 MiB
     (1, 4 << 20, True),
 ])
-def test_unset_the_rings_threshold_is_256_kib_between_two_ranks_and_4_mib_among_more(
+def test_unset_the_rings_threshold_is_512_kib_between_two_ranks_and_4_mib_among_more(
         ranks, nbytes, takes_ring):
     unset = config.Config(env={})
     array = np.empty(nbytes // 4, np.float32)

@@ -6,11 +6,11 @@ array)`` returns the named one (an error says why when it cannot run here), or f
 
 - NCCL for cupy arrays (where ``cupy.cuda.nccl`` imports, a GPU is visible, no two ranks
   of the node share one, and NCCL has a type for the dtype: ``runs_on_gpu``);
-- mpiflow's ring for host arrays of at least MPIFLOW_RING_MIN_BYTES (unset: 256 KiB
+- mpiflow's ring for host arrays of at least MPIFLOW_RING_MIN_BYTES (unset: 512 KiB
   between 2 ranks, 4 MiB among more, ``ring.ring_min_bytes``; 0 = never);
 - MPI's Iallreduce otherwise.
 
-Why 4 MiB, and 256 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH
+Why 4 MiB, and 512 KiB for a pair: ``benchmarks/allreduce_bw.py`` on a 2-core VM, MPICH
 5.0.2, float32, with the cross-rank check, bus bandwidth in MB/s (ring vs the mpi
 strategy; MPI = the library's blocking Allreduce for reference)::
 
@@ -35,9 +35,13 @@ traded places in the runs of the table; once the check became one exchange (it n
 costs the mpi strategy less), three launches of ring against mpi, medians of 9 batches
 each, gave the ring 0.73-0.95 of mpi's speed at 1 MiB, 0.75-1.04 at 2 MiB and 0.98-1.06
 at 4 MiB: the threshold among more than two ranks went from 1 to 4 MiB. Between 2 ranks the ring is two steps and
-wins from 256 KiB: auto's bus bandwidth there against the better of ring and mpi went
-from 0.89-0.92 (1 MiB threshold, auto took mpi) to 1.03-1.04 (256 KiB), at 64 KiB mpi
-still ahead (0.76-0.79 of MPI against the ring's 0.60-0.62), two runs each. Small
+wins from about 384 KiB: auto's bus bandwidth at 1 MiB against the better of ring and mpi
+went from 0.89-0.92 (1 MiB threshold, auto took mpi) to 1.03-1.04 (256 KiB), at 64 KiB mpi
+still ahead (0.76-0.79 of MPI against the ring's 0.60-0.62), two runs each. At 256 KiB
+the two runs then gave the ring the lead, but seven later ones did not: the ring at
+256 KiB ran 0.77-0.93 of the mpi strategy's speed (five runs of this table), 0.86 (two
+launches, medians of 7 batches); at 384 KiB 0.96 and 1.15, at 512 KiB 1.05 and 1.08, at
+768 KiB 1.13 and 1.23: the pair's threshold went to 512 KiB. Small
 messages are best left to MPI, or to the check itself: a checked allreduce of at most
 MPIFLOW_CHECK_CARRY_BYTES (32 KiB) moves in the cross-rank check's own recursive-doubling
 messages (``exchange.py``), so check and data cost one exchange; a blocking call with

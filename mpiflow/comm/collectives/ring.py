@@ -144,8 +144,8 @@ class _Ring(Stage):
 
 # Where auto's ring starts when MPIFLOW_RING_MIN_BYTES is unset (the measurements are in
 # the package's docstring): two ranks make a ring of two steps, each a half-exchange, and
-# it beats MPI from 256 KiB; more ranks add dependent steps, and MPI keeps up to 4 MiB.
-PAIR_RING_MIN_BYTES = 256 << 10
+# it beats MPI from 512 KiB; more ranks add dependent steps, and MPI keeps up to 4 MiB.
+PAIR_RING_MIN_BYTES = 512 << 10
 RING_MIN_BYTES = 4 << 20
 
 
