@@ -6,8 +6,9 @@ hybrid mode at several worker counts, measured against the cost model of
     python benchmarks/hybrid_cost.py --workers 4 --rows 1000000 --json
 
 The model (``build``): a table of ``--rows`` x ``--dim`` (embedding_lookup of ``--fields``
-ids per example, Zipf-distributed) under a dense tower ``fields*dim -> hidden... -> 1`` of a
-few million parameters, Adagrad, batch ``--batch``. Each (mode, workers) is one mpiexec
+ids per example, Zipf-distributed; with ``--pool K`` each field is a bag of K ids whose
+rows are averaged, as a user's history or a document's words are) under a dense tower
+``fields*dim -> hidden... -> 1`` of a few million parameters, Adagrad, batch ``--batch``. Each (mode, workers) is one mpiexec
 launch (ps and hybrid with ``--ps`` ps ranks more; oversubscribed here, so steps/s are
 of the same work on the same cores, not a cluster's); ``--rounds R`` launches every mode
 R times in turn and shows the launch of median steps/s. Every rank reports:
@@ -17,11 +18,18 @@ R times in turn and shows the launch of median steps/s. Every rank reports:
 - its peak resident memory (VmHWM), and the process's memory before the model was built.
 The cost model's predictions for the same model are printed beside the measurements,
 and for 64 workers. Run by hand (minutes); ``python -m benchmarks.report`` includes it.
+
+With ``--simulate`` (root) every rank runs on a simulated host of its own (network
+namespaces, ``tests/cluster/virtual_hosts.py``) and ``--link-mbit`` caps each host's link
+each way, as a cluster's network does: the ps's link then carries what every worker
+pulls and pushes, which is where a ps stops scaling and hybrid mode is meant to win.
+The ranks still share this machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -52,6 +60,8 @@ def build(mf, ids, labels, args):
     table = mf.get_variable("embedding", [args.rows, args.dim],
                             initializer=mf.random_normal_initializer(0.0, 0.05))
     rows = mf.nn.embedding_lookup(table, mf.reshape(ids, [-1]), partition_strategy="div")
+    if args.pool > 1:       # each field a bag of ids: the mean of its rows
+        rows = mf.reduce_mean(mf.reshape(rows, [-1, args.pool, args.dim]), axis=1)
     h = mf.reshape(rows, [-1, args.fields * args.dim])
     width = args.fields * args.dim
     for i, hidden in enumerate(args.hidden):
@@ -67,7 +77,8 @@ def build(mf, ids, labels, args):
 def batches(args, seed, count=16):
     import numpy as np
     rng = np.random.default_rng(seed)
-    ids = ((rng.zipf(1.2, size=(count, args.batch, args.fields)) - 1) % args.rows)
+    shape = (count, args.batch, args.fields) + ((args.pool,) if args.pool > 1 else ())
+    ids = ((rng.zipf(1.2, size=shape) - 1) % args.rows)
     labels = (rng.random((count, args.batch)) < 0.3).astype(np.float32)
     return ids.astype(np.int64), labels
 
@@ -96,10 +107,11 @@ def job(args):
     else:
         task = server.task_index
         mode = mf.train.TrainingMode(args.mode, cluster, task, shard_rows=args.rows,
-                                     ids_per_step=args.batch * args.fields)
+                                     ids_per_step=ids_per_step(args))
         mf.set_random_seed(0)
         with mode.scope():
-            ids = mf.placeholder(mf.int64, [None, args.fields], name="ids")
+            ids = mf.placeholder(mf.int64, [None, args.fields] + (
+                [args.pool] if args.pool > 1 else []), name="ids")
             labels = mf.placeholder(mf.float32, [None], name="labels")
             loss = build(mf, ids, labels, args)
             step = mf.train.get_or_create_global_step()
@@ -147,19 +159,26 @@ def job(args):
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def launch(args, mode, workers):
+def launch(args, mode, workers, hosts=None):
+    """One launch of ``mode`` with ``workers``; on ``hosts`` (``VirtualHosts``) one rank
+    per simulated host."""
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or \
         shutil.which("mpiexec")
     ranks = workers + (0 if mode == "allreduce" else args.ps)
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, __file__, "--job", "--mode", mode,
+    start = [mpiexec, "-n", str(ranks)] if hosts is None else \
+        hosts.mpiexec_argv(mpiexec, 1, hosts.names[:ranks])
+    cmd = [*start, sys.executable, __file__, "--job", "--mode", mode,
            "--ps", str(args.ps), "--rows", str(args.rows), "--dim", str(args.dim),
-           "--fields", str(args.fields), "--batch", str(args.batch), "--steps",
+           "--fields", str(args.fields), "--pool", str(args.pool), "--batch",
+           str(args.batch), "--steps",
            str(args.steps), "--warmup", str(args.warmup), "--hidden",
            *map(str, args.hidden)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MPIFLOW_CPU_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
     env.pop("MPIFLOW_PS", None)
+    if hosts is not None:
+        cmd = hosts.command(hosts.names[0], cmd)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env,
                           timeout=args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -169,13 +188,18 @@ def launch(args, mode, workers):
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def ids_per_step(args) -> int:
+    """The ids a worker step looks up: every field of every example, each bag whole."""
+    return args.batch * args.fields * max(args.pool, 1)
+
+
 def model_shape(args):
     """The model as the cost model sees it, from the same arguments that build it."""
     from mpiflow.train.mode_cost import ModelShape
     widths = [args.fields * args.dim, *args.hidden]
     dense = sum(a * b + b for a, b in zip(widths, widths[1:])) + widths[-1]
     return ModelShape(dense_bytes=4 * dense, table_bytes=4 * args.rows * args.dim,
-                      row_bytes=4 * args.dim, ids_per_step=args.batch * args.fields,
+                      row_bytes=4 * args.dim, ids_per_step=ids_per_step(args),
                       slots=1)
 
 
@@ -189,6 +213,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--fields", type=int, default=16)
+    parser.add_argument("--pool", type=int, default=1,
+                        help="ids per field, their rows averaged (a bag of ids)")
     parser.add_argument("--hidden", type=int, nargs="*", default=[1536, 1024])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30, help="measured steps per worker")
@@ -198,6 +224,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--predict", type=int, nargs="*", default=[64],
                         help="worker counts the cost model predicts beyond the runs")
     parser.add_argument("--timeout", type=int, default=1200)
+    parser.add_argument("--simulate", action="store_true",
+                        help="every rank on a simulated host of its own (root)")
+    parser.add_argument("--link-mbit", type=float, default=None,
+                        help="with --simulate: each host's link capped at this many Mbit/s")
     parser.add_argument("--json", action="store_true")
     return parser
 
@@ -213,11 +243,13 @@ def main():
     runs = []
     for workers in args.workers:
         launches = {mode: [] for mode in args.modes}
-        for _ in range(args.rounds):      # the modes in turn: the machine drifts
-            for mode in args.modes:
-                launches[mode].append(launch(args, mode, workers))
-                print(f"  {mode} x {workers}: {launches[mode][-1]['steps_per_s']:.1f} "
-                      f"steps/s", file=sys.stderr, flush=True)
+        with simulated_hosts(args, workers + args.ps) as hosts:
+            for _ in range(args.rounds):      # the modes in turn: the machine drifts
+                for mode in args.modes:
+                    launches[mode].append(launch(args, mode, workers, hosts))
+                    print(f"  {mode} x {workers}: "
+                          f"{launches[mode][-1]['steps_per_s']:.1f} steps/s",
+                          file=sys.stderr, flush=True)
         for mode in args.modes:
             measured = median_launch(launches[mode])
             chosen = measured["chosen"]
@@ -231,6 +263,27 @@ def main():
                           "predictions": predictions}))
         return
     print(report(args, shape, runs, predictions))
+
+
+def simulated_hosts(args, count):
+    """``count`` simulated hosts with their links capped as ``args`` say (``--simulate``),
+    else a context of None: the ranks on this machine as they are."""
+    if not args.simulate:
+        return contextlib.nullcontext()
+    sys.path.insert(0, str(ROOT))
+    from tests.cluster.virtual_hosts import VirtualHosts, unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        raise SystemExit(f"--simulate: {reason}")
+    hosts = VirtualHosts(count)
+
+    @contextlib.contextmanager
+    def built():
+        with hosts:
+            if args.link_mbit:
+                hosts.limit_links(args.link_mbit)
+            yield hosts
+    return built()
 
 
 def median_launch(launches) -> dict:
@@ -273,10 +326,14 @@ def auto_against_the_best(runs) -> list:
 
 def report(args, shape, runs, predictions) -> str:
     """The tables: measured against predicted, then the predictions beyond."""
+    where = "" if not args.simulate else (
+        "; every rank on a simulated host of its own" + (
+            f", each link capped at {args.link_mbit:g} Mbit/s each way" if args.link_mbit
+            else ""))
     lines = [f"model: table {args.rows} x {args.dim} ({_mib(shape.table_bytes)} MiB), dense "
              f"{shape.dense_bytes // 4:,} parameters ({_mib(shape.dense_bytes)} MiB), "
              f"{shape.ids_per_step} ids per worker step, Adagrad; {args.ps} ps in ps and "
-             "hybrid mode", "",
+             f"hybrid mode{where}", "",
              "| mode | workers | steps/s | worker sent MiB/step (model) | worker received "
              "(model) | ps received (model) | worker peak RSS MiB (model state) | ps peak RSS "
              "(model state) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -124,6 +124,17 @@ class VirtualHosts:
                 # Ranks on different hosts talk over the veth network, as real nodes would.
                 "-genv", "UCX_TLS", "tcp,self", "-genv", "UCX_NET_DEVICES", "eth0"]
 
+    def limit_links(self, mbit: float) -> None:
+        """Cap every host's link at ``mbit`` megabits per second each way (a token bucket
+        on both ends of its veth), as a cluster's network caps what a node sends and
+        receives: traffic that crosses one node's link (a ps's) then takes its time."""
+        burst = f"{max(int(mbit * 1e6 / 8 / 250), 32 << 10)}b"   # 4 ms at the rate
+        for i, name in enumerate(self.names):
+            for ns, dev in ((self.prefix + name, "eth0"), (self.switch, f"port{i}")):
+                subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf",
+                                "rate", f"{mbit}mbit", "burst", burst, "latency", "100ms"],
+                               capture_output=True, text=True, check=True)
+
     # -- faults ------------------------------------------------------------------------------
     def pids(self, host: str) -> list[int]:
         out = _ip("netns", "pids", self.prefix + host, check=False).stdout
