@@ -43,6 +43,11 @@ class SyncReplicasOptimizer(WrappingOptimizer):
         replicas_to_aggregate: gradients averaged per step.
         total_num_replicas: workers training (default ``replicas_to_aggregate``); more
             than ``replicas_to_aggregate`` makes the extra ones backups.
+        variable_averages: an ``ExponentialMovingAverage`` whose shadows of
+            ``variables_to_average`` (default: the trainable variables) the chief's step
+            moves once per global step, after the update (what ``ema.apply`` under the
+            train op's control dependency does in one process; built that way in a
+            synchronous job it would run once per worker and step).
     """
 
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None,
@@ -58,9 +63,8 @@ class SyncReplicasOptimizer(WrappingOptimizer):
             raise errors.InvalidArgumentError(
                 f"SyncReplicasOptimizer: total_num_replicas ({total}) must be >= "
                 f"replicas_to_aggregate ({replicas_to_aggregate})")
-        if variable_averages is not None:
-            raise errors.UnimplementedError(
-                "SyncReplicasOptimizer: variable_averages is not supported")
+        self._variable_averages = variable_averages
+        self._variables_to_average = variables_to_average
         self._replicas_to_aggregate = int(replicas_to_aggregate)
         self._total_num_replicas = int(total)
         self._sync_op = None
@@ -131,8 +135,16 @@ class SyncReplicasOptimizer(WrappingOptimizer):
                 update = self._opt.apply_gradients(averaged)
                 with graph.control_dependencies([update]):
                     new_step = state_ops.assign_add(global_step, constant(1, step_ref.dtype))
-                self._sync_op = apply_op("SyncTokenRelease", [new_step],
-                                         {"shared_name": token_name})
+                stepped = [new_step]
+                if self._variable_averages is not None:
+                    # Once per global step, after the update and its step count, before
+                    # the release: the workers' next step reads the shadows of this one.
+                    with graph.control_dependencies(stepped):
+                        stepped.append(self._variable_averages.apply(
+                            self._variables_to_average))
+                with graph.control_dependencies(stepped[1:]):
+                    self._sync_op = apply_op("SyncTokenRelease", [new_step],
+                                             {"shared_name": token_name})
                 # At the end the chief releases every worker still waiting (one that
                 # started a step the others did not join), so none is left hanging.
                 self._release_all_op = apply_op(
