@@ -299,7 +299,13 @@ def _stop_sync_loop(session, optimizer, thread):
     while thread.is_alive() and time.monotonic() < deadline:
         session._cancel_other_thread(thread.ident, "sync-replicas loop stopped")
         thread.join(0.1)
-    session.run(optimizer._release_all_op)
+    try:
+        session.run(optimizer._release_all_op)
+    except errors.UnavailableError:
+        # The ps holding the step tokens has left: the job is over (a TF1 script that
+        # ends without sv.stop() stops the loop at exit, after the ps's join returned),
+        # and no worker can still wait there.
+        pass
 
 
 class _ChiefSyncRunner:

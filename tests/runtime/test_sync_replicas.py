@@ -45,6 +45,19 @@ def test_a_sync_step_timing_out_on_the_ps_shows_the_gradient_missing_there(run_m
                "it holds 1 (from rank 1 (worker:0))" in line for line in serving), err
 
 
+def test_tf1_supervisor_script_with_variable_averages_equals_one_process_and_ends_quietly(
+        run_mpi):
+    # TensorFlow's replica scripts end without sv.stop(): the chief's sync loop is stopped
+    # at exit, after the ps has gone, and must not print a traceback for that.
+    out = run_mpi(4, PROGS / "sync_supervisor.py", 6, timeout=120,
+                  env={"MPIFLOW_TIMEOUT": "60"})
+    found = re.findall(r"OK worker (\d): \d+ steps, weights and shadows equal one process",
+                       out.stdout)
+    assert sorted(found) == ["0", "1"], out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "Exception in thread" not in out.stderr, \
+        out.stderr
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
