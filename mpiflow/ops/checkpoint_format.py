@@ -43,6 +43,11 @@ INDEX_SUFFIX = ".index.json"
 MANIFEST_KEY = "manifest"
 _SHARD_GLOB = ".shard-?????-of-?????*.npz"
 TEMP_MARK = ".tmp-"          # temporary files: <final name>.tmp-<pid>-<random>
+SAVING_SUFFIX = ".saving"    # <prefix>.<save id>.saving: a save in progress (mark_saving)
+_SAVING_GLOB = "." + "[0-9a-f]" * 16 + SAVING_SUFFIX
+# A save's marker written on another host (whose process cannot be looked up) counts as a
+# save in progress for this long: its files are then a dead save's leftovers.
+STALE_SAVE_S = 6 * 3600.0
 
 
 # -- names -------------------------------------------------------------------------------
@@ -83,10 +88,69 @@ def remove_save(prefix: str, save_id: str) -> None:
             pass
 
 
-def remove_leftovers(directory: str, before: float, keep=()) -> None:
+def mark_saving(prefix: str, save_id: str) -> str:
+    """Announce save ``save_id`` of ``prefix`` to the other processes that save into its
+    directory (another job, a second worker saving too): a small file naming this host and
+    process, beside the shards, kept until the save ends. Their clean-up passes over the
+    files of a save so marked while it lives. Returns the marker's path."""
+    path = f"{prefix}.{save_id}{SAVING_SUFFIX}"
+    data = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode("utf-8")
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise os_error(exc, f"Cannot write checkpoint file '{path}'") from exc
+    return path
+
+
+def unmark_saving(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _live_saves(directory: str, before: float) -> list:
+    """The markers (``mark_saving``) in ``directory`` of saves that may still be running;
+    the markers of dead ones (written before ``before``) are deleted."""
+    live, now, host = [], time.time(), socket.gethostname()
+    for marker in glob.glob(os.path.join(glob.escape(directory), "*" + _SAVING_GLOB)):
+        try:
+            written = os.path.getmtime(marker)
+            with open(marker, "rb") as f:
+                writer = json.loads(f.read().decode("utf-8"))
+            pid = int(writer["pid"])
+            dead = now - written > STALE_SAVE_S or \
+                (writer["host"] == host and not _process_exists(pid))
+        except FileNotFoundError:
+            continue                    # that save just ended
+        except (OSError, ValueError, KeyError, TypeError):
+            dead = False                # being written, or not ours to judge: leave it
+            written = now
+        if not dead:
+            live.append(os.path.basename(marker)[:-len(SAVING_SUFFIX)])
+        elif written < before:
+            unmark_saving(marker)
+    return live
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True                     # someone else's process
+    return True
+
+
+def remove_leftovers(directory: str, before: float, keep=(), own: str = "") -> None:
     """Delete what dead saves left in ``directory``: temporary files, and shards no index
     names (written before ``before``, a time: a save in progress is left alone); never a
-    path in ``keep``."""
+    path in ``keep``, nor a file of a save another process is making there (its marker,
+    ``mark_saving``, names a live process, or is younger than ``STALE_SAVE_S`` where
+    written on another host). ``own`` is the id of the save cleaning up, which it passes
+    by."""
     indexed = set(keep)
     damaged = []                # prefixes whose index cannot be read: keep their shards
     for index in glob.glob(os.path.join(glob.escape(directory), "*" + INDEX_SUFFIX)):
@@ -96,12 +160,19 @@ def remove_leftovers(directory: str, before: float, keep=()) -> None:
             indexed.update(os.path.join(directory, n) for n in named if isinstance(n, str))
         except (OSError, ValueError, AttributeError, TypeError):
             damaged.append(os.path.basename(index)[:-len(INDEX_SUFFIX)] + ".shard-")
+    live = [m for m in _live_saves(directory, before) if not own or not m.endswith(own)]
+    # A live save's shards and their temporaries carry its id; its index's temporary and
+    # the state file's, written at its end, carry only its prefix and the directory.
+    live_ids = [f".{marker[-16:]}.npz" for marker in live]
+    live_indexes = [marker[:-17] + INDEX_SUFFIX + TEMP_MARK for marker in live]
     candidates = glob.glob(os.path.join(glob.escape(directory), "*" + TEMP_MARK + "*")) + \
         glob.glob(os.path.join(glob.escape(directory), "*" + _SHARD_GLOB))
     for path in candidates:
         name = os.path.basename(path)
         if path in indexed or not _LEFTOVER.search(name) or \
-                any(name.startswith(prefix) for prefix in damaged):
+                any(name.startswith(prefix) for prefix in damaged + live_indexes) or \
+                any(save in name for save in live_ids) or \
+                (live and name.startswith("checkpoint" + TEMP_MARK)):
             continue
         try:
             if os.path.getmtime(path) < before:

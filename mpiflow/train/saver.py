@@ -282,27 +282,35 @@ class Saver:
         one must never take another's shards for a dead save's."""
         save_id = fmt.new_save_id()
         started = time.time()
+        # Other processes saving into this directory (another job, a second worker) leave
+        # the files of this save alone while the marker says it is in progress.
+        marker = fmt.mark_saving(absolute, save_id)
         try:
-            manifests = sess.run(self._manifests, {self._filename: io_ops.encode_path(absolute),
-                                           self._save_id: io_ops.encode_path(save_id)})
-            index = fmt.index_document(manifests, mpiflow.__version__, save_id)
-            fmt.write_json(fmt.index_path(absolute), index)
-        except BaseException:
-            # Give back the space the shards of this failed save hold (a full disk).
-            fmt.remove_save(absolute, save_id)
-            raise
-        # The new checkpoint is whole: what an older save of this prefix or a dead save
-        # left (shards no index names, temporary files) can go.
-        fmt.remove_leftovers(os.path.dirname(absolute), before=started,
-                             keep=[os.path.join(os.path.dirname(absolute), f)
-                                   for f in index["shards"]])
-        if write_state:
-            self._record(prefix)
-            ckpt.update_checkpoint_state(
-                directory, prefix, self.last_checkpoints, latest_filename,
-                all_model_checkpoint_timestamps=[t for _, t in self._last_checkpoints]
-                if self._last_checkpoints else None)
-            self._delete_old(directory)
+            try:
+                manifests = sess.run(self._manifests,
+                                     {self._filename: io_ops.encode_path(absolute),
+                                      self._save_id: io_ops.encode_path(save_id)})
+                index = fmt.index_document(manifests, mpiflow.__version__, save_id)
+                _check_shards_exist(os.path.dirname(absolute), index["shards"])
+                fmt.write_json(fmt.index_path(absolute), index)
+            except BaseException:
+                # Give back the space the shards of this failed save hold (a full disk).
+                fmt.remove_save(absolute, save_id)
+                raise
+            # The new checkpoint is whole: what an older save of this prefix or a dead
+            # save left (shards no index names, temporary files) can go.
+            fmt.remove_leftovers(os.path.dirname(absolute), before=started,
+                                 keep=[os.path.join(os.path.dirname(absolute), f)
+                                       for f in index["shards"]], own=save_id)
+            if write_state:
+                self._record(prefix)
+                ckpt.update_checkpoint_state(
+                    directory, prefix, self.last_checkpoints, latest_filename,
+                    all_model_checkpoint_timestamps=[t for _, t in self._last_checkpoints]
+                    if self._last_checkpoints else None)
+                self._delete_old(directory)
+        finally:
+            fmt.unmark_saving(marker)
 
     def _record(self, prefix: str) -> None:
         if not self._max_to_keep:
@@ -392,6 +400,18 @@ class Saver:
         if not self._built:
             raise errors.FailedPreconditionError(
                 "Saver was created with defer_build=True: call build() before save/restore")
+
+
+def _check_shards_exist(directory: str, shards) -> None:
+    """Refuse to index shards that are gone (deleted by a process that does not know this
+    save is in progress): the index would name a checkpoint that cannot be restored."""
+    gone = [name for name in shards if not os.path.exists(os.path.join(directory, name))]
+    if gone:
+        raise errors.DataLossError(
+            f"Checkpoint shard '{os.path.join(directory, gone[0])}' was deleted before its "
+            f"save could index it ({len(gone)} of {len(shards)} shards gone): another "
+            "process removed it from the directory; not writing a checkpoint that cannot "
+            "be restored")
 
 
 def _check_list(method: str, value, of: str) -> None:

@@ -7,6 +7,9 @@ import json
 import logging
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -177,6 +180,80 @@ def test_leftovers_of_dead_saves_go_with_the_next_save_and_nothing_else(tmp_path
     assert all(p.exists() for p in kept)
 
 
+# A save of the two-shard model that stops after its first shard is in place until the
+# file "go" appears, as a save waits for a slow ps's shard.
+_PAUSED_SAVE = """
+import os, sys, time
+import numpy as np
+import mpiflow as mf
+directory = sys.argv[1]
+real_replace = os.replace
+def slow_second_shard(src, dst):
+    if ".shard-00001-" in os.fspath(dst):
+        open(os.path.join(directory, "paused"), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(directory, "go")):
+            assert time.monotonic() < deadline, "never told to go on"
+            time.sleep(0.01)
+    return real_replace(src, dst)
+os.replace = slow_second_shard
+with mf.device("/job:ps/task:0"):
+    mf.Variable(np.full(3, 5.0, np.float32), name="a")
+with mf.device("/job:ps/task:1"):
+    mf.Variable(np.full((4, 2), 50.0, np.float32), name="big")
+with mf.Session() as sess:
+    sess.run(mf.global_variables_initializer())
+    print(mf.train.Saver().save(sess, os.path.join(directory, "theirs")))
+"""
+
+
+def test_a_save_of_another_process_in_the_same_directory_is_left_whole(tmp_path):
+    """Two jobs (or two workers of one) saving into one directory: the clean-up of one
+    save must not take the other's shards, finished or half written, for a dead save's."""
+    other = subprocess.Popen([sys.executable, "-c", _PAUSED_SAVE, str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "paused").exists():
+            assert other.poll() is None and time.monotonic() < deadline, \
+                other.communicate()[0] if other.poll() is not None else "no pause"
+            time.sleep(0.01)
+        time.sleep(0.05)            # its files now older than the save below begins
+        mine = _save(tmp_path, 1.0, prefix="mine")
+        (tmp_path / "go").touch()
+        out, _ = other.communicate(timeout=60)
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()
+    assert other.returncode == 0, out
+    theirs = out.strip().splitlines()[-1]
+    assert mf.train.checkpoint_management.verify_checkpoint(theirs) is None
+    a, big = _restore(theirs)
+    np.testing.assert_array_equal(a, np.full(3, 5.0, np.float32))
+    np.testing.assert_array_equal(big, np.full((4, 2), 50.0, np.float32))
+    assert _restore(mine)[0].tolist() == [1.0, 1.0, 1.0]
+    assert not list(tmp_path.glob("*.saving"))      # both saves are over
+
+
+def test_the_files_of_a_save_whose_process_is_gone_go_with_the_next_save(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    save_id = "00112233aabbccdd"
+    left = [tmp_path / f"model-3.shard-00000-of-00002.{save_id}.npz",
+            tmp_path / f"model-3.shard-00001-of-00002.{save_id}.npz.tmp-{dead.stdout.strip()}"
+                       "-01234567",
+            tmp_path / f"model-3.{save_id}.saving"]
+    left[-1].write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout)}))
+    for path in left[:-1]:
+        path.write_bytes(b"x" * 100)
+    stale = time.time() - 60
+    for path in left:
+        os.utime(path, (stale, stale))
+    _save(tmp_path, 1.0, global_step=4)
+    assert not [p for p in left if p.exists()]
+
+
 def test_restore_reads_each_shard_directory_once_however_many_variables(tmp_path,
                                                                         monkeypatch):
     def build():
@@ -326,3 +403,23 @@ def test_load_variable_reads_a_mod_table_as_it_was_saved(tmp_path):
         prefix = mf.train.Saver().save(sess, str(tmp_path / "m"))
     np.testing.assert_array_equal(mf.train.load_variable(prefix, "emb"),
                                   np.arange(10.0).reshape(5, 2))
+
+
+def test_a_save_whose_shard_was_deleted_under_it_writes_no_index(tmp_path, monkeypatch):
+    """A process that knows nothing of the save in progress (an older mpiflow, a script
+    tidying the directory) deletes a shard: the save fails naming it, rather than index
+    a checkpoint that cannot be restored."""
+    first = _save(tmp_path, 1.0, global_step=1)
+    real_index = fmt.index_document
+
+    def shard_deleted_meanwhile(manifests, *args):
+        index = real_index(manifests, *args)
+        os.remove(tmp_path / index["shards"][1])
+        return index
+    monkeypatch.setattr(fmt, "index_document", shard_deleted_meanwhile)
+    with pytest.raises(mf.errors.DataLossError,
+                       match=r"model-2\.shard-00001-of-00002\.[0-9a-f]{16}\.npz' was "
+                             r"deleted before its save could index it"):
+        _save(tmp_path, 2.0, global_step=2)
+    assert not mf.train.checkpoint_exists(str(tmp_path / "model-2"))
+    assert mf.train.latest_checkpoint(str(tmp_path)) == first
