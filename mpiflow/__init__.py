@@ -60,6 +60,9 @@ from mpiflow.ops.reduction_ops import (
     argmax, argmin, count_nonzero, cumprod, cumsum, reduce_all, reduce_any, reduce_logsumexp,
     reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum)
 from mpiflow.ops.selection_ops import boolean_mask, gather_nd, scatter_nd
+from mpiflow.ops.segment_ops import (
+    unsorted_segment_max, unsorted_segment_mean, unsorted_segment_min, unsorted_segment_prod,
+    unsorted_segment_sqrt_n)
 from mpiflow.ops.sparse_ops import gather, unique, unsorted_segment_sum
 from mpiflow.ops.state_ops import (
     assign, assign_add, assign_sub, is_variable_initialized, scatter_add, scatter_sub,
@@ -83,6 +86,7 @@ from mpiflow import timeline  # noqa: E402
 from mpiflow import layers, losses, metrics  # noqa: E402  (tf.layers, tf.losses, tf.metrics)
 from mpiflow import data  # noqa: E402  (tf.data; also the input helpers)
 from mpiflow import image  # noqa: E402  (tf.image)
+from mpiflow import math  # tf.math (after the names it re-exports)
 
 flags = app.flags
 
@@ -100,6 +104,7 @@ lin_space = linspace
 newaxis = None
 mul = multiply
 neg = negative
+mod = floormod
 __version__ = "0.1.0"
 
 from mpiflow import unsupported as _unsupported  # noqa: E402

@@ -47,9 +47,6 @@ HINTS = {
     "tf.nn.static_rnn": "recurrent cells are not provided; unroll the cell in Python",
     "tf.py_func": "a graph must be plain data to be shipped to other ranks, so it cannot "
                   "hold Python functions",
-    "tf.math": "mpiflow has no tf.math namespace: its functions are under their TF1 names, "
-               "tf.reduce_sum, tf.log, tf.unsorted_segment_sum; "
-               "tf.math.top_k as tf.nn.top_k, tf.math.in_top_k as tf.nn.in_top_k",
     "tf.string": "mpiflow has no string dtype",
     "tf.io": "mpiflow has no string dtype or file readers; load arrays with numpy and use "
              "tf.data.Dataset.from_tensor_slices",
@@ -93,6 +90,15 @@ HINTS["tf.train.AdagradDAOptimizer"] = (
     "AdagradOptimizer, AdadeltaOptimizer, RMSPropOptimizer, AdamOptimizer, FtrlOptimizer, "
     "ProximalAdagradOptimizer and ProximalGradientDescentOptimizer; another can be written "
     "as a subclass of tf.train.Optimizer (_create_slots, _apply_dense, _apply_sparse)")
+# The sorted segment reductions: the unsorted ones take the same ids (sorted or not).
+for _reduction in ("sum", "max", "min", "mean", "prod"):
+    for _namespace in ("tf", "tf.math"):
+        HINTS[f"{_namespace}.segment_{_reduction}"] = (
+            f"use tf.math.unsorted_segment_{_reduction}(data, segment_ids, num_segments), "
+            f"num_segments being the largest id + 1"
+            + ("; an empty segment (an id skipped) holds the dtype's "
+               f"{'lowest' if _reduction == 'max' else 'highest'} value there, 0 in "
+               f"segment_{_reduction}" if _reduction in ("max", "min") else ""))
 # Convolutions mpiflow lacks: a near name (conv1d for conv3d) is no answer, what it has is.
 _CONVOLUTIONS = ("mpiflow's convolutions are tf.nn.conv1d, conv2d and conv2d_transpose "
                  "(and tf.layers.conv1d, conv2d, conv2d_transpose)")

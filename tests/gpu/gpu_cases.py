@@ -67,6 +67,13 @@ FORWARD_CASES = {
     "where_coordinates": (lambda a: [mf.where(a > 0.0), mf.where(mf.greater(a, 0.5))],
                           [_floats(3, 4)]),
     "gather_gradient_of_unknown_shape": (_gather_gradient_of_unknown_shape, [_floats(3, 4)]),
+    # max and min combine rows in order on a GPU too: a NaN stays until a later row
+    "segment_reductions_nan_and_integers": (
+        lambda a, k: [mf.unsorted_segment_max(a, [0, 0, 1, 1, 1, 2, 2], 4),
+                      mf.unsorted_segment_min(a, [0, 0, 1, 1, 1, 2, 2], 4),
+                      mf.unsorted_segment_prod(k, [1, -1, 1, 0], 3),
+                      mf.unsorted_segment_max(k, [1, -1, 1, 0], 3)],
+        [np.array([np.nan, 1.0, 3.0, np.nan, 2.0, 4.0, np.nan]), _labels()]),
     "unique": (lambda k: list(mf.unique(mf.reshape(k, [-1]), out_idx=mf.int64)),
                [_labels()]),
     "random_seeded": (lambda a: [mf.random_normal([3, 4], dtype=mf.float64, seed=3) + a,

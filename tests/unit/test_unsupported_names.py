@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 NAMESPACES = [("tf", mf), ("tf.train", mf.train), ("tf.nn", mf.nn), ("tf.data", mf.data),
               ("tf.summary", mf.summary), ("tf.app", mf.app), ("tf.logging", mf.logging),
               ("tf.compat", mf.compat), ("tf.layers", mf.layers), ("tf.losses", mf.losses),
-              ("tf.metrics", mf.metrics)]
+              ("tf.metrics", mf.metrics), ("tf.math", mf.math)]
 
 
 @pytest.mark.parametrize("tf_name,module", NAMESPACES, ids=[n for n, _ in NAMESPACES])
@@ -37,7 +37,8 @@ def test_every_namespace_names_the_missing_tf_name_and_the_docs_page(tf_name, mo
     (lambda: mf.nn.dynamic_rnn, "while_loop"),
     (lambda: mf.train.shuffle_batch, "tf.data.Dataset"),
     (lambda: mf.data.TFRecordDataset, "no string dtype"),
-    (lambda: mf.math, r"tf\.math\.top_k as tf\.nn\.top_k"),
+    (lambda: mf.math.segment_sum, r"tf\.math\.unsorted_segment_sum\(data, segment_ids, "
+                                  r"num_segments\), num_segments being the largest id \+ 1"),
     # not "did you mean tf.summary.merge?": difflib's nearest name
     (lambda: mf.summary.image, r"tensorboardX\.summary\.image\('tag', value"),
     (lambda: mf.summary.text, r"writer\.add_summary\(tensorboardX\.summary\.text"),
