@@ -16,6 +16,7 @@ per node each get their own. The CUDA device is per thread, so whoever runs kern
 from __future__ import annotations
 
 import ctypes
+import errno
 import math
 import mmap
 import os
@@ -206,8 +207,23 @@ def host_empty(shape, dtype) -> numpy.ndarray:
     nbytes = dtype.itemsize * math.prod(shape)
     if nbytes < HUGE_PAGE_MIN_BYTES or dtype.hasobject or not _HUGE_PAGES_ASKABLE:
         return numpy.empty(shape, dtype)        # (object arrays cannot live in a mapping)
-    mapping, offset = _huge_page_mapping(nbytes)
+    try:
+        mapping, offset = _huge_page_mapping(nbytes)
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+        # Said as numpy.empty says it (a MemoryError, which kernels' errors turn into
+        # ResourceExhaustedError), not as mmap's bare "[Errno 12] Cannot allocate memory".
+        raise MemoryError(f"Unable to allocate {_amount(nbytes)} for an array with shape "
+                          f"{tuple(shape)} and data type {dtype}") from None
     return numpy.ndarray(shape, dtype, buffer=mapping, offset=offset)
+
+
+def _amount(nbytes: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.3g} {unit}" if unit != "bytes" else f"{nbytes} bytes"
+        nbytes /= 1024
 
 
 def lasting_host_empty(shape, dtype) -> numpy.ndarray:

@@ -278,6 +278,12 @@ def graph_def_unknown_op():
                                    "device": "", "attr": {}, "output": []}]})
 
 
+def variable_beyond_memory():
+    # 256 TiB: more than any address space gives, whatever the machine's memory.
+    mf.get_variable("huge", [2 ** 23, 2 ** 23])
+    _session_run(mf.constant(0))
+
+
 CATALOGUE = [
     (matmul_shapes, errors.InvalidArgumentError, r"op 'MatMul' \(MatMul\).*4 vs 5"),
     (add_dtypes, errors.InvalidArgumentError, r"op 'mixed' \(Add\).*float32.*int32"),
@@ -313,6 +319,9 @@ CATALOGUE = [
     (gather_out_of_range, errors.InvalidArgumentError, r"op 'pick' \(GatherV2\).*got 7"),
     (nan_in_checked_tensor, errors.InvalidArgumentError, r"log input.*op 'guard'"),
     (closed_session, errors.FailedPreconditionError, r"closed Session"),
+    (variable_beyond_memory, errors.ResourceExhaustedError,
+     (r"^Out of memory \(Unable to allocate 256 TiB for an array with shape \(8388608, "
+      r"8388608\) and data type float32\) in op 'huge/Initializer/RandomUniform'")),
     (config_proto_option, errors.InvalidArgumentError, r"no option 'log_placement'"),
     (optimizer_int_loss, errors.InvalidArgumentError, r"int32 for loss 'count:0'"),
     (optimizer_vector_loss, errors.InvalidArgumentError, r"loss '.*' must be a scalar"),
