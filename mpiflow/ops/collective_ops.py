@@ -79,7 +79,9 @@ class _Collective(OpDef):
                 raise errors.op_error(
                     errors.UnavailableError,
                     f"A collective of group '{group}' cannot finish: "
-                    f"{', '.join(d for _, d in departed)} left it", ctx.op)
+                    f"{', '.join(d for _, d in departed)} left it (where a worker runs "
+                    f"fewer steps than the others, as when its data ends first: "
+                    f"{JOINABLE_CURE})", ctx.op)
             joined = ctx.env.joined_ahead(group)
             if joined and not _finish_without(waiting):
                 raise errors.op_error(

@@ -42,6 +42,10 @@ def test_a_worker_whose_script_ends_during_allreduce_is_named_by_the_collective(
     assert proc.returncode != 0
     assert "A collective of group 'worker' cannot finish: rank 1 (worker:1) (its script " \
            "ended" in proc.stderr, proc.stderr
+    # and says what lets a worker whose data ends first leave without stopping the others
+    assert "left it (where a worker runs fewer steps than the others, as when its data " \
+           "ends first: build the optimizer with AllreduceOptimizer(opt, joinable=True)" \
+           in proc.stderr, proc.stderr
     assert took < 30, took
 
 
