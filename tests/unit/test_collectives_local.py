@@ -378,3 +378,14 @@ def test_a_process_group_picks_each_kind_of_call_once_and_keeps_its_strategy(mon
         assert (group.broadcast_async(small, 0, "b").wait() == small).all()
     assert asked == [("auto", 64), ("auto", 16 * KiB), ("auto", 64), ("mpi", 64)]
     assert sorted(made) == ["mpi", "ring"]
+
+
+def test_a_failed_check_names_each_ranks_tensor_not_a_hash_of_it():
+    from mpiflow.comm.collectives.check import describe_mismatch, make_record
+    records = np.stack([make_record("allreduce", name, "mpi", "sum", 0, np.float32, (3,))
+                        for name in ("grad/w0", "grad/w1", "grad/w1")])
+    problem = describe_mismatch(records, names=["grad/w0", "grad/w1", "grad/w1"])
+    assert problem == ("ranks disagree on the tensor name: 'grad/w0' on rank 0; "
+                       "'grad/w1' on ranks 1-2")
+    # Without the names (a caller that has none), the hashes stand in.
+    assert "name #" in describe_mismatch(records)

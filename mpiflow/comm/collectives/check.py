@@ -50,7 +50,10 @@ _FIELDS = (("collective", (0,)), ("tensor name", (1,)), ("algorithm", (2,)),
            ("shape", (6, 7, 8, 9, 10, 11)))
 FIELDS_LEN = 12       # the described call; then its fingerprint
 RECORD_LEN = FIELDS_LEN + 1
-TABLE_ROW_LEN = RECORD_LEN + 2      # a gathered row: the record, its number, carried bytes
+# A failed check's gathered row: the record, its number, carried bytes, and the tensor's
+# name (UTF-8, cut at NAME_BYTES): the record holds only a hash of it, which no user reads.
+NAME_BYTES = 160
+TABLE_ROW_LEN = RECORD_LEN + 2 + NAME_BYTES // 8
 _SHOWN_DIMS = 4
 
 
@@ -116,21 +119,29 @@ def _show(field: str, value: tuple) -> str:
     return str(value[0])
 
 
-def describe_mismatch(table: np.ndarray, job_ranks=None) -> str | None:
+def describe_mismatch(table: np.ndarray, job_ranks=None, names=None) -> str | None:
     """Return what the ranks' records (rows of ``table``) disagree on, or None; the ranks
-    named as ``job_ranks`` numbers them (default: by row)."""
+    named as ``job_ranks`` numbers them (default: by row). ``names``: each row's tensor
+    name (None: unnamed), shown where the names differ instead of their hashes."""
     if (table == table[0]).all():
         return None
     for field, cols in _FIELDS:
         groups: dict[tuple, list[int]] = {}
+        first_row: dict[tuple, int] = {}
         for rank, row in enumerate(table):
-            groups.setdefault(tuple(int(v) for v in row[list(cols)]), []).append(
-                rank if job_ranks is None else job_ranks[rank])
+            value = tuple(int(v) for v in row[list(cols)])
+            first_row.setdefault(value, rank)
+            groups.setdefault(value, []).append(rank if job_ranks is None else job_ranks[rank])
         if len(groups) > 1:
             label = field
             if field == "shape" and table[0][0] == KINDS.index("allgather"):
                 label = "shape after the first dimension"
-            parts = [f"{_show(field, v)} on {format_ranks(rs)}" for v, rs in groups.items()]
+
+            def show(value, field=field, first_row=first_row):
+                if field == "tensor name" and names is not None and value[0] != 0:
+                    return repr(names[first_row[value]])
+                return _show(field, value)
+            parts = [f"{show(v)} on {format_ranks(rs)}" for v, rs in groups.items()]
             return f"ranks disagree on the {label}: " + "; ".join(parts)
     return "ranks disagree on the call"
 
@@ -152,12 +163,14 @@ class CrossRankCheck:
             tensor, summed when the check passes; None: a new one for the check alone.
         posted: the exchange was begun already (a blocking call's express run hands
             over the one it could not finish).
+        name: the tensor's name, which a failed check shows for every rank.
     """
 
     def __init__(self, state: CommState, record: np.ndarray, seq: int,
                  label: Callable[[], str], timeout: float, exchange: Exchange | None = None,
-                 posted: bool = False):
+                 posted: bool = False, name: str | None = None):
         self.state = state
+        self.name = name
         self.record = record
         self.seq = seq
         self.label = label
@@ -286,7 +299,12 @@ class CrossRankCheck:
         """Every rank's record, with its operation number and carried bytes, in rank
         order, on every rank (the check saw a mismatch)."""
         comm = self.state.check_comm
-        mine = np.concatenate([self.record, [self.seq, self.exchange.nbytes]]).astype(np.int64)
+        name = np.zeros(NAME_BYTES, np.uint8)
+        if self.name is not None:
+            text = self.name.encode("utf-8")[:NAME_BYTES]
+            name[:len(text)] = np.frombuffer(text, np.uint8)
+        mine = np.concatenate([self.record, [self.seq, self.exchange.nbytes],
+                               name.view(np.int64)]).astype(np.int64)
         table = np.empty((self.size, TABLE_ROW_LEN), dtype=np.int64)
         if self.rank == 0:
             table[0] = mine
@@ -301,7 +319,9 @@ class CrossRankCheck:
 
     def _describe_mismatch(self, table: np.ndarray) -> str:
         """What the gathered ``table`` says the ranks disagree on."""
-        problem = describe_mismatch(table[:, :RECORD_LEN], self.state.job_ranks)
+        names = [bytes(row[RECORD_LEN + 2:].view(np.uint8)).rstrip(b"\0").decode(
+            "utf-8", errors="replace") for row in table]
+        problem = describe_mismatch(table[:, :RECORD_LEN], self.state.job_ranks, names)
         if problem is not None:
             return problem
         for column, what, show in (

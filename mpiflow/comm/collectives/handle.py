@@ -151,7 +151,7 @@ class Handle:
             if record is not None and state.size > 1:
                 # Checks are posted in issue order: they match by order on every rank.
                 self._check = CrossRankCheck(state, record, self.seq, lambda: self.label,
-                                             timeout, exchange)
+                                             timeout, exchange, name=describe[1])
                 state.submit_check(self._check)
 
     @classmethod
@@ -501,7 +501,7 @@ def _express_check(state, describe, record, seq, timeout, exchange) -> CrossRank
     if exchange is state.spare_exchange:     # the check takes it along
         state.spare_exchange = Exchange()
     check = CrossRankCheck(state, record, seq, lambda: describe_call(*describe), timeout,
-                           exchange, posted=True)
+                           exchange, posted=True, name=describe[1])
     if passed:
         check.test()            # raises: the ranks made different calls
     return check
