@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -136,6 +137,7 @@ def job(args):
                     moved["received_total"], float(peak_rss_bytes()), float(baseline), chosen])
     rows = np.zeros((world.Get_size(), row.size)) if world.Get_rank() == 0 else None
     world.Gather(row, rows, root=0)
+    hosts = world.gather(socket.gethostname(), root=0)
     if world.Get_rank() != 0:
         return
     workers = rows[rows[:, 0] == 0]
@@ -155,6 +157,7 @@ def job(args):
         "worker_peak_rss": float(workers[:, 5].max()),
         "ps_peak_rss": float(ps[:, 5].max()) if len(ps) else 0.0,
         "baseline_rss": float(rows[:, 6].max()),
+        "hosts": len(set(hosts)),       # the machines (or simulated hosts) the ranks ran on
     }
     print("RESULT " + json.dumps(result), flush=True)
 

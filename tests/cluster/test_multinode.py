@@ -1,7 +1,10 @@
 """Jobs across simulated hosts: layout, training and collectives as between real nodes."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -87,3 +90,26 @@ def test_the_multinode_benchmark_measures_both_parts_across_hosts(run_on_hosts, 
     assert [row["bytes"] for row in found["allreduce"]] == [64 << 10, 1 << 20, 4 << 20,
                                                             16 << 20], found
     assert all(min(row["bus_MiBps"].values()) > 0 for row in found["allreduce"]), found
+
+
+def test_the_hybrid_benchmark_runs_each_rank_on_a_host_of_its_own_and_its_bytes_fit_the_model(
+        hosts):
+    # Its own simulated hosts (one per rank, links capped) beside this module's: the bags
+    # of ids (--pool) and the capped links run end to end, and what each worker and the
+    # ps moved per step equals what the cost model predicts for that model.
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "hybrid_cost.py"), "--simulate",
+         "--link-mbit", "200", "--workers", "2", "--modes", "hybrid", "allreduce",
+         "--rows", "5000", "--dim", "8", "--fields", "4", "--pool", "3", "--batch", "16",
+         "--hidden", "32", "--steps", "3", "--warmup", "1", "--json"],
+        capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["shape"]["ids_per_step"] == 16 * 4 * 3
+    assert [run["measured"]["mode"] for run in found["runs"]] == ["hybrid", "allreduce"]
+    for run in found["runs"]:
+        measured, predicted = run["measured"], run["predicted"]
+        assert measured["hosts"] == measured["workers"] + measured["ps"], measured
+        for key in ("worker_sent", "worker_received"):      # counted after the warm-up
+            assert measured[key] == pytest.approx(predicted[key], rel=0.02, abs=64), (key, run)
