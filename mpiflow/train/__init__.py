@@ -31,7 +31,7 @@ from mpiflow.train.proximal import ProximalAdagradOptimizer, ProximalGradientDes
 from mpiflow.train.rmsprop import RMSPropOptimizer
 from mpiflow.train.saver import Saver
 from mpiflow.train.server import Server
-from mpiflow.train.warm_start import init_from_checkpoint
+from mpiflow.train.warm_starting import init_from_checkpoint, warm_start
 from mpiflow.train.basic_hooks import (
     CheckpointSaverHook, CheckpointSaverListener, FeedFnHook, FinalOpsHook, GlobalStepWaiterHook,
     LoggingTensorHook, NanLossDuringTrainingError, NanTensorHook, SecondOrStepTimer,
@@ -64,7 +64,7 @@ __all__ += [
     "CheckpointState", "Saver", "checkpoint_exists", "get_checkpoint_mtimes",
     "get_checkpoint_state", "latest_checkpoint", "list_variables", "load_variable",
     "remove_checkpoint", "update_checkpoint_state", "CheckpointReader",
-    "NewCheckpointReader", "load_checkpoint", "init_from_checkpoint",
+    "NewCheckpointReader", "load_checkpoint", "init_from_checkpoint", "warm_start",
 ]
 __all__ += [
     "cosine_decay", "cosine_decay_restarts", "inverse_time_decay", "linear_cosine_decay",

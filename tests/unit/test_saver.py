@@ -755,3 +755,64 @@ def test_a_save_reads_its_step_when_its_turn_comes_so_the_latest_is_the_newest(t
             sess.run(advance)           # the step moves on while this save waits
         waiting.join(10)
     assert mf.train.latest_checkpoint(str(tmp_path)).endswith("m-30")
+
+
+def _warm_started(ckpt, *args, scope="old", top_trainable=False, **kwargs):
+    """The pretrained model's variables (under ``scope``), zeros (top: -1, not trainable
+    unless ``top_trainable``), warm-started by ``warm_start(ckpt, ...)``; their values."""
+    with mf.Graph().as_default():
+        with mf.variable_scope(scope):
+            w = mf.get_variable("w", [2, 3], initializer=mf.zeros_initializer())
+            mf.get_variable("b", [3], initializer=mf.zeros_initializer())
+            emb = _emb(3, initializer=mf.zeros_initializer())
+        mf.get_variable("top", [], initializer=mf.constant_initializer(-1.0),
+                        trainable=top_trainable)
+        mf.train.warm_start(ckpt, *[a(w) if callable(a) else a for a in args], **kwargs)
+        with mf.Session() as sess:
+            sess.run(mf.global_variables_initializer())
+            got = {v.op.name: sess.run(v) for v in mf.global_variables()
+                   if v._save_slice_info is None}
+            got[f"{scope}/emb"] = sess.run(mf.convert_to_tensor(emb))
+            return got
+
+
+def test_warm_start_takes_every_trainable_variable_by_its_name_by_default(tmp_path):
+    got = _warm_started(_pretrained(tmp_path))
+    np.testing.assert_array_equal(got["old/w"], W0)
+    np.testing.assert_array_equal(got["old/b"], np.ones(3))
+    np.testing.assert_array_equal(got["old/emb"], FULL)     # saved in 2 parts, now 3
+    assert got["top"] == -1.0                               # not trainable: left alone
+
+
+def test_warm_start_picks_by_pattern_by_list_of_patterns_or_by_variables(tmp_path):
+    prefix = _pretrained(tmp_path)
+    got = _warm_started(prefix, "old/(w|b)")       # matched at the start of the names
+    np.testing.assert_array_equal(got["old/b"], np.ones(3))
+    np.testing.assert_array_equal(got["old/emb"], np.zeros((14, 5)))
+    got = _warm_started(prefix, ["old/w", "top"])    # a list: among all global variables
+    np.testing.assert_array_equal(got["old/w"], W0)
+    assert got["top"] == 7.0
+    np.testing.assert_array_equal(got["old/b"], np.zeros(3))
+    got = _warm_started(prefix, lambda w: [w])
+    np.testing.assert_array_equal(got["old/w"], W0)
+    np.testing.assert_array_equal(got["old/b"], np.zeros(3))
+    got = _warm_started(prefix, None, top_trainable=True)      # None: none
+    np.testing.assert_array_equal(got["old/w"], np.zeros((2, 3)))
+
+
+def test_warm_start_reads_a_renamed_variable_from_its_previous_name(tmp_path):
+    got = _warm_started(_pretrained(tmp_path), "new/", scope="new",
+                        var_name_to_prev_var_name={"new/w": "old/w", "new/b": "old/b",
+                                                   "new/emb": "old/emb"})
+    np.testing.assert_array_equal(got["new/w"], W0)
+    np.testing.assert_array_equal(got["new/emb"], FULL)
+
+
+def test_warm_start_refuses_a_misspelt_rename_and_vocabularies_before_changing_anything(
+        tmp_path):
+    prefix = _pretrained(tmp_path)
+    with pytest.raises(mf.errors.InvalidArgumentError,
+                       match=r"names \['old/ww'\], which are not among the variables"):
+        _warm_started(prefix, var_name_to_prev_var_name={"old/ww": "old/w"})
+    with pytest.raises(mf.errors.UnimplementedError, match="var_name_to_vocab_info"):
+        _warm_started(prefix, var_name_to_vocab_info={"old/emb": object()})

@@ -1,5 +1,7 @@
 """``init_from_checkpoint``: variables that start from a checkpoint's tensors (TF1's
-``tf.train.init_from_checkpoint``), the way TF1 scripts fine-tune a pretrained model.
+``tf.train.init_from_checkpoint``), the way TF1 scripts fine-tune a pretrained model; and
+``warm_start``, TF1's ``tf.train.warm_start``: the same for the variables a pattern or a
+list picks, each from the tensor of its own name (or the name it had before).
 
 It changes the initializers of the variables it is given, not their values: each
 variable's initializer becomes an assignment of a ``RestoreSlice`` of the checkpoint,
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 
 from mpiflow import errors
+from mpiflow.framework.graph import GraphKeys
+from mpiflow.framework.scopes import get_collection
 from mpiflow.ops import constant_ops, io_ops, state_ops
 from mpiflow.ops.partitioned_variables import PartitionedVariable
 from mpiflow.ops.variable_scope import _store
@@ -23,7 +27,7 @@ from mpiflow.ops.variables import Variable
 from mpiflow.train.checkpoint_utils import load_checkpoint
 from mpiflow.train.saver import _entries
 
-__all__ = ["init_from_checkpoint"]
+__all__ = ["init_from_checkpoint", "warm_start"]
 
 
 def init_from_checkpoint(ckpt_dir_or_file, assignment_map) -> None:
@@ -125,3 +129,79 @@ def _start_from(prefix: str, shapes: dict, ckpt_name: str, variables) -> None:
                                          lookup=entry.lookup, name="restore_slice")
             var._initializer_op = state_ops.assign(var._ref(), value, name="Assign").op
             var._initial_value = value
+
+
+def warm_start(ckpt_to_initialize_from, vars_to_warm_start=".*", var_name_to_vocab_info=None,
+               var_name_to_prev_var_name=None) -> None:
+    """Start the variables ``vars_to_warm_start`` picks from a checkpoint (TF1's
+    ``tf.train.warm_start``), each from the tensor of its own name, or of the name
+    ``var_name_to_prev_var_name`` gives it: ``init_from_checkpoint`` for each of them (a
+    partitioned variable by its whole name, from a checkpoint of any partitioning).
+
+    Args:
+        ckpt_to_initialize_from: a checkpoint prefix, or a directory (its newest one).
+        vars_to_warm_start: a regular expression matched at the start of the names of
+            the trainable variables (not optimizer slots or moving statistics); a list of
+            such expressions, matched among all global variables; a list of Variables;
+            None: none.
+        var_name_to_vocab_info: vocabulary remapping; mpiflow has none (refused unless
+            empty).
+        var_name_to_prev_var_name: variable name -> its name in the checkpoint; every
+            name must be one of the variables picked (a misspelt one is refused, before
+            any variable is changed).
+
+    Raises:
+        UnimplementedError: ``var_name_to_vocab_info`` given.
+        InvalidArgumentError: a bad ``vars_to_warm_start``, a name of
+            ``var_name_to_prev_var_name`` that is no variable picked, and what
+            ``init_from_checkpoint`` refuses.
+    """
+    if var_name_to_vocab_info:
+        raise errors.UnimplementedError(
+            "warm_start: var_name_to_vocab_info (vocabulary remapping with "
+            "tf.estimator.VocabInfo) is not supported by mpiflow; warm-start those "
+            "variables with init_from_checkpoint, or remap their rows yourself")
+    grouped = _picked(vars_to_warm_start)
+    renames = dict(var_name_to_prev_var_name or {})
+    unknown = sorted(set(renames) - set(grouped))
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"warm_start: var_name_to_prev_var_name names {unknown}, which are not among "
+            f"the variables warm-started (misspelt?); those are: {sorted(grouped)}")
+    if vars_to_warm_start is None or not grouped:
+        return
+    assignment = {}
+    for name, parts in grouped.items():
+        variables = parts[0] if len(parts) == 1 else parts
+        previous = renames.get(name, name)
+        if previous in assignment:      # two variables from one tensor: one map each
+            init_from_checkpoint(ckpt_to_initialize_from, assignment)
+            assignment = {}
+        assignment[previous] = variables
+    init_from_checkpoint(ckpt_to_initialize_from, assignment)
+
+
+def _picked(vars_to_warm_start) -> dict:
+    """{whole variable name: [its Variables (the parts of a partitioned one)]}."""
+    if vars_to_warm_start is None or isinstance(vars_to_warm_start, str):
+        found = get_collection(GraphKeys.TRAINABLE_VARIABLES, scope=vars_to_warm_start)
+    elif isinstance(vars_to_warm_start, (list, tuple)) and \
+            all(isinstance(v, str) for v in vars_to_warm_start):
+        found = []
+        for pattern in vars_to_warm_start:
+            found += [v for v in get_collection(GraphKeys.GLOBAL_VARIABLES, scope=pattern)
+                      if v not in found]
+    elif isinstance(vars_to_warm_start, (list, tuple)) and \
+            all(isinstance(v, (Variable, PartitionedVariable)) for v in vars_to_warm_start):
+        found = []
+        for v in vars_to_warm_start:
+            found += list(v) if isinstance(v, PartitionedVariable) else [v]
+    else:
+        raise errors.InvalidArgumentError(
+            "warm_start: vars_to_warm_start is a regular expression, a list of them, a "
+            f"list of Variables, or None; got {vars_to_warm_start!r}")
+    grouped: dict = {}
+    for var in found:
+        info = var._save_slice_info
+        grouped.setdefault(info.full_name if info is not None else var.op.name, []).append(var)
+    return grouped
