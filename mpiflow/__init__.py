@@ -86,7 +86,10 @@ from mpiflow import timeline  # noqa: E402
 from mpiflow import layers, losses, metrics  # noqa: E402  (tf.layers, tf.losses, tf.metrics)
 from mpiflow import data  # noqa: E402  (tf.data; also the input helpers)
 from mpiflow import image  # noqa: E402  (tf.image)
-from mpiflow import math  # tf.math (after the names it re-exports)
+# tf.math (after the names it re-exports); its module is not named math.py, which would
+# shadow the standard library's math for a script run from inside the package
+# (python mpiflow/info.py: numpy then fails to import)
+from mpiflow import math_namespace as math
 
 flags = app.flags
 

@@ -2,6 +2,7 @@
 layers beneath it, and only backend.py imports cupy."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,12 @@ def test_importing_mpiflow_does_not_start_mpi():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_no_module_of_the_package_shadows_a_standard_library_module():
+    # A script run from inside the package (python mpiflow/info.py, as the launch tests
+    # and users do) has that directory first on sys.path: a mpiflow/math.py there was
+    # imported as the standard library's math, and numpy failed to import on every rank.
+    shadowing = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                       if p.stem in sys.stdlib_module_names)
+    assert shadowing == []
