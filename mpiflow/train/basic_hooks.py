@@ -284,7 +284,8 @@ class LoggingTensorHook(SessionRunHook):
         every_n_iter, every_n_secs: the schedule (exactly one, unless only ``at_end``).
         at_end: also log the values once when the session ends.
         formatter: ``f({tag: value}) -> str``, keyed by the tags above; default
-            ``"tag = value, ..."`` (a tensor's tag shown as its name).
+            ``"tag = value, ..."`` (a tensor's tag shown as its name), a dict's tags in
+            sorted order, a list's in its order, as TensorFlow's.
     """
 
     def __init__(self, tensors, every_n_iter=None, every_n_secs=None, at_end=False,
@@ -298,7 +299,13 @@ class LoggingTensorHook(SessionRunHook):
         self._timer = None if only_at_end else schedule_timer(
             "LoggingTensorHook", "every_n_secs", every_n_secs, "every_n_iter", every_n_iter)
         if isinstance(tensors, dict):
-            self._tensors = dict(tensors)
+            # TensorFlow logs a dict's tags sorted ("loss = ..., step = ..." for
+            # {"step": ..., "loss": ...}); a list's in the order given.
+            try:
+                order = sorted(tensors)
+            except TypeError:       # tags that do not compare (tensors): as given
+                order = list(tensors)
+            self._tensors = {tag: tensors[tag] for tag in order}
         else:
             # TensorFlow's tags: each item itself, so a formatter reads values[loss].
             self._tensors = {t: t for t in tensors}

@@ -263,6 +263,21 @@ def test_logging_tensor_hook_tags_list_items_by_themselves_as_tensorflow(caplog)
         mf.train.LoggingTensorHook([halves[0].op.name], every_n_iter=1).begin()
 
 
+def test_logging_tensor_hook_logs_a_dicts_tags_in_sorted_order_a_lists_as_given(caplog):
+    # As TensorFlow's: {"zeta": .., "alpha": .., "mid": ..} logs "alpha = .., mid = ..,
+    # zeta = ..", whatever order the dict was written in; a list keeps its own order.
+    m = counter_model()
+    doubled = mf.multiply(m.v, 2.0, name="doubled")
+    hooks = [mf.train.LoggingTensorHook({"zeta": doubled, "alpha": m.step, "mid": m.v},
+                                        at_end=True),
+             mf.train.LoggingTensorHook([doubled, m.step], at_end=True)]
+    with caplog.at_level(logging.INFO, logger=HOOK_LOGGER), \
+            mf.train.SingularMonitoredSession(hooks=hooks) as sess:
+        sess.run(m.train_op)
+    assert [r.getMessage() for r in caplog.records if r.name == HOOK_LOGGER] == [
+        "alpha = 1, mid = 1.0, zeta = 2.0", "doubled:0 = 2.0, global_step:0 = 1"]
+
+
 # -- NanTensorHook ----------------------------------------------------------------------------
 def test_nan_tensor_hook_raises_on_a_nan_loss():
     m = counter_model()
