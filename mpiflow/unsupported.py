@@ -117,14 +117,13 @@ for _resize in ("tf.image.resize_bicubic", "tf.image.resize_area",
     HINTS[_resize] = ("mpiflow's resizes are tf.image.resize_bilinear and "
                       "resize_nearest_neighbor (tf.image.resize_images with "
                       "ResizeMethod.BILINEAR or NEAREST_NEIGHBOR)")
-# Summaries other than scalars and histograms: fetch the tensor and hand tensorboardX's
-# record of it to the FileWriter, which writes any Summary protocol buffer.
-for _kind, _example in (("image", "image('tag', value, dataformats='HWC')"),
-                        ("text", "text('tag', value)"), ("audio", "audio('tag', value)")):
+# Summaries other than scalars, histograms and images: fetch the tensor and hand
+# tensorboardX's record of it to the FileWriter, which writes any Summary protocol buffer.
+for _kind, _example in (("text", "text('tag', value)"), ("audio", "audio('tag', value)")):
     HINTS[f"tf.summary.{_kind}"] = (
-        f"mpiflow's summary ops are tf.summary.scalar and tf.summary.histogram; fetch the "
-        f"tensor with sess.run and write writer.add_summary(tensorboardX.summary."
-        f"{_example}, step)")
+        f"mpiflow's summary ops are tf.summary.scalar, tf.summary.histogram and "
+        f"tf.summary.image; fetch the tensor with sess.run and write "
+        f"writer.add_summary(tensorboardX.summary.{_example}, step)")
 
 
 def message(tf_name: str, known=()) -> str:

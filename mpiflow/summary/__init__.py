@@ -1,9 +1,10 @@
-"""``mf.summary``: scalar and histogram summaries, written for TensorBoard with tensorboardX.
+"""``mf.summary``: scalar, histogram and image summaries, written for TensorBoard with
+tensorboardX.
 
 mpiflow has no string dtype, so a summary is not a serialized ``Summary`` proto made by an
 op. It is a ``Summary``: a namedtuple of the tensors to record whose class carries the kind
-("scalar" or "histogram") and tag of each one. ``Session.run`` flattens a namedtuple to its
-tensors and rebuilds the same class with their values, so the result of
+("scalar", "histogram" or "image") and tag of each one. ``Session.run`` flattens a
+namedtuple to its tensors and rebuilds the same class with their values, so the result of
 ``sess.run(merged)`` still knows every tag, and ``FileWriter.add_summary(result, step)``
 turns it into tensorboardX records::
 
@@ -21,9 +22,10 @@ from mpiflow import unsupported
 from mpiflow.summary.event_file import (
     EVENT_PROTOS, FileWriter, FileWriterCache, event_proto, summary_iterator)
 from mpiflow.summary.summaries import (
-    KINDS, Summary, SummarySpec, histogram, merge, merge_all, scalar)
+    KINDS, Summary, SummarySpec, histogram, image, merge, merge_all, scalar)
 
 __all__ = ["EVENT_PROTOS", "KINDS", "FileWriter", "FileWriterCache", "Summary", "SummarySpec",
-           "event_proto", "histogram", "merge", "merge_all", "scalar", "summary_iterator"]
+           "event_proto", "histogram", "image", "merge", "merge_all", "scalar",
+           "summary_iterator"]
 
 __getattr__ = unsupported.namespace_getattr(__name__, "tf.summary")

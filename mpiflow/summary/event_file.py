@@ -3,7 +3,7 @@ metadata and session logs; ``summary_iterator`` reads the records back, checking
 checksums.
 
 Records are tensorboardX's protocol buffers (scalars built by its summary functions,
-histograms here with TensorFlow's buckets), framed by its ``EventsWriter`` in the calling
+histograms here with TensorFlow's buckets, images as TensorFlow's PNGs), framed by its ``EventsWriter`` in the calling
 thread. tensorboardX is imported only when a writer or reader is made.
 """
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from mpiflow import errors
 from mpiflow.framework.graph import Graph, get_default_graph
+from mpiflow.summary import images
 from mpiflow.summary.summaries import Summary
 
 
@@ -100,7 +101,27 @@ def _histogram_proto(tag, value):
     return pb.Summary(value=[pb.Summary.Value(tag=tag, histo=histo)])
 
 
-_PROTOS = {"scalar": _scalar_proto, "histogram": _histogram_proto}
+def _image_proto(tag, value, max_outputs):
+    """The first ``max_outputs`` images of ``value`` as TensorFlow's image summary op
+    records them: uint8 pixels (see ``images.to_uint8``) as PNG files, tagged
+    "tag/image" where ``max_outputs`` is 1, else "tag/image/<i>"."""
+    batch = images.check_images(tag, value)[:max_outputs]
+    pb = _tensorboardx().proto.summary_pb2
+    values = []
+    for i, one in enumerate(batch):
+        pixels = images.to_uint8(one)
+        height, width, channels = pixels.shape
+        picture = pb.Summary.Image(height=height, width=width, colorspace=channels,
+                                   encoded_image_string=images.encode_png(pixels))
+        values.append(pb.Summary.Value(
+            tag=f"{tag}/image" if max_outputs == 1 else f"{tag}/image/{i}", image=picture))
+    return pb.Summary(value=values)
+
+
+# kind -> (SummarySpec, value) -> Summary protocol buffer
+_PROTOS = {"scalar": lambda spec, value: _scalar_proto(spec.tag, value),
+           "histogram": lambda spec, value: _histogram_proto(spec.tag, value),
+           "image": lambda spec, value: _image_proto(spec.tag, value, spec.max_outputs)}
 
 # TF1's event protocol buffers, as a script builds them itself (``tf.Summary(value=[
 # tf.Summary.Value(tag="accuracy", simple_value=acc)])`` for a value computed in Python,
@@ -242,7 +263,7 @@ class FileWriter:
                 raise errors.InvalidArgumentError(
                     f"Summary '{spec.tag}' has kind {spec.kind!r}: expected one of "
                     f"{sorted(_PROTOS)}")
-            part = make(spec.tag, value)
+            part = make(spec, value)
             if proto is None:
                 proto = part
             else:

@@ -1,8 +1,8 @@
 """Summaries: fetchable bundles of tensors whose class knows each one's kind and tag.
 
 mpiflow has no string dtype, so a summary is not a serialized ``Summary`` proto made by an
-op: ``scalar``/``histogram`` add a one-entry ``Summary`` (a namedtuple of tensors) to the
-SUMMARIES collection, and ``merge`` concatenates them. Owns the summary records; writes
+op: ``scalar``/``histogram``/``image`` add a one-entry ``Summary`` (a namedtuple of
+tensors) to the SUMMARIES collection, and ``merge`` concatenates them. Owns the summary records; writes
 nothing (see ``event_file``).
 """
 
@@ -11,16 +11,21 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+import numpy as np
+
 from mpiflow import errors
 from mpiflow.framework.graph import Graph, GraphKeys, Tensor, get_default_graph
 from mpiflow.ops.constant_ops import convert_to_tensor
+from mpiflow.summary.images import IMAGE_DTYPES
 
 
 class SummarySpec(NamedTuple):
-    """What one entry of a summary records: its kind and its TensorBoard tag."""
+    """What one entry of a summary records: its kind and its TensorBoard tag (for an
+    image summary, its images' tags begin with it), and for images ``max_outputs``."""
 
     kind: str
     tag: str
+    max_outputs: int = 0
 
 
 class Summary(tuple):
@@ -73,7 +78,7 @@ def _make_summary(specs, values) -> Summary:
     return cls(*values)
 
 
-KINDS = ("scalar", "histogram")
+KINDS = ("scalar", "histogram", "image")
 
 
 # Characters a tag may not hold (TensorFlow's rule): each becomes "_".
@@ -100,7 +105,8 @@ def _summary_tag(graph: Graph, name: str, family) -> str:
     return f"{family}/{base}" if family else base
 
 
-def _add(kind: str, name: str, family, tensor, collections, check) -> Summary:
+def _add(kind: str, name: str, family, tensor, collections, check,
+         max_outputs: int = 0) -> Summary:
     tensor = convert_to_tensor(tensor)
     graph = tensor.graph
     tag = _summary_tag(graph, name, family)
@@ -108,8 +114,8 @@ def _add(kind: str, name: str, family, tensor, collections, check) -> Summary:
         raise errors.InvalidArgumentError(
             f"mf.summary.{kind}('{tag}') needs a numeric tensor, got '{tensor.name}' of "
             f"dtype {tensor.dtype.name}")
-    check(tag, tensor)
-    summary = _make_summary([SummarySpec(kind, tag)], [tensor])
+    tensor = check(tag, tensor)
+    summary = _make_summary([SummarySpec(kind, tag, max_outputs)], [tensor])
     for key in (collections if collections is not None else [GraphKeys.SUMMARIES]):
         graph.add_to_collection(key, summary)
     return summary
@@ -120,6 +126,7 @@ def _check_scalar(tag, tensor):
         raise errors.InvalidArgumentError(
             f"mf.summary.scalar('{tag}') needs a scalar: expected shape (), got "
             f"'{tensor.name}' of shape {tensor.shape}")
+    return tensor
 
 
 def scalar(name: str, tensor, collections=None, family=None) -> Summary:
@@ -145,7 +152,46 @@ def scalar(name: str, tensor, collections=None, family=None) -> Summary:
 
 def histogram(name: str, values, collections=None, family=None) -> Summary:
     """Record the distribution of ``values`` (any numeric shape) under tag ``name``."""
-    return _add("histogram", name, family, values, collections, lambda tag, tensor: None)
+    return _add("histogram", name, family, values, collections, lambda tag, tensor: tensor)
+
+
+def image(name: str, tensor, max_outputs: int = 3, collections=None,
+          family=None) -> Summary:
+    """Record the first ``max_outputs`` images of ``tensor`` ``[batch, height, width,
+    channels]`` (1, 3 or 4 channels: grayscale, RGB, RGBA), as PNG images in TensorBoard.
+
+    As TensorFlow's: the tags are "name/image" where ``max_outputs`` is 1, else
+    "name/image/0", "name/image/1", ... (under the name scope and ``family`` as
+    ``scalar``'s); uint8 images are written as they are, float images (float16, float32,
+    float64) each scaled by itself: values that are all >= 0 so that the largest is 255,
+    others so that the largest absolute value is 127 with 0 at 128; a pixel with a NaN or
+    infinite value is red. Only the images written are fetched with the summary.
+
+    Raises:
+        InvalidArgumentError: another dtype, a shape that is not 4-D with 1, 3 or 4
+            channels, or ``max_outputs`` below 1 (when the summary is written: images
+            of another shape, or without pixels).
+    """
+    if isinstance(max_outputs, bool) or not isinstance(max_outputs, (int, np.integer)) or \
+            max_outputs < 1:
+        raise errors.InvalidArgumentError(
+            f"mf.summary.image('{name}'): max_outputs must be an int >= 1, got "
+            f"{max_outputs!r}")
+
+    def check(tag, tensor):
+        if tensor.dtype.name not in IMAGE_DTYPES:
+            raise errors.InvalidArgumentError(
+                f"mf.summary.image('{tag}') needs images of dtype {' or '.join(IMAGE_DTYPES)}"
+                f", got '{tensor.name}' of dtype {tensor.dtype.name}")
+        shape = tensor.shape
+        if shape.ndims is not None and (shape.ndims != 4 or shape.as_list()[-1] not in
+                                        (None, 1, 3, 4)):
+            raise errors.InvalidArgumentError(
+                f"mf.summary.image('{tag}') needs images [batch, height, width, channels] "
+                f"with 1, 3 or 4 channels, got '{tensor.name}' of shape {shape}")
+        return tensor[:int(max_outputs)]
+
+    return _add("image", name, family, tensor, collections, check, int(max_outputs))
 
 
 def merge(inputs, collections=None, name=None) -> Summary:
@@ -163,7 +209,7 @@ def merge(inputs, collections=None, name=None) -> Summary:
         if not isinstance(item, Summary):
             raise errors.InvalidArgumentError(
                 f"mf.summary.merge takes summaries made by mf.summary.scalar/histogram/"
-                f"merge, got {item!r}")
+                f"image/merge, got {item!r}")
         for spec, tensor in item.items():
             specs.append(spec)
             tensors.append(tensor)

@@ -321,3 +321,103 @@ def test_tensorboard_itself_reads_the_logged_scalars(tmp_path):
     assert events.Tags()["scalars"] == ["loss"]
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 0.0), (1, 1.5),
                                                                    (2, 3.0)]
+
+
+# -- images ------------------------------------------------------------------------------------
+def _decoded_images(logdir):
+    """Return [(step, tag, (height, width, colorspace), pixels as nested lists)] of the
+    image summaries in ``logdir``, each PNG decoded by Pillow (TensorBoard's test extra)."""
+    import io
+    image_module = pytest.importorskip("PIL.Image")
+    found = []
+    for event in read_events(logdir):
+        for value in event.summary.value:
+            if value.HasField("image"):
+                image = value.image
+                png = image_module.open(io.BytesIO(image.encoded_image_string))
+                assert png.size == (image.width, image.height)
+                pixels = np.asarray(png).reshape(image.height, image.width, -1)
+                found.append((event.step, value.tag,
+                              (image.height, image.width, image.colorspace), pixels.tolist()))
+    return found
+
+
+def test_image_summaries_are_pngs_with_tensorflows_tags_and_pixels(tmp_path):
+    # What TensorFlow 1's tf.summary.image writes for the same images: uint8 as they are;
+    # floats scaled per image (all >= 0: largest -> 255; else largest |value| -> 127 and
+    # 0 -> 128; truncated), NaN/inf pixels red (255 in grayscale); "/image" alone where
+    # max_outputs is 1, else "/image/<i>" for the first max_outputs images.
+    a = np.arange(12, dtype=np.float32).reshape(2, 2, 3, 1) * 0.5
+    b = (np.arange(12, dtype=np.float32).reshape(1, 2, 2, 3) - 5) * 0.25
+    c = np.array([[[[0.2], [np.nan]], [[np.inf], [0.5]]]], np.float32)
+    d = np.arange(16, dtype=np.uint8).reshape(2, 1, 2, 4) * 30
+    rgb = np.array([[[[0.5, np.nan, 0.1], [1, 1, 1]]]], np.float32)
+    images = mf.placeholder(mf.float32, [None, 2, 3, 1], name="images")
+    with mf.name_scope("sc"):
+        mf.summary.image("a", images, max_outputs=3)
+        mf.summary.image("b", b, max_outputs=1)
+        mf.summary.image("c", c)
+        mf.summary.image("d", d, max_outputs=1, family="fam")
+        mf.summary.image("e", np.zeros((1, 1, 2, 1), np.float32))
+        mf.summary.image("f", np.array([[[[0.25], [-0.5]]]], np.float64))
+        mf.summary.image("h", np.full((1, 1, 2, 1), 0.3, np.float16))
+        mf.summary.image("rgb", rgb)
+    merged = mf.summary.merge_all()
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        writer.add_summary(sess.run(merged, {images: a}), global_step=7)
+    assert _decoded_images(tmp_path) == [
+        (7, "sc/a/image/0", (2, 3, 1), [[[0], [51], [102]], [[153], [204], [255]]]),
+        (7, "sc/a/image/1", (2, 3, 1), [[[139], [162], [185]], [[208], [231], [255]]]),
+        (7, "sc/b/image", (2, 2, 3), [[[22, 43, 64], [85, 106, 128]],
+                                      [[149, 170, 191], [212, 233, 255]]]),
+        (7, "sc/c/image/0", (2, 2, 1), [[[102], [255]], [[255], [255]]]),
+        (7, "fam/sc/fam/d/image", (1, 2, 4), [[[0, 30, 60, 90], [120, 150, 180, 210]]]),
+        (7, "sc/e/image/0", (1, 2, 1), [[[0], [0]]]),
+        (7, "sc/f/image/0", (1, 2, 1), [[[191], [1]]]),
+        (7, "sc/h/image/0", (1, 2, 1), [[[255], [255]]]),
+        (7, "sc/rgb/image/0", (1, 2, 3), [[[255, 0, 0], [255, 255, 255]]])]
+
+
+def test_tensorboard_itself_shows_the_image_summaries(tmp_path):
+    accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="TensorBoard is in the test extra: pip install '.[test]'")
+    batch = mf.placeholder(mf.uint8, [None, 4, 5, 3])
+    mf.summary.image("inputs", batch, max_outputs=2)
+    merged = mf.summary.merge_all()
+    pixels = np.random.default_rng(0).integers(0, 256, (5, 4, 5, 3), dtype=np.uint8)
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        for step in (0, 10):
+            writer.add_summary(sess.run(merged, {batch: pixels}), step)
+    events = accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert events.Tags()["images"] == ["inputs/image/0", "inputs/image/1"]
+    assert [(e.step, e.width, e.height) for e in events.Images("inputs/image/1")] == [
+        (0, 5, 4), (10, 5, 4)]
+    assert _decoded_images(tmp_path)[1][3] == pixels[1].tolist()
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda: mf.summary.image("ints", mf.zeros([1, 2, 2, 1], mf.int32)),
+     "needs images of dtype uint8 or float16 or float32 or float64, got 'zeros:0' of "
+     "dtype int32"),
+    (lambda: mf.summary.image("flat", mf.zeros([2, 2, 1])),
+     r"needs images \[batch, height, width, channels\] with 1, 3 or 4 channels"),
+    (lambda: mf.summary.image("two", mf.zeros([1, 2, 2, 2])), "with 1, 3 or 4 channels"),
+    (lambda: mf.summary.image("none", mf.zeros([1, 2, 2, 1]), max_outputs=0),
+     "max_outputs must be an int >= 1, got 0"),
+])
+def test_image_summaries_refuse_what_tensorflows_refuses(make, words):
+    with pytest.raises(mf.errors.InvalidArgumentError, match=words):
+        make()
+
+
+def test_images_of_a_shape_known_only_when_run_are_checked_when_written(tmp_path):
+    images = mf.placeholder(mf.float32, None)
+    summary = mf.summary.image("late", images)
+    with mf.Session() as sess, mf.summary.FileWriter(tmp_path) as writer:
+        value = sess.run(summary, {images: np.zeros((1, 2, 2, 2), np.float32)})
+        with pytest.raises(mf.errors.InvalidArgumentError,
+                           match=r"Summary image 'late': Tensor must be 4-D with last dim 1, "
+                                 r"3, or 4, not \[1,2,2,2\]"):
+            writer.add_summary(value, 1)

@@ -40,7 +40,7 @@ def test_every_namespace_names_the_missing_tf_name_and_the_docs_page(tf_name, mo
     (lambda: mf.math.segment_sum, r"tf\.math\.unsorted_segment_sum\(data, segment_ids, "
                                   r"num_segments\), num_segments being the largest id \+ 1"),
     # not "did you mean tf.summary.merge?": difflib's nearest name
-    (lambda: mf.summary.image, r"tensorboardX\.summary\.image\('tag', value"),
+    (lambda: mf.summary.audio, r"tensorboardX\.summary\.audio\('tag', value"),
     (lambda: mf.summary.text, r"writer\.add_summary\(tensorboardX\.summary\.text"),
     # not "did you mean tf.train.AdagradOptimizer?": the optimizers that exist
     (lambda: mf.train.AdagradDAOptimizer,
