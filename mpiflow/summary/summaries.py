@@ -21,11 +21,14 @@ from mpiflow.summary.images import IMAGE_DTYPES
 
 class SummarySpec(NamedTuple):
     """What one entry of a summary records: its kind and its TensorBoard tag (for an
-    image summary, its images' tags begin with it), and for images ``max_outputs``."""
+    image summary, its images' tags begin with it), for images ``max_outputs``, and the
+    name TensorFlow's summary op would have (the tag without the family prefixed,
+    "scope/family/name"), which ``merge_all(scope=...)`` matches."""
 
     kind: str
     tag: str
     max_outputs: int = 0
+    name: str = ""
 
 
 class Summary(tuple):
@@ -91,31 +94,33 @@ def _clean_tag(name: str) -> str:
     return _INVALID_TAG_CHARACTERS.sub("_", str(name)).lstrip("/")
 
 
-def _summary_tag(graph: Graph, name: str, family) -> str:
-    """Return the tag of a summary ``name``, as TensorFlow names it.
+def _summary_tag(graph: Graph, name: str, family) -> tuple:
+    """Return the tag of a summary ``name`` and the name of its op, as TensorFlow names
+    them.
 
     ``[family/]name`` is made a unique name under the name scope (suffixed ``_N`` where an
     op or another summary already has it, and reserved, so a later op "loss" becomes
     "loss_1", as next to TensorFlow's summary op); ``family`` is prefixed once more, so
-    that TensorBoard groups the tag under it: "family/scope/family/name".
+    that TensorBoard groups the tag under it: "family/scope/family/name" (the op's name
+    is "scope/family/name").
     """
     name = _clean_tag(name)
     family = _clean_tag(family) if family else None
     base = graph.unique_name(f"{family}/{name}" if family else name)
-    return f"{family}/{base}" if family else base
+    return (f"{family}/{base}" if family else base), base
 
 
 def _add(kind: str, name: str, family, tensor, collections, check,
          max_outputs: int = 0) -> Summary:
     tensor = convert_to_tensor(tensor)
     graph = tensor.graph
-    tag = _summary_tag(graph, name, family)
+    tag, op_name = _summary_tag(graph, name, family)
     if not (tensor.dtype.is_floating or tensor.dtype.is_integer or tensor.dtype.is_bool):
         raise errors.InvalidArgumentError(
             f"mf.summary.{kind}('{tag}') needs a numeric tensor, got '{tensor.name}' of "
             f"dtype {tensor.dtype.name}")
     tensor = check(tag, tensor)
-    summary = _make_summary([SummarySpec(kind, tag, max_outputs)], [tensor])
+    summary = _make_summary([SummarySpec(kind, tag, max_outputs, op_name)], [tensor])
     for key in (collections if collections is not None else [GraphKeys.SUMMARIES]):
         graph.add_to_collection(key, summary)
     return summary
@@ -226,10 +231,16 @@ def merge(inputs, collections=None, name=None) -> Summary:
 
 
 def merge_all(key: str = GraphKeys.SUMMARIES, scope=None, name=None) -> Summary | None:
-    """Merge every summary in collection ``key`` of the default graph; None if there is none."""
+    """Merge every summary in collection ``key`` of the default graph; None if there is none.
+
+    ``scope``: only the summaries whose name matches this regular expression at its start,
+    as TensorFlow filters its summary ops by name: the tag, but without a ``family``
+    prefixed ("scope/family/loss" for the tag "family/scope/family/loss").
+    """
     graph = get_default_graph()
     found = [s for s in graph.get_collection(key) if isinstance(s, Summary)]
     if scope is not None:
         pattern = re.compile(scope)
-        found = [s for s in found if any(pattern.match(t) for t in s.tags)]
+        found = [s for s in found
+                 if any(pattern.match(spec.name or spec.tag) for spec in s.specs)]
     return merge(found) if found else None

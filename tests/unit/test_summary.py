@@ -95,6 +95,19 @@ def test_merge_all_is_none_without_summaries_and_merge_rejects_bad_input():
         mf.summary.merge([x])
 
 
+def test_merge_all_of_a_scope_matches_the_summaries_names_as_tensorflow():
+    # TF1 filters by the summary op's name, which has no family in front: the summary
+    # tagged "F/scope/F/fam" is named "scope/F/fam", so it is in scope "scope", not "F".
+    with mf.name_scope("scope"):
+        mf.summary.scalar("fam", 1.0, family="F")
+        mf.summary.scalar("x", 2.0)
+    mf.summary.scalar("y", 3.0, family="scope")         # named "scope/y"
+    tags = {scope: (lambda m: None if m is None else list(m.tags))(
+        mf.summary.merge_all(scope=scope)) for scope in ("scope", "F", "scope/F", "F/scope")}
+    assert tags == {"scope": ["F/scope/F/fam", "scope/x", "scope/scope/y"], "F": None,
+                    "scope/F": ["F/scope/F/fam"], "F/scope": None}
+
+
 def test_scalar_of_a_vector_is_rejected_with_its_shape():
     with pytest.raises(mf.errors.InvalidArgumentError,
                        match=r"scalar\('v'\) needs a scalar: expected shape \(\), got 'v_in:0'"):
