@@ -116,8 +116,17 @@ class StalenessAwareOptimizer(WrappingOptimizer):
         # record on the ps they all add to.
         self._record = graph.unique_name(f"{self._name}_record", mark_as_used=True) \
             if self._record is None else self._record
+        after = []
+        if self._round_read is not None:    # lock-step: no update before every read
+            with graph.colocate_with(global_step.op):
+                after.append(apply_op("WorkerRoundAllRead", [self._round_read],
+                                      {"shared_name": self._clocks, "task": self._task},
+                                      name=f"{self._name}/all_read"))
         with graph.name_scope(name or self._name), graph.colocate_with(global_step.op):
-            with graph.control_dependencies(arrived):      # read once the gradients are in
+            # Read once the gradients are in and (lock-step) the round's other updates may
+            # land: the wait for the round's reads comes before, not between this read and
+            # the update, or the updates of the round applied meanwhile would go uncounted.
+            with graph.control_dependencies(arrived + after):
                 now = control_ops.identity(global_step, name="global_step_now")
             staleness, applied, factor = apply_op(
                 "GradientStaleness", [now, math_ops.cast(self._local_step, now.dtype)],
@@ -125,13 +134,13 @@ class StalenessAwareOptimizer(WrappingOptimizer):
                  "max_staleness": -1 if self._max_staleness is None else self._max_staleness,
                  "lr_rule": self._staleness_lr or ""}, name="staleness").outputs
         self._global_step = global_step
-        after = []
-        if self._round_read is not None:    # lock-step: no update before every read
-            with graph.colocate_with(global_step.op):
-                after.append(apply_op("WorkerRoundAllRead", [self._round_read],
-                                      {"shared_name": self._clocks, "task": self._task},
-                                      name=f"{self._name}/all_read"))
-        with self._scaled_learning_rate(factor), graph.control_dependencies(after):
+        # The wrapped optimizer's updates are each made next to their variable; what
+        # groups them goes next to the global step, so the step's chain (measure, update,
+        # count) stays on its ps: a group op on the worker would carry the order through
+        # the worker, and a lost worker would leave the updates made and the step not
+        # counted, and other steps would be measured in between, not counting these.
+        with self._scaled_learning_rate(factor), graph.control_dependencies(after), \
+                graph.colocate_with(global_step.op):
             if self._max_staleness is None:
                 update = self._opt.apply_gradients(grads_and_vars, name=name)
             else:

@@ -1,6 +1,7 @@
 """Bounded staleness (stale synchronous parallel) in ps mode: no worker starts a step
 having applied more than k steps more than the slowest live worker, recorded by the ps;
-k=0 is lock-step and trains as synchronous replicas do; a worker that stops training
+k=0 is lock-step and trains as synchronous replicas do (the ps counting the
+second gradient of each round one step stale); a worker that stops training
 (resting in server.join()) stops counting, so the others finish."""
 
 import json
@@ -34,6 +35,9 @@ def test_lock_step_trains_as_synchronous_replicas_do(run_mpi):
     ssp = _run(run_mpi, 3, "ssp", 0, 8)
     sync = _run(run_mpi, 3, "sync", 0, 8)
     assert ssp[0]["max_lead"] == 0 and ssp[0]["done"] == [8, 8]
+    # Both read a round's variables at the same global step, so of a round's two
+    # gradients the first is applied fresh and the second one step stale.
+    assert ssp[0]["staleness"] == {"0": 8, "1": 8}
     np.testing.assert_allclose(ssp[0]["w"], sync[0]["w"], rtol=1e-5)
 
 

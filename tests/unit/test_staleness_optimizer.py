@@ -130,3 +130,23 @@ def test_a_traced_step_shows_the_gradients_staleness_on_the_timeline():
                  run_metadata=metadata)
     (span,) = [e for e in metadata.step_stats if e["args"].get("type") == "GradientStaleness"]
     assert span["args"]["staleness"] == 2 and span["args"]["applied"] is False
+
+
+@pytest.mark.parametrize("optimizer", [
+    lambda: mf.train.GradientDescentOptimizer(0.1),
+    lambda: mf.train.AdamOptimizer(0.1),              # its _finish updates more state
+])
+@pytest.mark.parametrize("kwargs", [{}, {"max_staleness": 2}, {"staleness": 0}])
+def test_a_steps_measure_update_and_count_are_chained_on_the_global_steps_ps(optimizer,
+                                                                             kwargs):
+    # Through the worker, the count would wait for a round trip after the updates: other
+    # steps' staleness measured meanwhile misses these updates, and a worker lost in
+    # between leaves them made and the step not counted.
+    cluster = mf.train.ClusterSpec({"ps": ["a"], "worker": ["b", "c"]})
+    with mf.device(mf.train.replica_device_setter(cluster=cluster,
+                                                  worker_device="/job:worker/task:1")):
+        opt = mf.train.StalenessAwareOptimizer(optimizer(), **kwargs)
+        _model(opt)
+    count = mf.get_default_graph().get_operation_by_name("StalenessAware/count_step")
+    before = {op.name: op.device for op in count.control_inputs}
+    assert before and all(d.startswith("/job:ps/task:0") for d in before.values()), before

@@ -3,7 +3,7 @@ CASE: "slow" (worker 0 sleeps 20 ms a step, the others none), "rest" (the last w
 stops after 3 steps and rests in server.join()), "sync" (SyncReplicasOptimizer, K
 ignored: the reference for lock-step). K: the bound (-1: none). Every worker trains a
 linear model on its own fixed batch with SGD; prints, per worker, JSON with the final
-weights, the global step, and the ps's clock record."""
+weights, the global step, the ps's clock record and its staleness counts."""
 
 import json
 import sys
@@ -40,6 +40,7 @@ with mf.device(mf.train.replica_device_setter(cluster=cluster,
                                                staleness=None if bound < 0 else bound)
     train = opt.minimize(loss, global_step=step)
     record = opt.clocks_record() if case != "sync" and bound >= 0 else None
+    histogram = opt.staleness_histogram() if case != "sync" else None
 hooks = [opt.make_session_run_hook(server.is_chief)] if case == "sync" else []
 my_steps = 3 if case == "rest" and task == workers - 1 else steps
 leads = []
@@ -60,5 +61,8 @@ with mf.Session(server.target) as sess:
     if record is not None:
         done, max_lead, waits = sess.run(record)
         out.update(done=done.tolist(), max_lead=int(max_lead), waits=int(waits))
+    if histogram is not None:
+        values, counts, _ = sess.run(histogram)
+        out["staleness"] = dict(zip(map(int, values), map(int, counts)))
 print(json.dumps(out), flush=True)
 server.join()
