@@ -149,6 +149,51 @@ class WorkerClocks:
         self.waits = 0
 
 
+class ClocksEvent:
+    """The event of the clocks ``name``, which every count signals; a waiting step's
+    own copy also says what it waits for (``describe``), so a report of where the ps is
+    names the worker that holds it back. Equal by the clocks' name alone: every copy is
+    the one event."""
+
+    __slots__ = ("bound", "clocks", "live", "name", "target", "task")
+
+    def __init__(self, name, clocks, task=None, target=0, bound=None, live=()):
+        self.name, self.clocks, self.task = name, clocks, task
+        self.target, self.bound, self.live = target, bound, tuple(live)
+
+    def __eq__(self, other):
+        return isinstance(other, ClocksEvent) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("clocks", self.name))
+
+    def __repr__(self):
+        return f"ClocksEvent({self.name!r})"
+
+    def waiting(self, task, target, bound, live) -> ClocksEvent:
+        """The copy a step of worker ``task`` waits on: every live worker's clock (its
+        ``done``, or its ``read`` in lock-step's wait for the round's reads) at
+        ``target`` or more; ``live``: the worker tasks counted."""
+        return ClocksEvent(self.name, self.clocks, task, target, bound, live)
+
+    def describe(self, describe_rank) -> str:
+        counts, what = ((self.clocks.done, "steps applied") if self.bound is not None else
+                        (self.clocks.read, "rounds read"))
+        behind = [t for t in self.live if counts[t] < self.target]
+        per_worker = ", ".join(f"worker:{t} {counts[t]}" for t in self.live)
+        if self.bound is not None:
+            wanted = (f"worker:{self.task} to go on (bounded staleness, staleness="
+                      f"{self.bound}): it has applied {self.target + self.bound} step(s), "
+                      f"so every live worker must have applied {self.target}")
+        else:
+            wanted = (f"every live worker to read round {self.target}'s variables before "
+                      f"worker:{self.task}'s update (lock-step, staleness=0)")
+        late = ", ".join(f"worker:{t}" for t in behind) or "none now"
+        return (f"{wanted}; behind: {late} ({what} per worker: {per_worker}). A "
+                "worker that stops training stops counting once it rests in "
+                "server.join() or mf.train.join(sess), or leaves the job")
+
+
 def _live_workers(ctx, own: int) -> list:
     """The worker tasks that count: every one of the job but those that left or rest in
     server.join(), and always this step's own."""
@@ -167,7 +212,7 @@ class _ClockOp(OpDef):
     def prepare(self, ctx):
         name = ctx.attrs["shared_name"]
         ctx.clocks = ctx.env.resource(f"clocks:{name}", WorkerClocks)
-        ctx.event = ("clocks", name)
+        ctx.event = ClocksEvent(name, ctx.clocks)
         ctx.task = int(ctx.attrs["task"])
 
 
@@ -212,9 +257,10 @@ class WorkerRoundAllReadOp(_ClockOp):
         return [(dtypes.int64, [])]
 
     def forward(self, xp, ctx, round_):
-        if all(ctx.clocks.read[t] >= int(round_) for t in _live_workers(ctx, ctx.task)):
+        live = _live_workers(ctx, ctx.task)
+        if all(ctx.clocks.read[t] >= int(round_) for t in live):
             return np.asarray(round_, np.int64)
-        return Wait(ctx.event)
+        return Wait(ctx.event.waiting(ctx.task, int(round_), None, live))
 
 
 @register_op("WorkerRoundDone", attrs=dict(_CLOCK_ATTRS))
@@ -238,12 +284,14 @@ class WorkerRoundBoundOp(_ClockOp):
 
     def forward(self, xp, ctx, done):
         clocks = ctx.clocks
-        lead = int(done) - min(clocks.done[t] for t in _live_workers(ctx, ctx.task))
-        if lead > ctx.attrs["staleness"]:
+        live = _live_workers(ctx, ctx.task)
+        lead = int(done) - min(clocks.done[t] for t in live)
+        bound = ctx.attrs["staleness"]
+        if lead > bound:
             if not getattr(ctx, "waiting", False):
                 ctx.waiting = True
                 clocks.waits += 1
-            return Wait(ctx.event)
+            return Wait(ctx.event.waiting(ctx.task, int(done) - bound, bound, live))
         ctx.waiting = False
         clocks.max_lead = max(clocks.max_lead, lead)
         return np.asarray(lead, np.int64)

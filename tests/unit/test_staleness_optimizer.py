@@ -150,3 +150,37 @@ def test_a_steps_measure_update_and_count_are_chained_on_the_global_steps_ps(opt
     count = mf.get_default_graph().get_operation_by_name("StalenessAware/count_step")
     before = {op.name: op.device for op in count.control_inputs}
     assert before and all(d.startswith("/job:ps/task:0") for d in before.values()), before
+
+
+def _held_step(op_type, counter, counts, task, value, **attrs):
+    """What the ps's step of worker ``task`` says it waits for when ``op_type`` holds it:
+    clocks ``counter`` at ``counts`` (worker task -> count) of a 3-worker job."""
+    from types import SimpleNamespace
+
+    from mpiflow.ops.registry import Wait, get_op_def
+    from mpiflow.ops.staleness_ops import ClocksEvent, WorkerClocks
+    clocks = WorkerClocks()
+    getattr(clocks, counter).update(counts)
+    env = SimpleNamespace(tasks_of=lambda job: 3, departed=lambda job: [],
+                          resting=lambda job: [])
+    ctx = SimpleNamespace(clocks=clocks, event=ClocksEvent("c", clocks), task=task,
+                          attrs={"shared_name": "c", "task": task, **attrs}, env=env)
+    wait = get_op_def(op_type).forward(np, ctx, np.asarray(value, np.int64))
+    assert isinstance(wait, Wait) and wait.key == ctx.event     # woken by every count
+    return wait.key.describe(str)
+
+
+def test_a_step_held_by_the_bound_names_the_worker_it_waits_for():
+    said = _held_step("WorkerRoundBound", "done", {0: 5, 1: 3, 2: 5}, 2, 5, staleness=1)
+    assert said.startswith("worker:2 to go on (bounded staleness, staleness=1): it has "
+                           "applied 5 step(s), so every live worker must have applied 4; "
+                           "behind: worker:1 (steps applied per worker: worker:0 5, "
+                           "worker:1 3, worker:2 5)"), said
+    assert "rests in server.join()" in said
+
+
+def test_a_lock_step_update_held_for_the_rounds_reads_names_the_worker_it_waits_for():
+    said = _held_step("WorkerRoundAllRead", "read", {0: 4, 1: 3, 2: 4}, 0, 4)
+    assert said.startswith("every live worker to read round 4's variables before "
+                           "worker:0's update (lock-step, staleness=0); behind: worker:1 "
+                           "(rounds read per worker: worker:0 4, worker:1 3, worker:2 4)"), said
