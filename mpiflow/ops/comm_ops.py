@@ -31,7 +31,7 @@ class SendOp(_Transfer):
 
 
 @register_op("_Recv", attrs={"edge": REQUIRED, "peer": REQUIRED, "dtype": REQUIRED,
-                             "shape": REQUIRED})
+                             "shape": REQUIRED, "carries": ""})
 class RecvOp(_Transfer):
     transfer = "recv"
     fresh_output = True         # a receive buffer of the step's own (the pool's, once free)

@@ -204,7 +204,7 @@ class Plan:
                         if held:
                             io.flush()
                             held = False
-                        value = yield RecvWait(fn.edge, fn.peer)
+                        value = yield RecvWait(fn.edge, fn.peer, fn.carries)
                         if gpu is not None:     # resumed maybe by another thread
                             backend.activate_gpu(gpu)
                     vals[out] = value if fn.gpu is None else backend.to_device(value, fn.gpu)

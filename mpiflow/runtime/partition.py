@@ -185,13 +185,17 @@ class _Builder:
                 "attr": {"value": encode_attr(np.zeros((), np.int32)),
                          "dtype": encode_attr(_INT32)},
                 "output": [{"dtype": "int32", "shape": []}]}, at)
-            recv = self._transfer(f"{token}:0", src_task, task, _INT32, _SCALAR, at)
+            names = ", ".join(f"'{op.name}'" for op in sorted(ops, key=lambda o: o.name)[:3])
+            more = f" and {len(ops) - 3} more" if len(ops) > 3 else ""
+            recv = self._transfer(f"{token}:0", src_task, task, _INT32, _SCALAR, at,
+                                  carries=f"the word that op(s) {names}{more} ran")
             self.received[key] = recv.rsplit(":", 1)[0]
         return self.received[key]
 
     def _transfer(self, name, src_task, dst_task, dtype, shape, at,
-                  dst_device=None) -> str:
-        """Add a Send/Recv pair for ``name``, both at ``at``: where it was produced."""
+                  dst_device=None, carries=None) -> str:
+        """Add a Send/Recv pair for ``name``, both at ``at``: where it was produced;
+        ``carries`` says what for a wait's message (default: tensor ``name``)."""
         edge = self._fresh("edge")
         send, recv = self._fresh("send"), self._fresh("recv")
         dst_device = dst_device or self._device(dst_task)
@@ -199,5 +203,6 @@ class _Builder:
             send, name, self.devices.get(name, self._device(src_task)), edge,
             self.rank_of(dst_task), dst_device), at)
         self._append(dst_task, transfers.recv_node(
-            recv, dst_device, edge, self.rank_of(src_task), dtype, shape), at)
+            recv, dst_device, edge, self.rank_of(src_task), dtype, shape,
+            f"tensor '{name}'" if carries is None else carries), at)
         return f"{recv}:0"

@@ -236,7 +236,8 @@ class _Compiler:
             else:
                 self.emit(SendGroup.of([record]), ins, outs, SEND, op, place)
         else:
-            self.emit(RecvStep(edge, peer, place), ins, outs, RECV, op, place)
+            self.emit(RecvStep(edge, peer, place, op.get_attr("carries")), ins, outs, RECV,
+                      op, place)
 
     def emit_kernel(self, op, op_def, xp, place, ins, outs) -> None:
         ctx = self.context(op, xp, place)

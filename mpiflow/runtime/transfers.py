@@ -63,11 +63,13 @@ class SendGroup(NamedTuple):
 
 
 class RecvStep(NamedTuple):
-    """What a compiled Recv does: wait for ``edge`` from ``peer``; land it on ``gpu``."""
+    """What a compiled Recv does: wait for ``edge`` from ``peer``; land it on ``gpu``.
+    ``carries``: what travels on the edge, in the user's names (for messages)."""
 
     edge: str
     peer: int
     gpu: int | None
+    carries: str = ""
 
 
 class RecvWait(NamedTuple):
@@ -75,9 +77,12 @@ class RecvWait(NamedTuple):
 
     edge: str
     peer: int
+    carries: str = ""
 
     def describe(self, describe_rank) -> str:
-        return f"tensor '{self.edge}' from {describe_rank(self.peer)}"
+        if not self.carries:
+            return f"tensor '{self.edge}' from {describe_rank(self.peer)}"
+        return f"{self.carries} from {describe_rank(self.peer)} (edge '{self.edge}')"
 
 
 def send_node(name: str, tensor_name: str, device: str, edge: str, peer: int,
@@ -90,10 +95,12 @@ def send_node(name: str, tensor_name: str, device: str, edge: str, peer: int,
             "attr": {k: encode_attr(v) for k, v in attrs.items()}, "output": []}
 
 
-def recv_node(name: str, device: str, edge: str, peer: int, dtype, shape) -> dict:
-    """The ``_Recv`` node of ``edge``: a ``dtype`` tensor of ``shape`` from rank ``peer``."""
+def recv_node(name: str, device: str, edge: str, peer: int, dtype, shape,
+              carries: str = "") -> dict:
+    """The ``_Recv`` node of ``edge``: a ``dtype`` tensor of ``shape`` from rank ``peer``;
+    ``carries`` says what, in the graph's names, for a wait's message."""
     attrs = validated_attrs("_Recv", {"edge": edge, "peer": peer, "dtype": dtype,
-                                      "shape": shape}, name)
+                                      "shape": shape, "carries": carries}, name)
     return {"name": name, "op": "_Recv", "input": [], "device": device,
             "attr": {k: encode_attr(v) for k, v in attrs.items()},
             "output": [{"dtype": dtype.name, "shape": shape.dims}]}
