@@ -315,6 +315,7 @@ class WorkerClocksRecordOp(OpDef):
 
     def forward(self, xp, ctx):
         clocks = ctx.clocks
-        tasks = range(max(clocks.done, default=-1) + 1)
+        # Every worker of the job, also one that has applied nothing (yet, or ever).
+        tasks = range(max(max(clocks.done, default=-1) + 1, ctx.env.tasks_of("worker") or 0))
         return (np.asarray([clocks.done[t] for t in tasks], np.int64),
                 np.asarray(clocks.max_lead, np.int64), np.asarray(clocks.waits, np.int64))

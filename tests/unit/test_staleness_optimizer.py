@@ -184,3 +184,15 @@ def test_a_lock_step_update_held_for_the_rounds_reads_names_the_worker_it_waits_
     assert said.startswith("every live worker to read round 4's variables before "
                            "worker:0's update (lock-step, staleness=0); behind: worker:1 "
                            "(rounds read per worker: worker:0 4, worker:1 3, worker:2 4)"), said
+
+
+def test_the_clock_record_lists_every_worker_also_one_that_applied_nothing():
+    from types import SimpleNamespace
+
+    from mpiflow.ops.registry import get_op_def
+    from mpiflow.ops.staleness_ops import WorkerClocks
+    clocks = WorkerClocks()
+    clocks.done.update({0: 10, 1: 10})        # worker 2 rested before its first step
+    ctx = SimpleNamespace(clocks=clocks, env=SimpleNamespace(tasks_of=lambda job: 3))
+    done, _, _ = get_op_def("WorkerClocksRecord").forward(np, ctx)
+    assert done.tolist() == [10, 10, 0]
