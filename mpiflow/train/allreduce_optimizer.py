@@ -69,6 +69,7 @@ class AllreduceOptimizer(WrappingOptimizer):
         self._join_feeds = []       # joinable: (tensor, what a joined worker feeds it)
         self._last_collective = None    # joinable: the collectives run one after another
         self._train_op = None
+        self._own_gradients = {}    # kept local (hybrid's tables): tensor -> its variable
         self._kind, self._parameter = parse_compression(compression)
         self.compression = compression
         self.residuals = []         # topk: the error-feedback variables, one per gradient
@@ -131,6 +132,10 @@ class AllreduceOptimizer(WrappingOptimizer):
                 if self.joinable and self._op == "average":
                     outs = [self._over_contributors(t) for t in outs]
             reduced.update({i: t for (i, _), t in zip(dense, outs)})
+        for g, v in pairs:
+            if g is not None and self._keep_local(v):
+                for t in (g.values, g.indices) if isinstance(g, IndexedSlices) else (g,):
+                    self._own_gradients[t] = v
         for i, (g, v) in enumerate(pairs):
             if shared[i] and isinstance(g, IndexedSlices):
                 reduced[i] = self._gather_rows(g, v)
@@ -228,10 +233,18 @@ class AllreduceOptimizer(WrappingOptimizer):
         Joinable, a step nobody contributed to (every worker has joined) applies
         nothing, and a worker that joined leaves what it alone pushes to (hybrid's
         tables on the ps) as it is: an empty push would still move a table whose sparse
-        update touches every row (Adam's)."""
+        update touches every row (Adam's).
+
+        Raises:
+            InvalidArgumentError: a replicated variable's gradient was computed from a
+                gradient this worker keeps to itself (hybrid's tables: their rows go to
+                the ps unaveraged), e.g. by clip_by_global_norm over all gradients: each
+                worker would apply another value, and the replicas would drift apart.
+        """
+        grads_and_vars = list(grads_and_vars)          # read more than once
+        self._check_replicated_gradients(grads_and_vars)
         if self.joinable and self._contributors is not None:
             graph = self._contributors.graph
-            grads_and_vars = list(grads_and_vars)      # read twice
             kept_local = [v for g, v in grads_and_vars
                           if g is not None and self._keep_local(v)]
             with graph.state_changes_only_if(math_ops.greater(self._contributors, 0.0)):
@@ -249,6 +262,53 @@ class AllreduceOptimizer(WrappingOptimizer):
             graph.add_to_collection(REPLICA_OWNERS, self)
         self.register_replicas(graph)
         return train_op
+
+    def _check_replicated_gradients(self, grads_and_vars) -> None:
+        """Refuse a replicated variable's gradient that depends on a gradient kept local
+        (see apply_gradients), following data inputs back to the collectives, whose
+        outputs every worker holds alike."""
+        if not self._own_gradients:
+            return
+        found = {}          # op -> the kept-local variable whose gradient it reads, or None
+        entered = set()
+
+        def own_source(tensor):
+            stack = [(tensor.op, False)]
+            while stack:                    # post-order: an op after its inputs
+                op, inputs_done = stack.pop()
+                if op in found or (op in entered and not inputs_done):
+                    continue                # done, or on the path (a loop's back edge)
+                collective = op.type.startswith("Collective")
+                if not inputs_done:
+                    entered.add(op)
+                    stack.append((op, True))
+                    if not collective:
+                        stack.extend((t.op, False) for t in op.inputs if t.op not in found)
+                    continue
+                found[op] = next((self._own_gradients[t] for t in op.outputs
+                                  if t in self._own_gradients), None)
+                if found[op] is None and not collective:
+                    found[op] = next((found[t.op] for t in op.inputs
+                                      if found.get(t.op) is not None), None)
+            return found[tensor.op]
+
+        for g, v in grads_and_vars:
+            if g is None or self._keep_local(v):
+                continue
+            for t in (g.values, g.indices) if isinstance(g, IndexedSlices) else (g,):
+                source = own_source(t)
+                if source is not None:
+                    source, name = _full_name(source), _full_name(v)
+                    raise errors.InvalidArgumentError(
+                        f"{self._name}.apply_gradients: the gradient given for "
+                        f"'{name}', replicated on every worker, was computed from the "
+                        f"gradient of '{source}', which lives on the ps and takes "
+                        "each worker's own gradient unaveraged: every worker would apply "
+                        f"another value to its replica of '{name}', and the replicas "
+                        "would drift apart. Transform the two kinds apart (e.g. "
+                        "clip_by_global_norm over the replicated variables' gradients, and "
+                        "over the tables' on their own), or, in hybrid mode, name the table "
+                        "in TrainingMode(replicated=[...]) to have its gradient averaged")
 
     def join(self, session) -> int:
         """Leave training: run this optimizer's train op with zero gradients (and no
@@ -377,6 +437,12 @@ def join(session) -> int:
             f"waiting: {collective_ops.JOINABLE_CURE}")
     service.join()
     return 0
+
+
+def _full_name(var) -> str:
+    """A variable's name as its user gave it (a part's, its whole variable's)."""
+    info = getattr(var, "_save_slice_info", None)
+    return info.full_name if info is not None else var.op.name
 
 
 class _BroadcastHook(SessionRunHook):

@@ -285,3 +285,46 @@ def test_joinable_is_for_the_modes_whose_steps_run_collectives():
         mf.train.TrainingMode("ps", CLUSTER, 0, joinable=True)
     for mode in ("allreduce", "hybrid", "auto"):
         assert mf.train.TrainingMode(mode, CLUSTER, 0, joinable=True).joinable
+
+
+def _gradients(mode_name, **options):
+    """The hybrid model of ``build``: (its mode's optimizer, its gradients)."""
+    mode = mf.train.TrainingMode(mode_name, CLUSTER, 1, shard_rows=8, **options)
+    with mode.scope():
+        ids = mf.placeholder(mf.int64, [None])
+        x = mf.placeholder(mf.float32, [None, 10])
+        table = mf.get_variable("emb", [16, 10])
+        h = mf.matmul(x + mf.nn.embedding_lookup(table, ids), mf.get_variable("w", [10, 10]))
+        opt = mode.optimizer(mf.train.GradientDescentOptimizer(0.1))
+        return opt, opt.compute_gradients(mf.reduce_sum(h))
+
+
+def test_a_replicated_gradient_computed_from_a_tables_own_gradient_is_refused():
+    # Hybrid's table gradients are each worker's own (pushed to the ps unaveraged): one
+    # global norm over them and the averaged dense gradients scaled each worker's replica
+    # of 'w' by its own factor, and the replicas drifted apart (0.003 against 0.006 from
+    # one process after 4 steps, with 2 workers), silently.
+    opt, pairs = _gradients("hybrid")
+    clipped, _ = mf.clip_by_global_norm([g for g, _ in pairs], 0.3)
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=r"gradient given for 'w', replicated on every worker, was "
+                             r"computed from the gradient of 'emb', which lives on the ps.*"
+                             r"replicas would drift apart"):
+        opt.apply_gradients(zip(clipped, [v for _, v in pairs]))
+
+
+@pytest.mark.parametrize("mode_name,options", [("hybrid", {}), ("allreduce", {}),
+                                               ("hybrid", {"replicated": ["emb"]})])
+def test_gradients_transformed_where_every_worker_computes_the_same_are_applied(mode_name,
+                                                                                options):
+    # Each kind clipped on its own in hybrid mode, or every gradient averaged (allreduce
+    # mode, or the table named replicated): every worker computes the same value.
+    opt, pairs = _gradients(mode_name, **options)
+    table = [p for p in pairs if p[1].op.name.startswith("emb")]
+    groups = [table, [p for p in pairs if p not in table]] if mode_name == "hybrid" and \
+        not options else [pairs]
+    clipped = []
+    for group in groups:
+        grads, _ = mf.clip_by_global_norm([g for g, _ in group], 0.3)
+        clipped += zip(grads, [v for _, v in group])
+    opt.apply_gradients(clipped)
