@@ -3,8 +3,9 @@
 Each worker keeps a full copy of the variables (placed on its own task), computes its
 gradients, averages them with every other worker (dense ones fused into buckets, sparse
 ones all-gathered, so an embedding row keeps its sparse update) and applies the average
-with the wrapped optimizer's fused ops. All copies start equal and so stay equal:
-``apply_gradients`` records the replicated variables (``GraphKeys.REPLICATED_VARIABLES``)
+with the wrapped optimizer's fused ops. All copies start equal and the trained ones stay
+equal (what no gradient updates, batch normalization's moving statistics, follows each
+worker's own batches). ``apply_gradients`` records the replicated variables (``GraphKeys.REPLICATED_VARIABLES``)
 and one op broadcasting them from worker 0 (``GraphKeys.REPLICA_BROADCAST_OPS``), which
 ``MonitoredTrainingSession``, ``Supervisor`` and ``TrainingMode.initialize`` run once the
 session is ready (after the chief's initialization or restore). Variables made on the

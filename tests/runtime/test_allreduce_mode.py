@@ -21,6 +21,17 @@ def test_allreduce_training_equals_one_process_at_the_combined_batch(run_mpi, ra
     assert sorted(found) == [str(i) for i in range(ranks)], out
 
 
+def test_gradients_accumulated_and_clipped_between_compute_and_apply_are_the_average(
+        run_mpi):
+    """compute_gradients returns the averaged gradients: summed over two sess.run calls,
+    clipped by their global norm and applied by a third, they train as one process at
+    the combined batch; a moving average that no gradient reaches (batch normalization's
+    statistics) follows each worker's own batches (see progs/allreduce_parity.py)."""
+    out = run_mpi(2, PROGS / "allreduce_parity.py", "adam", 3, "auto", "transformed",
+                  timeout=120, env={"MPIFLOW_TIMEOUT": "60"}).stdout
+    assert len(re.findall(r"OK allreduce adam auto: worker \d of 2", out)) == 2, out
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
