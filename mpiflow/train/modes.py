@@ -263,7 +263,12 @@ class TrainingMode:
             return f"on {where}{split}, updated there by each worker's push"
         if self.mode == "allreduce":
             return "replicated on every worker, gradient allreduced"
-        kind, why = self._choice.decided.get(name, (None, "decided at minimize()"))
+        undecided = "no optimizer of this mode trains it" if self._choice.decided else \
+            "decided at minimize()"
+        kind, why = self._choice.decided.get(name, (None, undecided))
+        if kind is None and self._choice.decided:
+            return f"replicated on every worker, not trained here ({why}): every copy " \
+                "takes worker 0's values"
         if kind == TABLE:
             return f"table{split} on {where}: rows pulled and pushed sparsely ({why})"
         note = f"; {why}" if kind == REPLICATED else f" ({why})"

@@ -76,6 +76,23 @@ def test_describe_says_what_became_of_each_variable_and_why():
     assert "w_bias" in ps_mode.describe() and "updated there" in ps_mode.describe()
 
 
+def test_describe_says_a_variable_no_optimizer_trains_is_replicated_untrained():
+    # A frozen table next to a trained one: it has no gradient, so it stays on the
+    # workers; describe() said "gradient allreduced (decided at minimize())" after minimize.
+    mode = mf.train.TrainingMode("hybrid", CLUSTER, 1)
+    with mode.scope():
+        ids = mf.placeholder(mf.int64, [None])
+        frozen = mf.get_variable("frozen", [16, 4], trainable=False)
+        table = mf.get_variable("emb", [16, 4])
+        loss = mf.reduce_sum(mf.nn.embedding_lookup(table, ids) *
+                             mf.nn.embedding_lookup(frozen, ids))
+        mode.optimizer(mf.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    line = next(x for x in mode.describe().splitlines() if x.strip().startswith("frozen"))
+    assert line.endswith("replicated on every worker, not trained here (no optimizer of "
+                         "this mode trains it): every copy takes worker 0's values"), line
+    assert jobs(frozen) == {"worker"} and jobs(table) == {"ps"}
+
+
 def _state_read_by(update):
     """The variables an update op reads through reads and casts (its optimizer state)."""
     found, stack = set(), list(update.inputs[1:])
