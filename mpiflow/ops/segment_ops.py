@@ -21,7 +21,8 @@ from mpiflow.ops import array_ops, indexing_ops, math_ops
 from mpiflow.ops.constant_ops import constant, convert_to_tensor
 from mpiflow.ops.registry import apply_op, is_numeric, register_op, require_dtype
 from mpiflow.ops.sparse_ops import (
-    UnsortedSegmentSumOp, _check_indices, gather, unsorted_segment_sum)
+    UnsortedSegmentSumOp, _check_indices, check_segment_ids_prefix, gather,
+    unsorted_segment_sum)
 
 
 def segment_ranks(xp, ids):
@@ -74,10 +75,7 @@ class _SegmentReductionOp(UnsortedSegmentSumOp):
 
     def forward(self, xp, ctx, data, segment_ids, num_segments):
         n = int(num_segments)
-        if data.shape[:segment_ids.ndim] != segment_ids.shape:
-            raise array_ops.kernel_error(
-                ctx, "segment_ids shape must be a prefix of data shape",
-                expected=f"data shape starting with {segment_ids.shape}", got=data.shape)
+        check_segment_ids_prefix(ctx, data, segment_ids)
         ids = segment_ids.reshape(-1)
         rows = data.reshape(ids.shape + data.shape[segment_ids.ndim:])
         if ids.size and ids.min() < 0:          # dropped, as TensorFlow's

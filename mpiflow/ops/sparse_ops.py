@@ -168,6 +168,15 @@ def deduplicate_indexed_slices(slices: IndexedSlices) -> IndexedSlices:
                          slices.dense_shape)
 
 
+def check_segment_ids_prefix(ctx, data, segment_ids) -> None:
+    """Refuse, naming the op, ``segment_ids`` whose shape does not start ``data``'s (the
+    unsorted segment reductions' one rule on their inputs' shapes)."""
+    if data.shape[:segment_ids.ndim] != segment_ids.shape:
+        raise array_ops.kernel_error(
+            ctx, "segment_ids shape must be a prefix of data shape",
+            expected=f"data shape starting with {segment_ids.shape}", got=data.shape)
+
+
 @register_op("UnsortedSegmentSum")
 class UnsortedSegmentSumOp(OpDef):
     host_inputs = (2,)
@@ -185,10 +194,7 @@ class UnsortedSegmentSumOp(OpDef):
 
     def forward(self, xp, ctx, data, segment_ids, num_segments):
         n = int(num_segments)
-        if data.shape[:segment_ids.ndim] != segment_ids.shape:
-            raise array_ops.kernel_error(
-                ctx, "segment_ids shape must be a prefix of data shape",
-                expected=f"data shape starting with {segment_ids.shape}", got=data.shape)
+        check_segment_ids_prefix(ctx, data, segment_ids)
         if segment_ids.size and segment_ids.min() < 0:     # dropped, as TensorFlow's
             kept = segment_ids >= 0
             segment_ids, data = segment_ids[kept], data[kept]

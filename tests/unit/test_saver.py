@@ -482,12 +482,18 @@ def _fine_tuned(assignment_map, ckpt, scope="new", emb_parts=3, extra=True):
                 mf.get_variable("extra", [], initializer=mf.constant_initializer(-1.0))
         mf.train.init_from_checkpoint(
             ckpt, assignment_map() if callable(assignment_map) else assignment_map)
-        with mf.Session() as sess:
-            sess.run(mf.global_variables_initializer())
-            got = {v.op.name: sess.run(v) for v in mf.global_variables()
-                   if v._save_slice_info is None}
-            got[f"{scope}/emb"] = sess.run(mf.convert_to_tensor(emb))
-            return got
+        return _initialized_values(emb, scope)
+
+
+def _initialized_values(emb, scope) -> dict:
+    """Every variable's value after the initializers ran, by name; the partitioned
+    ``emb`` whole, as ``<scope>/emb``."""
+    with mf.Session() as sess:
+        sess.run(mf.global_variables_initializer())
+        got = {v.op.name: sess.run(v) for v in mf.global_variables()
+               if v._save_slice_info is None}
+        got[f"{scope}/emb"] = sess.run(mf.convert_to_tensor(emb))
+        return got
 
 
 def test_init_from_checkpoint_maps_a_scope_onto_another_partitioning_included(tmp_path):
@@ -768,12 +774,7 @@ def _warm_started(ckpt, *args, scope="old", top_trainable=False, **kwargs):
         mf.get_variable("top", [], initializer=mf.constant_initializer(-1.0),
                         trainable=top_trainable)
         mf.train.warm_start(ckpt, *[a(w) if callable(a) else a for a in args], **kwargs)
-        with mf.Session() as sess:
-            sess.run(mf.global_variables_initializer())
-            got = {v.op.name: sess.run(v) for v in mf.global_variables()
-                   if v._save_slice_info is None}
-            got[f"{scope}/emb"] = sess.run(mf.convert_to_tensor(emb))
-            return got
+        return _initialized_values(emb, scope)
 
 
 def test_warm_start_takes_every_trainable_variable_by_its_name_by_default(tmp_path):
