@@ -88,7 +88,11 @@ class AllreduceOptimizer(WrappingOptimizer):
                             loss.graph)
 
     def _reduce(self, pairs, graph):
-        """``pairs`` with the gradients of the variables not kept local reduced."""
+        """``pairs`` with the gradients of the variables not kept local reduced. The
+        replicas are this optimizer's from here on, whoever applies the gradients (the
+        wrapped optimizer itself, say): a session made on the graph broadcasts them."""
+        if self not in graph.get_collection(REPLICA_OWNERS):
+            graph.add_to_collection(REPLICA_OWNERS, self)
         shared = [g is not None and not self._keep_local(v) for g, v in pairs]
         dense = [(i, g) for i, (g, _) in enumerate(pairs)
                  if shared[i] and not isinstance(g, IndexedSlices)]

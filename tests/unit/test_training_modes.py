@@ -129,6 +129,25 @@ def test_allreduce_and_hybrid_record_the_replicas_and_their_broadcast():
     assert len(graph.get_collection(mf.GraphKeys.REPLICA_BROADCAST_OPS)) == 1
 
 
+@pytest.mark.parametrize("mode_name", ["allreduce", "hybrid"])
+def test_gradients_applied_by_the_wrapped_optimizer_still_have_their_replicas_broadcast(
+        mode_name):
+    # compute_gradients of the mode's optimizer, apply_gradients of the optimizer it wraps:
+    # nothing recorded the replicas, so no session broadcast them, and a worker other than
+    # the chief waited for the chief to initialize its own copies, then timed out blaming
+    # the chief and replica_device_setter.
+    opt, pairs = _gradients(mode_name)
+    step = mf.train.get_or_create_global_step()
+    opt._opt.apply_gradients(pairs, global_step=step)
+    graph = mf.get_default_graph()
+    mf.train.session_manager.register_replicas(graph)      # as a session is made
+    replicated = {v.op.name for v in graph.get_collection(mf.GraphKeys.REPLICATED_VARIABLES)}
+    replicated = {name.split("/")[0] for name in replicated}    # a split w's parts too
+    assert {"w", "global_step"} <= replicated
+    assert ("emb" in replicated) == (mode_name == "allreduce")
+    assert len(graph.get_collection(mf.GraphKeys.REPLICA_BROADCAST_OPS)) == 1
+
+
 def test_split_tables_are_looked_up_by_range_so_checkpoints_reshard():
     variables, _ = build("ps")
     assert variables["emb"].lookup_strategy == "div"
