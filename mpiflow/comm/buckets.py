@@ -18,7 +18,6 @@ tensors added in plan order start each bucket the moment it is complete.
 from __future__ import annotations
 
 import hashlib
-import weakref
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -28,7 +27,6 @@ from mpiflow import backend, errors
 from mpiflow import config as config_lib
 from mpiflow.comm.collectives import Strategies
 from mpiflow.comm.collectives.base import Handle
-from mpiflow.comm.collectives.state import comm_state
 
 
 class TensorSpec(NamedTuple):
@@ -172,8 +170,7 @@ class BucketHandle:
             f"{exc.message}. On this rank, bucket {self.bucket.index} of fused allreduce "
             f"'{self._fused.name}' holds {self.bucket.describe()} (every rank must fuse the "
             "same tensors in the same order: build the same variables, in the same order, "
-            "with a gradient for each on every rank, and run the same train ops in the "
-            "same steps)")
+            "with a gradient for each on every rank)")
 
     @property
     def result(self) -> dict:
@@ -228,7 +225,7 @@ class FusedAllreduce:
         algorithm: a strategy name or "auto" (chosen per bucket).
         op: "sum" or "average".
         threshold_bytes: bucket size (default MPIFLOW_FUSION_THRESHOLD_BYTES).
-        check: run the cross-rank check for every bucket (until ``agreed()``).
+        check: run the cross-rank check for every bucket.
         name: prefix of the buckets' names in checks and errors.
         half_on_wire: half-float buckets move as they are (``Collective.allreduce_async``).
     """
@@ -262,31 +259,8 @@ class FusedAllreduce:
         self._bucket_names = [f"{name.rstrip('/')}/bucket{b.index} "
                               f"(tensors #{b.layout_digest()})" for b in self.buckets]
         self._strategies = Strategies(comm, self.config)
-        self._agreed = False
-        # Every fusion alive on this communicator: an agreed one skips its check only
-        # while it is alone there (``agreed``).
-        self._layout = tuple(self._bucket_names)
-        self._neighbours = comm_state(comm).extras.setdefault("fusions", weakref.WeakSet())
-        self._neighbours.add(self)
         self._round = 0
         self._new_round()
-
-    def agreed(self) -> None:
-        """Say that every rank agreed on these buckets (a checked round completed): the
-        graph fixes their tensors, so later rounds skip the cross-rank check, as long as
-        no other fusion with other buckets lives on this communicator. With two (two
-        optimizers, train ops run in turn), a rank that runs another train op than the
-        others in one step would have its buckets summed unchecked with theirs, and the
-        replicas drift apart without a word: while there are two, every round is checked."""
-        self._agreed = True
-
-    def _checks(self) -> bool:
-        if not self.check:
-            return False
-        if not self._agreed:
-            return True
-        neighbours = self._neighbours
-        return len(neighbours) > 1 and any(f._layout != self._layout for f in list(neighbours))
 
     def _new_round(self) -> None:
         self._round += 1
@@ -425,7 +399,7 @@ class FusedAllreduce:
             collective = self._strategies.get(self.algorithm, send)
             self._handles[bucket.index]._inner = collective.allreduce_async(
                 send, self.op, dest, name=self._bucket_names[bucket.index],
-                check=self._checks(), half_on_wire=self.half_on_wire)
+                check=self.check, half_on_wire=self.half_on_wire)
             self._next_start += 1
 
     def _unpack(self, bucket: Bucket, reduced) -> dict:

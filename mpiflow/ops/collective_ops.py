@@ -176,7 +176,7 @@ class FusedAllReduceOp(_Collective):
         reduced = {}
         for handle in handles:
             reduced.update(handle.result)
-        ctx.fused.agreed()              # agreed once; the graph fixes shapes and dtypes
+        ctx.fused.check = False         # agreed once; the graph fixes shapes and dtypes
         return tuple(reduced[n].reshape(t.shape.as_list())
                      for n, t in zip(ctx.names, ctx.op.inputs))
 
@@ -256,9 +256,8 @@ class FusedWaitOp(_Collective):
         for handle in handles:
             reduced.update(handle.result)
         # The tensors' shapes and dtypes are fixed by the graph: once every rank has
-        # agreed on them (the first round's check), later rounds skip the check (while
-        # no other fusion shares the communicator: FusedAllreduce.agreed).
-        ctx.fused.agreed()
+        # agreed on them (the first round's check), later rounds skip the check.
+        ctx.fused.check = False
         return tuple(reduced[n] for n in ctx.attrs["names"])
 
 
