@@ -87,12 +87,17 @@ class AllreduceOptimizer(WrappingOptimizer):
         return self._reduce(self._opt.compute_gradients(loss, var_list=var_list, **kwargs),
                             loss.graph)
 
+    def _own_replicas(self, graph) -> None:
+        """Record this optimizer, once, as an owner of replicas on ``graph``: a session
+        made on it broadcasts them (``session_manager.register_replicas``)."""
+        if self not in graph.get_collection(REPLICA_OWNERS):
+            graph.add_to_collection(REPLICA_OWNERS, self)
+
     def _reduce(self, pairs, graph):
         """``pairs`` with the gradients of the variables not kept local reduced. The
         replicas are this optimizer's from here on, whoever applies the gradients (the
         wrapped optimizer itself, say): a session made on the graph broadcasts them."""
-        if self not in graph.get_collection(REPLICA_OWNERS):
-            graph.add_to_collection(REPLICA_OWNERS, self)
+        self._own_replicas(graph)
         shared = [g is not None and not self._keep_local(v) for g, v in pairs]
         dense = [(i, g) for i, (g, _) in enumerate(pairs)
                  if shared[i] and not isinstance(g, IndexedSlices)]
@@ -263,8 +268,7 @@ class AllreduceOptimizer(WrappingOptimizer):
                                                  name=name)
         self._train_op = train_op
         graph = train_op.graph
-        if self not in graph.get_collection(REPLICA_OWNERS):
-            graph.add_to_collection(REPLICA_OWNERS, self)
+        self._own_replicas(graph)
         self.register_replicas(graph)
         return train_op
 
